@@ -1,0 +1,171 @@
+//! `rill bench`: prefill and decode speed, time to first token, inter-token gaps and peak
+//! memory, for one stream or several at once (DESIGN.md's `bench --json` shape).
+//!
+//! The prompt is real text tokenized and repeated to the asked length, run as raw tokens (no
+//! template), greedy, ignoring end-of-generation so every stream makes exactly `--gen-tokens`.
+//! A short warm-up generation runs first so thread start-up is not measured.
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use rill_engine::{Event, GenerateRequest, Prompt, SamplingParams};
+use serde::Serialize;
+
+use crate::ModelArgs;
+
+const TEXT: &str = "The river carried the light of the morning down from the hills, past the mills and the \
+orchards, through the town where the market opened early and the bakers had already sold their first loaves. \
+Children ran along the bank, counting boats, and an old ferryman told anyone who would listen how the water \
+had risen in the spring of his youth, when the bridge was still made of wood and the lanterns burned oil. ";
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt length in tokens.
+    #[arg(long, default_value_t = 512)]
+    prompt_tokens: usize,
+    /// Tokens generated per stream.
+    #[arg(long, default_value_t = 128)]
+    gen_tokens: usize,
+    /// Generations running at once.
+    #[arg(long, default_value_t = 1)]
+    streams: usize,
+    /// One JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Percentiles {
+    p50: f64,
+    p95: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    streams: usize,
+    prompt_tokens: usize,
+    gen_tokens: usize,
+    prefill_tps: f64,
+    decode_tps: f64,
+    ttft_ms: Percentiles,
+    itl_ms: Percentiles,
+    peak_rss_mb: f64,
+}
+
+fn percentiles(mut v: Vec<f64>) -> Percentiles {
+    if v.is_empty() {
+        return Percentiles { p50: 0.0, p95: 0.0 };
+    }
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    Percentiles { p50: at(0.5), p95: at(0.95) }
+}
+
+/// Peak resident memory of this process (VmHWM), in MB; 0 where /proc is not available.
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+struct StreamResult {
+    ttft_ms: f64,
+    gaps_ms: Vec<f64>,
+    prefill_tps: f64,
+    decode_tps: f64,
+    tokens: usize,
+}
+
+pub fn bench(a: BenchArgs) -> Result<()> {
+    if a.prompt_tokens == 0 || a.gen_tokens == 0 || a.streams == 0 {
+        bail!("--prompt-tokens, --gen-tokens and --streams must be ≥ 1");
+    }
+    let engine = a.model.start()?;
+    let handle = engine.handle();
+    let base = handle.tokenize_prompt(&Prompt::Text(TEXT.repeat(4)))?;
+    let request = |ids: Vec<u32>, n: usize| GenerateRequest {
+        params: SamplingParams::greedy(),
+        max_tokens: Some(n),
+        ignore_eos: true,
+        ..GenerateRequest::new(Prompt::Tokens(ids))
+    };
+
+    // Warm-up: thread pools, page faults, allocator.
+    handle.generate(request(base[..16.min(base.len())].to_vec(), 4))?.collect_blocking()?;
+
+    let prompts: Vec<Vec<u32>> = (0..a.streams)
+        .map(|s| base.iter().cycle().skip(s * 7).take(a.prompt_tokens).copied().collect())
+        .collect();
+    let gens = prompts
+        .into_iter()
+        .map(|p| Ok((Instant::now(), handle.generate(request(p, a.gen_tokens))?)))
+        .collect::<Result<Vec<_>>>()?;
+    let workers: Vec<_> = gens
+        .into_iter()
+        .map(|(submitted, gen)| {
+            std::thread::spawn(move || -> Result<StreamResult> {
+                let mut last: Option<Instant> = None;
+                let mut r = StreamResult { ttft_ms: 0.0, gaps_ms: Vec::new(), prefill_tps: 0.0, decode_tps: 0.0, tokens: 0 };
+                for ev in gen {
+                    match ev {
+                        Event::Token { .. } => {
+                            let now = Instant::now();
+                            match last {
+                                None => r.ttft_ms = (now - submitted).as_secs_f64() * 1e3,
+                                Some(prev) => r.gaps_ms.push((now - prev).as_secs_f64() * 1e3),
+                            }
+                            last = Some(now);
+                            r.tokens += 1;
+                        }
+                        Event::Done { timings, .. } => {
+                            r.prefill_tps = timings.prefill_tps;
+                            r.decode_tps = timings.decode_tps;
+                            return Ok(r);
+                        }
+                        Event::Error { message } => bail!("{message}"),
+                        Event::Started { .. } => {}
+                    }
+                }
+                bail!("the engine stopped during the benchmark")
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for w in workers {
+        results.push(w.join().map_err(|_| anyhow::anyhow!("a benchmark stream panicked"))??);
+    }
+
+    let report = Report {
+        streams: a.streams,
+        prompt_tokens: a.prompt_tokens,
+        gen_tokens: a.gen_tokens,
+        prefill_tps: results.iter().map(|r| r.prefill_tps).sum::<f64>() / results.len() as f64,
+        decode_tps: results.iter().map(|r| r.decode_tps).sum(),
+        ttft_ms: percentiles(results.iter().map(|r| r.ttft_ms).collect()),
+        itl_ms: percentiles(results.iter().flat_map(|r| r.gaps_ms.iter().copied()).collect()),
+        peak_rss_mb: peak_rss_mb(),
+    };
+    debug_assert!(results.iter().all(|r| r.tokens == a.gen_tokens));
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        let m = handle.model_info();
+        println!("model        {} ({}, {:.0} MB)", m.name, m.quantization, m.file_bytes as f64 / 1e6);
+        println!("streams      {}", report.streams);
+        println!("prefill      {:.1} tok/s  ({} prompt tokens)", report.prefill_tps, report.prompt_tokens);
+        println!("decode       {:.1} tok/s  ({} tokens per stream, summed over streams)", report.decode_tps, report.gen_tokens);
+        println!("ttft         p50 {:.1} ms  p95 {:.1} ms", report.ttft_ms.p50, report.ttft_ms.p95);
+        println!("inter-token  p50 {:.1} ms  p95 {:.1} ms", report.itl_ms.p50, report.itl_ms.p95);
+        println!("peak rss     {:.0} MB", report.peak_rss_mb);
+    }
+    Ok(())
+}

@@ -1,0 +1,386 @@
+//! `rill`: the command line of the Rill engine (DESIGN.md, "The CLI contract").
+//!
+//! `run` answers one prompt, streamed; `chat` is a multi-turn REPL over stdin; `bench` measures
+//! prefill, decode, TTFT, inter-token gaps and peak memory; `models` lists, downloads and
+//! imports GGUF files. Errors end the process with status 1 and one `error: …` line.
+
+mod bench;
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use rill_engine::{DeviceKind, Engine, EngineConfig, Event, GenerateRequest, Message, Prompt, SamplingParams};
+
+#[derive(Parser)]
+#[command(name = "rill", version, about = "Chat with language models on your own machine")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Answer one prompt, streaming the answer to stdout.
+    Run(RunArgs),
+    /// Chat in the terminal: one user turn per line of stdin.
+    Chat(ChatArgs),
+    /// Measure prefill and decode speed, time to first token and peak memory.
+    Bench(bench::BenchArgs),
+    /// List, download and import models.
+    Models {
+        #[command(subcommand)]
+        command: ModelsCommand,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DeviceArg {
+    Cpu,
+    Cuda,
+    Metal,
+}
+
+/// Which model, where, and how many threads.
+#[derive(Args)]
+pub(crate) struct ModelArgs {
+    /// Path to a GGUF model file.
+    #[arg(long, env = "RILL_MODEL")]
+    model: PathBuf,
+    /// Compute threads (default: one per physical core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Device to run on (cuda and metal need a build with that feature).
+    #[arg(long, value_enum, default_value = "cpu")]
+    device: DeviceArg,
+    /// Cap on the context window, in tokens (default: the model's, at most 8192).
+    #[arg(long)]
+    ctx_size: Option<usize>,
+}
+
+impl ModelArgs {
+    fn start(&self) -> Result<Engine> {
+        let device = match self.device {
+            DeviceArg::Cpu => DeviceKind::Cpu,
+            DeviceArg::Cuda => DeviceKind::Cuda,
+            DeviceArg::Metal => DeviceKind::Metal,
+        };
+        let config = EngineConfig {
+            device,
+            threads: self.threads,
+            context_size: self.ctx_size,
+            ..EngineConfig::new(&self.model)
+        };
+        Ok(Engine::start(config)?)
+    }
+}
+
+/// Sampling flags; unset ones keep the engine's defaults.
+#[derive(Args, Clone)]
+struct SamplingArgs {
+    /// 0 = greedy.
+    #[arg(long)]
+    temperature: Option<f32>,
+    #[arg(long)]
+    top_p: Option<f32>,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long)]
+    min_p: Option<f32>,
+    #[arg(long)]
+    repeat_penalty: Option<f32>,
+    #[arg(long)]
+    presence_penalty: Option<f32>,
+    #[arg(long)]
+    frequency_penalty: Option<f32>,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Most answer tokens (default: until the model stops or the context is full).
+    #[arg(long)]
+    max_tokens: Option<usize>,
+    /// Stop when this string appears (repeatable); it is not printed.
+    #[arg(long)]
+    stop: Vec<String>,
+}
+
+impl SamplingArgs {
+    fn params(&self) -> SamplingParams {
+        let d = SamplingParams::default();
+        SamplingParams {
+            temperature: self.temperature.unwrap_or(d.temperature),
+            top_k: self.top_k.or(d.top_k),
+            top_p: self.top_p.unwrap_or(d.top_p),
+            min_p: self.min_p.unwrap_or(d.min_p),
+            repeat_penalty: self.repeat_penalty.unwrap_or(d.repeat_penalty),
+            presence_penalty: self.presence_penalty.unwrap_or(d.presence_penalty),
+            frequency_penalty: self.frequency_penalty.unwrap_or(d.frequency_penalty),
+            seed: self.seed,
+            ..d
+        }
+    }
+
+    fn request(&self, prompt: Prompt) -> GenerateRequest {
+        GenerateRequest {
+            params: self.params(),
+            stop: self.stop.clone(),
+            max_tokens: self.max_tokens,
+            ..GenerateRequest::new(prompt)
+        }
+    }
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// System prompt.
+    #[arg(long)]
+    system: Option<String>,
+    /// The user's message (default: read stdin).
+    #[arg(long, conflicts_with = "messages")]
+    prompt: Option<String>,
+    /// A JSON list of {"role","content"}: a whole conversation to continue.
+    #[arg(long)]
+    messages: Option<PathBuf>,
+    /// One JSON object per line: token events, then a done event.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ChatArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// System prompt.
+    #[arg(long)]
+    system: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum ModelsCommand {
+    /// Models in the models folder, imported files and the Hugging Face cache.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Download OWNER/REPO (a 4-bit GGUF is chosen) or OWNER/REPO:FILE.gguf from Hugging Face.
+    Pull { spec: String },
+    /// Use a GGUF file where it lies.
+    Import { file: PathBuf },
+}
+
+fn main() -> ExitCode {
+    // A panic is a bug, but the user still gets one line, not a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        eprintln!("error: internal error: {msg}");
+    }));
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("RILL_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Run(a) => run(a),
+        Command::Chat(a) => chat(a),
+        Command::Bench(a) => bench::bench(a),
+        Command::Models { command } => models(command),
+    }
+}
+
+fn read_messages(a: &RunArgs) -> Result<Vec<Message>> {
+    if let Some(path) = &a.messages {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut messages: Vec<Message> = serde_json::from_str(&text)
+            .with_context(|| format!("{}: expected a JSON list of {{\"role\",\"content\"}}", path.display()))?;
+        if let Some(s) = &a.system {
+            messages.retain(|m| m.role != rill_engine::Role::System);
+            messages.insert(0, Message::system(s.clone()));
+        }
+        return Ok(messages);
+    }
+    let prompt = match &a.prompt {
+        Some(p) => p.clone(),
+        None => {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).context("reading the prompt from stdin")?;
+            s.trim_end_matches('\n').to_owned()
+        }
+    };
+    if prompt.trim().is_empty() {
+        bail!("the prompt is empty");
+    }
+    let mut messages = Vec::new();
+    if let Some(s) = &a.system {
+        messages.push(Message::system(s.clone()));
+    }
+    messages.push(Message::user(prompt));
+    Ok(messages)
+}
+
+/// Streams one generation to stdout; returns the answer text.
+fn stream(gen: rill_engine::Generation, json: bool) -> Result<String> {
+    let mut out = std::io::stdout().lock();
+    let mut answer = String::new();
+    for event in gen {
+        match event {
+            Event::Token { id, text } => {
+                if json {
+                    writeln!(out, "{}", serde_json::json!({"event": "token", "id": id, "text": text}))?;
+                } else {
+                    write!(out, "{text}")?;
+                }
+                out.flush()?;
+                answer.push_str(&text);
+            }
+            Event::Done { reason, usage, timings } => {
+                if json {
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::json!({"event": "done", "reason": reason, "usage": usage, "timings": timings})
+                    )?;
+                } else {
+                    writeln!(out)?;
+                }
+                out.flush()?;
+                return Ok(answer);
+            }
+            Event::Error { message } => bail!("{message}"),
+            Event::Started { .. } => {}
+        }
+    }
+    bail!("the engine stopped before the answer ended")
+}
+
+fn run(a: RunArgs) -> Result<()> {
+    // Check the request before loading the model: bad flags fail fast.
+    a.sampling.params().validate()?;
+    let messages = read_messages(&a)?;
+    let engine = a.model.start()?;
+    let gen = engine.handle().generate(a.sampling.request(Prompt::Messages(messages)))?;
+    stream(gen, a.json)?;
+    Ok(())
+}
+
+fn chat(a: ChatArgs) -> Result<()> {
+    a.sampling.params().validate()?;
+    let engine = a.model.start()?;
+    let handle = engine.handle();
+    let interactive = std::io::stdin().is_terminal();
+    let mut history: Vec<Message> = a.system.iter().map(|s| Message::system(s.clone())).collect();
+    if interactive {
+        eprintln!("Chatting with {} — empty line or Ctrl-D to quit, /reset to start over.", handle.model_info().name);
+    }
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        if interactive {
+            eprint!("> ");
+            std::io::stderr().flush()?;
+        }
+        let Some(line) = lines.next() else { break };
+        let line = line.context("reading stdin")?;
+        let line = line.trim();
+        if line.is_empty() {
+            if interactive {
+                break;
+            }
+            continue;
+        }
+        if line == "/reset" {
+            history.retain(|m| m.role == rill_engine::Role::System);
+            continue;
+        }
+        history.push(Message::user(line));
+        let gen = handle.generate(a.sampling.request(Prompt::Messages(history.clone())))?;
+        let answer = stream(gen, false)?;
+        history.push(Message::assistant(answer));
+    }
+    Ok(())
+}
+
+struct Bar {
+    total: usize,
+    done: usize,
+    started: std::time::Instant,
+}
+
+impl rill_engine::hub::DownloadProgress for Bar {
+    fn start(&mut self, file: &str, total: usize) {
+        eprintln!("downloading {file} ({:.1} MB)", total as f64 / 1e6);
+        self.total = total;
+        self.started = std::time::Instant::now();
+    }
+    fn advance(&mut self, bytes: usize) {
+        self.done += bytes;
+        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+        eprint!(
+            "\r{:5.1}%  {:.1}/{:.1} MB  {:.1} MB/s ",
+            100.0 * self.done as f64 / self.total.max(1) as f64,
+            self.done as f64 / 1e6,
+            self.total as f64 / 1e6,
+            self.done as f64 / 1e6 / secs
+        );
+    }
+    fn finish(&mut self) {
+        eprintln!();
+    }
+}
+
+fn models(c: ModelsCommand) -> Result<()> {
+    let dir = rill_engine::hub::models_dir();
+    match c {
+        ModelsCommand::List { json } => {
+            let models = rill_engine::hub::list(&dir);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&models)?);
+            } else if models.is_empty() {
+                println!("no models yet: `rill models pull OWNER/REPO` or `rill models import FILE.gguf` (folder: {})", dir.display());
+            } else {
+                for m in models {
+                    println!(
+                        "{:<40} {:>8} {:>7.1} MB  {:<8} {}",
+                        m.info.name,
+                        m.info.quantization,
+                        m.info.file_bytes as f64 / 1e6,
+                        m.source,
+                        m.info.path.display()
+                    );
+                }
+            }
+        }
+        ModelsCommand::Pull { spec } => {
+            let mut bar = Bar { total: 0, done: 0, started: std::time::Instant::now() };
+            let path = rill_engine::hub::pull(&spec, &mut bar)?;
+            println!("{}", path.display());
+        }
+        ModelsCommand::Import { file } => {
+            let info = rill_engine::hub::import(&dir, &file)?;
+            println!("imported {} ({}, {}) from {}", info.name, info.architecture, info.quantization, info.path.display());
+        }
+    }
+    Ok(())
+}

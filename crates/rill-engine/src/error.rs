@@ -1,0 +1,59 @@
+//! The engine's one error type. Every fallible function in this crate returns
+//! [`Result`]; binaries wrap it in `anyhow`, servers map it to their wire shape once.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong between a model file and a stream of tokens.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The model file is missing, unreadable, not GGUF, truncated or inconsistent.
+    #[error("model file {}: {message}", path.display())]
+    ModelFile { path: PathBuf, message: String },
+
+    /// The file is a valid GGUF of a model family this engine does not run.
+    #[error("unsupported architecture `{0}`: Rill runs llama-family models (llama, mistral)")]
+    UnsupportedArchitecture(String),
+
+    /// The tokenizer could not be built or could not encode the prompt.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+
+    /// The chat template failed to compile or render.
+    #[error("chat template: {0}")]
+    Template(String),
+
+    /// A request or setting is out of range; `field` names it as the user wrote it.
+    #[error("invalid {field}: {message}")]
+    InvalidParam { field: &'static str, message: String },
+
+    /// The prompt does not fit the model's context window.
+    #[error("prompt has {prompt_tokens} tokens but the context holds {context} (including room for at least one answer token)")]
+    PromptTooLong { prompt_tokens: usize, context: usize },
+
+    /// The inference thread is gone (it stopped or panicked).
+    #[error("the inference engine has stopped")]
+    EngineStopped,
+
+    /// A tensor operation failed inside candle.
+    #[error("model computation failed: {0}")]
+    Candle(#[from] candle_core::Error),
+
+    /// Downloading a model failed.
+    #[error("download failed: {0}")]
+    Download(String),
+
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    pub(crate) fn param(field: &'static str, message: impl Into<String>) -> Self {
+        Error::InvalidParam { field, message: message.into() }
+    }
+
+    pub(crate) fn model_file(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        Error::ModelFile { path: path.into(), message: message.into() }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

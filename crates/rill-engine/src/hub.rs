@@ -1,0 +1,191 @@
+//! Where models come from: the models folder, files imported in place, the Hugging Face cache,
+//! and downloads from Hugging Face through hf-hub.
+//!
+//! Downloads go into the standard Hugging Face cache (`HF_HOME`, default
+//! `~/.cache/huggingface`), so a model fetched by another tool is found, and one fetched by
+//! Rill is found by them. `HF_ENDPOINT` points hf-hub at a mirror, `HF_TOKEN` authenticates.
+//! Imported files are used where they are, never copied: their paths are listed in
+//! `imported.txt` in the models folder.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::model::{inspect, ModelInfo};
+
+/// The folder Rill keeps models in: `RILL_MODELS_DIR`, else the platform data dir
+/// (`~/.local/share/rill/models` on Linux).
+pub fn models_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("RILL_MODELS_DIR") {
+        return PathBuf::from(d);
+    }
+    dirs::data_dir().unwrap_or_else(|| PathBuf::from(".")).join("rill").join("models")
+}
+
+fn hf_cache_dir() -> PathBuf {
+    match std::env::var_os("HF_HOME") {
+        Some(h) => PathBuf::from(h).join("hub"),
+        None => dirs::home_dir().unwrap_or_default().join(".cache").join("huggingface").join("hub"),
+    }
+}
+
+fn imported_list(dir: &Path) -> PathBuf {
+    dir.join("imported.txt")
+}
+
+fn gguf_files_under(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() && depth > 0 {
+            gguf_files_under(&p, depth - 1, out);
+        } else if p.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf")) && p.is_file() {
+            out.push(p);
+        }
+    }
+}
+
+/// One model Rill can run, and where it was found.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LocalModel {
+    pub source: &'static str,
+    #[serde(flatten)]
+    pub info: ModelInfo,
+}
+
+/// Every GGUF model on this machine that Rill knows of: the models folder, imported files and
+/// the Hugging Face cache. Files that fail to parse are skipped with a warning.
+pub fn list(dir: &Path) -> Vec<LocalModel> {
+    let mut found: Vec<(&'static str, PathBuf)> = Vec::new();
+    let mut own = Vec::new();
+    gguf_files_under(dir, 2, &mut own);
+    found.extend(own.into_iter().map(|p| ("models", p)));
+    if let Ok(list) = std::fs::read_to_string(imported_list(dir)) {
+        found.extend(list.lines().filter(|l| !l.trim().is_empty()).map(|l| ("imported", PathBuf::from(l.trim()))));
+    }
+    let mut cached = Vec::new();
+    gguf_files_under(&hf_cache_dir(), 4, &mut cached);
+    found.extend(cached.into_iter().map(|p| ("hf-cache", p)));
+
+    let mut seen = std::collections::HashSet::new();
+    found
+        .into_iter()
+        .filter(|(_, p)| seen.insert(std::fs::canonicalize(p).unwrap_or_else(|_| p.clone())))
+        .filter_map(|(source, p)| match inspect(&p) {
+            Ok(info) => Some(LocalModel { source, info }),
+            Err(e) => {
+                tracing::warn!(path = %p.display(), error = %e, "skipping unreadable model");
+                None
+            }
+        })
+        .collect()
+}
+
+/// Registers a GGUF file where it lies (after checking it is one). Idempotent.
+pub fn import(dir: &Path, file: &Path) -> Result<ModelInfo> {
+    let path = std::fs::canonicalize(file).map_err(|e| Error::model_file(file, e.to_string()))?;
+    let info = inspect(&path)?;
+    std::fs::create_dir_all(dir)?;
+    let list_path = imported_list(dir);
+    let current = std::fs::read_to_string(&list_path).unwrap_or_default();
+    let line = path.to_string_lossy().into_owned();
+    if !current.lines().any(|l| l.trim() == line) {
+        let mut next = current;
+        if !next.is_empty() && !next.ends_with('\n') {
+            next.push('\n');
+        }
+        next.push_str(&line);
+        next.push('\n');
+        // Write-then-rename: a full disk leaves the old list intact.
+        let tmp = list_path.with_extension("txt.tmp");
+        std::fs::write(&tmp, next)?;
+        std::fs::rename(&tmp, &list_path)?;
+    }
+    Ok(info)
+}
+
+/// Download progress, in bytes.
+pub trait DownloadProgress {
+    fn start(&mut self, file: &str, total_bytes: usize);
+    fn advance(&mut self, bytes: usize);
+    fn finish(&mut self);
+}
+
+struct Adapter<'a, P: DownloadProgress>(&'a mut P);
+
+impl<P: DownloadProgress> hf_hub::api::Progress for Adapter<'_, P> {
+    fn init(&mut self, size: usize, filename: &str) {
+        self.0.start(filename, size);
+    }
+    fn update(&mut self, size: usize) {
+        self.0.advance(size);
+    }
+    fn finish(&mut self) {
+        self.0.finish();
+    }
+}
+
+/// Picks the GGUF file to fetch from a repository's file list: a 4-bit K-quant when there is
+/// one (the usual quality/size balance), else the first GGUF.
+pub fn choose_gguf(files: &[String]) -> Option<String> {
+    let ggufs: Vec<&String> = files.iter().filter(|f| f.to_ascii_lowercase().ends_with(".gguf")).collect();
+    for pref in ["q4_k_m", "q4_k_s", "q4_0", "q8_0"] {
+        if let Some(f) = ggufs.iter().find(|f| f.to_ascii_lowercase().contains(pref)) {
+            return Some((*f).clone());
+        }
+    }
+    ggufs.first().map(|f| (*f).clone())
+}
+
+/// Downloads `REPO` or `REPO:FILE` from Hugging Face into the HF cache (resuming is hf-hub's
+/// cache check: a complete file is not fetched again) and returns its path.
+pub fn pull(spec: &str, progress: &mut impl DownloadProgress) -> Result<PathBuf> {
+    let (repo, file) = match spec.split_once(':') {
+        Some((r, f)) => (r, Some(f.to_owned())),
+        None => (spec, None),
+    };
+    if repo.split('/').count() != 2 || repo.split('/').any(str::is_empty) {
+        return Err(Error::param("model", format!("`{spec}` is not OWNER/REPO or OWNER/REPO:FILE.gguf")));
+    }
+    let api = hf_hub::api::sync::ApiBuilder::from_env()
+        .with_retries(3)
+        .build()
+        .map_err(|e| Error::Download(e.to_string()))?;
+    let repo_api = api.model(repo.to_owned());
+    let file = match file {
+        Some(f) => f,
+        None => {
+            let info = repo_api.info().map_err(|e| Error::Download(format!("{repo}: {e}")))?;
+            let files: Vec<String> = info.siblings.into_iter().map(|s| s.rfilename).collect();
+            choose_gguf(&files).ok_or_else(|| Error::Download(format!("{repo} has no .gguf file")))?
+        }
+    };
+    repo_api
+        .download_with_progress(&file, Adapter(progress))
+        .map_err(|e| Error::Download(format!("{repo}/{file}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choose_gguf_prefers_q4_k_m() {
+        let files = ["README.md", "m.Q8_0.gguf", "m.Q4_K_M.gguf", "m.f16.gguf"].map(String::from);
+        assert_eq!(choose_gguf(&files).as_deref(), Some("m.Q4_K_M.gguf"));
+        assert_eq!(choose_gguf(&["a.f16.gguf".to_string()]).as_deref(), Some("a.f16.gguf"));
+        assert_eq!(choose_gguf(&["README.md".to_string()]), None);
+    }
+
+    #[test]
+    fn a_malformed_repo_spec_is_rejected_before_any_network_use() {
+        struct Quiet;
+        impl DownloadProgress for Quiet {
+            fn start(&mut self, _: &str, _: usize) {}
+            fn advance(&mut self, _: usize) {}
+            fn finish(&mut self) {}
+        }
+        for bad in ["", "noslash", "a/b/c", "/x"] {
+            assert!(matches!(pull(bad, &mut Quiet), Err(Error::InvalidParam { field: "model", .. })), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! # rill-engine
+//!
+//! Everything between "messages + sampling settings" and "a stream of tokens".
+//!
+//! ```text
+//! Handle::generate(GenerateRequest)          caller's thread: validate, template, tokenize
+//!        │ Command::Add(Sequence)
+//!        ▼
+//! inference thread (engine.rs)               owns the weights (model/) once
+//!   loop { plan_round(views) → Work }        scheduler.rs: one prefill chunk + a decode step
+//!        │                                   for every running sequence, per round
+//!        ▼                                   each sequence (sequence.rs) owns its KV cache,
+//!   Sequence::prefill / decode               sampler (sampler.rs), stop strings (stop.rs) and
+//!        │                                   streaming detokenizer (tokenizer.rs)
+//!        ▼ Event::{Started, Token, Done, Error}, one channel per generation
+//! Generation (iterate, or await next_event); its Control pauses, resumes, cancels, re-tunes
+//! ```
+//!
+//! ```no_run
+//! use rill_engine::{Engine, EngineConfig, GenerateRequest, Message, Event, SamplingParams};
+//! let engine = Engine::start(EngineConfig::new("SmolLM2-135M-Instruct.Q4_1.gguf"))?;
+//! let mut req = GenerateRequest::chat(vec![Message::user("What is the capital of France?")]);
+//! req.params = SamplingParams::greedy();
+//! for event in engine.handle().generate(req)? {
+//!     if let Event::Token { text, .. } = event { print!("{text}"); }
+//! }
+//! # Ok::<(), rill_engine::Error>(())
+//! ```
+//!
+//! The crate knows nothing of SQLite, HTTP or Tauri; those wire it up from outside.
+
+pub mod engine;
+pub mod error;
+pub mod hub;
+pub mod model;
+pub mod sampler;
+pub mod scheduler;
+pub(crate) mod sequence;
+pub mod stop;
+pub mod template;
+pub mod tokenizer;
+
+pub use engine::{
+    Collected, Control, DeviceKind, Engine, EngineConfig, Event, GenerateRequest, Generation, Handle, Prompt, Timings,
+    Usage,
+};
+pub use error::{Error, Result};
+pub use model::{inspect, ModelInfo};
+pub use sampler::SamplingParams;
+pub use scheduler::SequenceState;
+pub use stop::StopReason;
+pub use template::{Message, Role};

@@ -1,0 +1,289 @@
+//! The llama-family forward pass (Llama 2/3, Mistral, SmolLM, TinyLlama), with the KV cache
+//! passed in.
+//!
+//! Adapted from the shape of candle-transformers' `quantized_llama.rs`, with one change of
+//! design that the flow needs (DESIGN.md, style rule 7): the model holds only weights, and each
+//! sequence brings its own [`KvCache`], so one set of weights serves every conversation.
+//! The cache grows by doubling into preallocated tensors (`slice_set`), never by concatenating
+//! a copy per token, and grouped-query attention reshapes the queries of a KV group into one
+//! matrix instead of repeating K and V per head.
+
+use candle_core::quantized::{gguf_file, QMatMul, QTensor};
+use std::path::Path;
+
+use candle_core::{DType, Device, Module, Tensor};
+use candle_transformers::quantized_nn::RmsNorm;
+
+use crate::error::{Error, Result};
+
+/// Hyper-parameters read from the GGUF metadata (`llama.*`).
+#[derive(Clone, Debug)]
+pub struct LlamaConfig {
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub hidden: usize,
+    pub rms_eps: f64,
+    pub rope_base: f32,
+    /// Positions the model can attend over in this engine (the trained context, possibly capped).
+    pub context_length: usize,
+}
+
+struct Layer {
+    attn_norm: RmsNorm,
+    wq: QMatMul,
+    wk: QMatMul,
+    wv: QMatMul,
+    wo: QMatMul,
+    ffn_norm: RmsNorm,
+    w_gate: QMatMul,
+    w_up: QMatMul,
+    w_down: QMatMul,
+}
+
+/// The weights of a llama-family model, loaded once and shared by every sequence.
+pub struct Llama {
+    cfg: LlamaConfig,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    output: QMatMul,
+    cos: Tensor,
+    sin: Tensor,
+    device: Device,
+}
+
+/// One sequence's keys and values for every layer, `[1, n_kv_head, capacity, head_dim]` each,
+/// of which the first `len` positions are filled.
+#[derive(Default)]
+pub struct KvCache {
+    layers: Vec<(Tensor, Tensor)>,
+    len: usize,
+    capacity: usize,
+}
+
+impl KvCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes allocated (capacity, not just what is filled).
+    pub fn bytes(&self) -> usize {
+        self.layers.iter().map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes()).sum()
+    }
+
+    /// Forgets positions from `len` on (the memory stays for reuse).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Makes room for `extra` more positions, doubling the capacity when it runs out.
+    fn reserve(&mut self, cfg: &LlamaConfig, extra: usize, device: &Device) -> Result<()> {
+        let need = self.len + extra;
+        if need <= self.capacity && self.layers.len() == cfg.n_layer {
+            return Ok(());
+        }
+        let cap = need.max(self.capacity * 2).max(256).min(cfg.context_length.max(need));
+        let shape = (1, cfg.n_kv_head, cap, cfg.head_dim);
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            let k = Tensor::zeros(shape, DType::F32, device)?;
+            let v = Tensor::zeros(shape, DType::F32, device)?;
+            if let Some((ok, ov)) = self.layers.get(i) {
+                if self.len > 0 {
+                    k.slice_set(&ok.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+                    v.slice_set(&ov.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+                }
+            }
+            layers.push((k, v));
+        }
+        self.layers = layers;
+        self.capacity = cap;
+        Ok(())
+    }
+
+    /// Writes the new keys/values of `layer` after the filled positions and returns views of
+    /// everything so far. [`KvCache::advance`] commits the positions once every layer is done.
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (ck, cv) = &self.layers[layer];
+        let t = k.dim(2)?;
+        ck.slice_set(k, 2, self.len)?;
+        cv.slice_set(v, 2, self.len)?;
+        Ok((ck.narrow(2, 0, self.len + t)?, cv.narrow(2, 0, self.len + t)?))
+    }
+
+    fn advance(&mut self, t: usize) {
+        self.len += t;
+    }
+}
+
+fn rope_tables(cfg: &LlamaConfig, rope_dim: usize, device: &Device) -> Result<(Tensor, Tensor)> {
+    let inv_freq: Vec<f32> =
+        (0..rope_dim).step_by(2).map(|i| 1f32 / cfg.rope_base.powf(i as f32 / rope_dim as f32)).collect();
+    let n = inv_freq.len();
+    let inv_freq = Tensor::from_vec(inv_freq, (1, n), device)?;
+    let pos = Tensor::arange(0u32, cfg.context_length as u32, device)?.to_dtype(DType::F32)?.reshape((cfg.context_length, 1))?;
+    let freqs = pos.matmul(&inv_freq)?;
+    Ok((freqs.cos()?, freqs.sin()?))
+}
+
+/// Additive causal mask for a chunk of `t` queries at positions `pos..pos+t`, repeated for the
+/// `n_rep` query heads that share a KV head (their rows are stacked, see `forward`).
+fn causal_mask(t: usize, pos: usize, n_rep: usize, device: &Device) -> Result<Tensor> {
+    let total = pos + t;
+    let mut m = Vec::with_capacity(n_rep * t * total);
+    for _ in 0..n_rep {
+        for i in 0..t {
+            m.extend((0..total).map(|j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }));
+        }
+    }
+    Ok(Tensor::from_vec(m, (n_rep * t, total), device)?)
+}
+
+impl Llama {
+    /// Reads the weights of a llama-family GGUF. `context_length` caps the positions (and so
+    /// the RoPE tables and the largest cache).
+    pub(crate) fn from_gguf<R: std::io::Read + std::io::Seek>(
+        ct: &gguf_file::Content,
+        reader: &mut R,
+        device: &Device,
+        arch: &str,
+        context_cap: Option<usize>,
+        path: &Path,
+    ) -> Result<Self> {
+        let md = |key: &str| {
+            ct.metadata
+                .get(&format!("{arch}.{key}"))
+                .ok_or_else(|| Error::model_file(path, format!("metadata `{arch}.{key}` is missing")))
+        };
+        let u = |key: &str| -> Result<usize> {
+            md(key)?.to_u32().map(|v| v as usize).map_err(|e| Error::model_file(path, format!("`{arch}.{key}`: {e}")))
+        };
+        let hidden = u("embedding_length")?;
+        let n_head = u("attention.head_count")?;
+        let n_kv_head = u("attention.head_count_kv").unwrap_or(n_head);
+        let trained_ctx = u("context_length").unwrap_or(4096);
+        let context_length = context_cap.map_or(trained_ctx, |c| c.min(trained_ctx)).max(1);
+        if n_head == 0 || n_kv_head == 0 || hidden % n_head != 0 || n_head % n_kv_head != 0 {
+            return Err(Error::model_file(
+                path,
+                format!("inconsistent heads: {n_head} heads, {n_kv_head} kv heads, width {hidden}"),
+            ));
+        }
+        let head_dim = hidden / n_head;
+        let rope_dim = u("rope.dimension_count").unwrap_or(head_dim);
+        let cfg = LlamaConfig {
+            n_layer: u("block_count")?,
+            n_head,
+            n_kv_head,
+            head_dim,
+            hidden,
+            rms_eps: md("attention.layer_norm_rms_epsilon").and_then(|v| v.to_f32().map_err(Error::Candle)).unwrap_or(1e-5) as f64,
+            rope_base: md("rope.freq_base").and_then(|v| v.to_f32().map_err(Error::Candle)).unwrap_or(10_000.0),
+            context_length,
+        };
+        let (cos, sin) = rope_tables(&cfg, rope_dim, device)?;
+
+        let mut tensor = |name: &str| -> Result<QTensor> {
+            ct.tensor(reader, name, device).map_err(|e| Error::model_file(path, format!("tensor `{name}`: {e}")))
+        };
+        let embed_q = tensor("token_embd.weight")?;
+        let embed = embed_q.dequantize(device)?;
+        let norm = RmsNorm::from_qtensor(tensor("output_norm.weight")?, cfg.rms_eps)?;
+        // Small models tie the output projection to the embedding.
+        let output = match ct.tensor_infos.contains_key("output.weight") {
+            true => QMatMul::from_qtensor(tensor("output.weight")?)?,
+            false => QMatMul::from_qtensor(embed_q)?,
+        };
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            let mut mm = |n: &str| -> Result<QMatMul> { Ok(QMatMul::from_qtensor(tensor(&format!("blk.{i}.{n}.weight"))?)?) };
+            layers.push(Layer {
+                wq: mm("attn_q")?,
+                wk: mm("attn_k")?,
+                wv: mm("attn_v")?,
+                wo: mm("attn_output")?,
+                w_gate: mm("ffn_gate")?,
+                w_up: mm("ffn_up")?,
+                w_down: mm("ffn_down")?,
+                attn_norm: RmsNorm::from_qtensor(tensor(&format!("blk.{i}.attn_norm.weight"))?, cfg.rms_eps)?,
+                ffn_norm: RmsNorm::from_qtensor(tensor(&format!("blk.{i}.ffn_norm.weight"))?, cfg.rms_eps)?,
+            });
+        }
+        Ok(Llama { cfg, embed, layers, norm, output, cos, sin, device: device.clone() })
+    }
+
+    pub fn config(&self) -> &LlamaConfig {
+        &self.cfg
+    }
+
+    /// Bytes of KV cache one position costs (keys and values, every layer).
+    pub fn kv_bytes_per_token(&self) -> usize {
+        2 * self.cfg.n_layer * self.cfg.n_kv_head * self.cfg.head_dim * DType::F32.size_in_bytes()
+    }
+
+    /// Runs `tokens` at the positions after what `cache` holds, appends their keys and values,
+    /// and returns the logits of the last token.
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
+        let cfg = &self.cfg;
+        let (t, pos) = (tokens.len(), cache.len());
+        if t == 0 {
+            return Err(Error::param("prompt", "no tokens to run"));
+        }
+        if pos + t > cfg.context_length {
+            return Err(Error::PromptTooLong { prompt_tokens: pos + t, context: cfg.context_length });
+        }
+        cache.reserve(cfg, t, &self.device)?;
+        let (n_head, n_kv, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim);
+        let n_rep = n_head / n_kv;
+        let scale = 1.0 / (hd as f64).sqrt();
+
+        let ids = Tensor::new(tokens, &self.device)?;
+        let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?;
+        let cos = self.cos.narrow(0, pos, t)?;
+        let sin = self.sin.narrow(0, pos, t)?;
+        let mask = if t > 1 { Some(causal_mask(t, pos, n_rep, &self.device)?) } else { None };
+
+        for (li, layer) in self.layers.iter().enumerate() {
+            let h = layer.attn_norm.forward(&x)?;
+            let heads = |w: &QMatMul, n: usize| -> Result<Tensor> {
+                Ok(w.forward(&h)?.reshape((1, t, n, hd))?.transpose(1, 2)?.contiguous()?)
+            };
+            let q = candle_nn::rotary_emb::rope_i(&heads(&layer.wq, n_head)?, &cos, &sin)?;
+            let k = candle_nn::rotary_emb::rope_i(&heads(&layer.wk, n_kv)?, &cos, &sin)?;
+            let v = heads(&layer.wv, n_kv)?;
+            let (k, v) = cache.append(li, &k, &v)?;
+
+            // Grouped-query attention without copying K/V: the n_rep query heads that share a
+            // KV head are consecutive, so [1, n_head, t, hd] is [1, n_kv, n_rep·t, hd].
+            let q = q.reshape((1, n_kv, n_rep * t, hd))?;
+            let att = (q.matmul(&k.t()?)? * scale)?;
+            let att = match &mask {
+                Some(m) => att.broadcast_add(m)?,
+                None => att,
+            };
+            let att = candle_nn::ops::softmax_last_dim(&att)?;
+            let y = att.matmul(&v)?.reshape((1, n_head, t, hd))?.transpose(1, 2)?.reshape((1, t, n_head * hd))?;
+            x = (x + layer.wo.forward(&y)?)?;
+
+            let h = layer.ffn_norm.forward(&x)?;
+            let gate = layer.w_gate.forward(&h)?.silu()?;
+            x = (x + layer.w_down.forward(&(gate * layer.w_up.forward(&h)?)?)?)?;
+        }
+        cache.advance(t);
+
+        let last = x.narrow(1, t - 1, 1)?.contiguous()?;
+        let logits = self.output.forward(&self.norm.forward(&last)?)?;
+        Ok(logits.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?)
+    }
+}

@@ -1,0 +1,401 @@
+//! Sampling: from a row of logits to one token id.
+//!
+//! [`SamplingParams`] is what a user sets (the sliders, the CLI flags, the API fields); it is
+//! checked once by [`SamplingParams::validate`], at the edge, and then trusted. A [`Sampler`]
+//! owns the validated parameters and a seeded random generator for one sequence. The pipeline
+//! follows DESIGN.md: penalties → temperature → top-k → top-p → min-p → draw. Temperature 0 is
+//! greedy (the highest logit after penalties; the lowest id wins a tie, as in llama.cpp).
+//! Parameters can be replaced between two tokens ([`Sampler::set_params`]): the next draw uses
+//! them, which is what makes the sliders live.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// What the user controls. Defaults follow llama.cpp's (temperature 0.8, top-k 40, top-p 0.95,
+/// min-p 0.05, no repetition penalty), which LM Studio and Ollama also use.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SamplingParams {
+    /// Softmax temperature; 0 means greedy.
+    pub temperature: f32,
+    /// Keep only the k most likely tokens; `None` disables the filter.
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of tokens whose probability adds up to `top_p`; 1 disables it.
+    pub top_p: f32,
+    /// Drop tokens less likely than `min_p` times the most likely one; 0 disables it.
+    pub min_p: f32,
+    /// Divide (or multiply, for negative logits) the logit of recent tokens; 1 disables it.
+    pub repeat_penalty: f32,
+    /// How many recent tokens (prompt included) the three penalties look at.
+    pub repeat_last_n: usize,
+    /// OpenAI's presence penalty: subtracted once from every token seen in the window.
+    pub presence_penalty: f32,
+    /// OpenAI's frequency penalty: subtracted once per occurrence in the window.
+    pub frequency_penalty: f32,
+    /// Same seed and settings give the same text; `None` picks a fresh seed.
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.8,
+            top_k: Some(40),
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            seed: None,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding with no penalties: the setting reference outputs are made with.
+    pub fn greedy() -> Self {
+        SamplingParams { temperature: 0.0, top_k: None, top_p: 1.0, min_p: 0.0, ..Default::default() }
+    }
+
+    /// Checks every field; the error names the field and its allowed range.
+    pub fn validate(&self) -> Result<()> {
+        let finite = |field: &'static str, v: f32| {
+            if v.is_finite() {
+                Ok(())
+            } else {
+                Err(Error::param(field, format!("must be a finite number, got {v}")))
+            }
+        };
+        finite("temperature", self.temperature)?;
+        if self.temperature < 0.0 {
+            return Err(Error::param("temperature", format!("must be ≥ 0 (0 = greedy), got {}", self.temperature)));
+        }
+        finite("top_p", self.top_p)?;
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(Error::param("top_p", format!("must be in (0, 1], got {}", self.top_p)));
+        }
+        if self.top_k == Some(0) {
+            return Err(Error::param("top_k", "must be ≥ 1 (leave it unset to disable top-k)"));
+        }
+        finite("min_p", self.min_p)?;
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(Error::param("min_p", format!("must be in [0, 1], got {}", self.min_p)));
+        }
+        finite("repeat_penalty", self.repeat_penalty)?;
+        if self.repeat_penalty <= 0.0 {
+            return Err(Error::param("repeat_penalty", format!("must be > 0 (1 = off), got {}", self.repeat_penalty)));
+        }
+        for (field, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+            finite(field, v)?;
+            if !(-2.0..=2.0).contains(&v) {
+                return Err(Error::param(field, format!("must be in [-2, 2], got {v}")));
+            }
+        }
+        Ok(())
+    }
+
+    fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+
+    fn has_penalties(&self) -> bool {
+        self.repeat_last_n > 0
+            && (self.repeat_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0)
+    }
+}
+
+/// A small, fast, seedable generator (SplitMix64). Ours rather than `rand`'s so that a seed
+/// gives the same text across dependency upgrades.
+#[derive(Clone, Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: Option<u64>) -> Self {
+        let seed = seed.unwrap_or_else(|| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
+            nanos ^ (&nanos as *const u64 as u64).rotate_left(32)
+        });
+        Rng(seed)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// The validated parameters of one sequence plus its random state.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: Rng,
+    /// Scratch space reused across tokens (one entry per vocabulary id).
+    candidates: Vec<(u32, f32)>,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Result<Self> {
+        params.validate()?;
+        Ok(Sampler { rng: Rng::new(params.seed), params, candidates: Vec::new() })
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Replaces the parameters from the next token on. A new seed restarts the generator;
+    /// an unchanged seed keeps its stream going.
+    pub fn set_params(&mut self, params: SamplingParams) -> Result<()> {
+        params.validate()?;
+        if params.seed != self.params.seed {
+            self.rng = Rng::new(params.seed);
+        }
+        self.params = params;
+        Ok(())
+    }
+
+    /// Picks the next token. `logits` is modified (penalties, temperature); `history` is every
+    /// token of the sequence so far, prompt included.
+    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> Result<u32> {
+        if logits.is_empty() {
+            return Err(Error::param("logits", "empty logits row"));
+        }
+        if logits.iter().any(|l| l.is_nan()) {
+            return Err(Error::Candle(candle_core::Error::Msg("the model produced NaN logits".into())));
+        }
+        let p = &self.params;
+        if p.has_penalties() {
+            apply_penalties(logits, history, p);
+        }
+        if p.is_greedy() {
+            return Ok(argmax(logits));
+        }
+
+        // Temperature first, so that top-p and min-p see the distribution that is drawn from.
+        let inv_t = 1.0 / p.temperature;
+        let cands = &mut self.candidates;
+        cands.clear();
+        cands.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l * inv_t)));
+        let by_logit_desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if let Some(k) = p.top_k.filter(|&k| k < cands.len()) {
+            cands.select_nth_unstable_by(k - 1, by_logit_desc);
+            cands.truncate(k);
+        }
+        cands.sort_unstable_by(by_logit_desc);
+
+        // Softmax over the survivors (the max is first).
+        let max = cands[0].1;
+        let mut sum = 0.0f32;
+        for c in cands.iter_mut() {
+            c.1 = (c.1 - max).exp();
+            sum += c.1;
+        }
+        for c in cands.iter_mut() {
+            c.1 /= sum;
+        }
+
+        if p.top_p < 1.0 {
+            let mut cum = 0.0;
+            let mut keep = cands.len();
+            for (i, c) in cands.iter().enumerate() {
+                cum += c.1;
+                if cum >= p.top_p {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            cands.truncate(keep);
+        }
+        if p.min_p > 0.0 {
+            let floor = p.min_p * cands[0].1;
+            let keep = cands.iter().take_while(|c| c.1 >= floor).count().max(1);
+            cands.truncate(keep);
+        }
+
+        let total: f32 = cands.iter().map(|c| c.1).sum();
+        let mut target = self.rng.next_f64() as f32 * total;
+        for c in cands.iter() {
+            target -= c.1;
+            if target < 0.0 {
+                return Ok(c.0);
+            }
+        }
+        // Rounding left a sliver of mass past the end: the last candidate takes it.
+        Ok(cands[cands.len() - 1].0)
+    }
+}
+
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn apply_penalties(logits: &mut [f32], history: &[u32], p: &SamplingParams) {
+    let window = &history[history.len().saturating_sub(p.repeat_last_n)..];
+    let mut counts: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+    for &t in window {
+        *counts.entry(t).or_default() += 1;
+    }
+    for (&tok, &n) in &counts {
+        let Some(l) = logits.get_mut(tok as usize) else { continue };
+        // CTRL-style repetition penalty (as in llama.cpp and HF): shrink towards "less likely".
+        if *l > 0.0 {
+            *l /= p.repeat_penalty;
+        } else {
+            *l *= p.repeat_penalty;
+        }
+        *l -= p.presence_penalty + p.frequency_penalty * n as f32;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logits() -> Vec<f32> {
+        vec![1.0, 3.0, 2.5, 0.5, -1.0, 2.9]
+    }
+
+    #[test]
+    fn greedy_takes_the_highest_logit_and_the_lowest_id_on_ties() {
+        let mut s = Sampler::new(SamplingParams::greedy()).unwrap();
+        assert_eq!(s.sample(&mut logits(), &[]).unwrap(), 1);
+        assert_eq!(s.sample(&mut vec![0.0, 5.0, 5.0], &[]).unwrap(), 1);
+    }
+
+    #[test]
+    fn repeat_penalty_can_change_the_greedy_choice() {
+        let mut s = Sampler::new(SamplingParams { repeat_penalty: 1.5, ..SamplingParams::greedy() }).unwrap();
+        // Token 1 (3.0) was just said: 3.0 / 1.5 = 2.0 < 2.9.
+        assert_eq!(s.sample(&mut logits(), &[1]).unwrap(), 5);
+    }
+
+    #[test]
+    fn frequency_penalty_counts_occurrences() {
+        let p = SamplingParams { frequency_penalty: 0.2, ..SamplingParams::greedy() };
+        let mut s = Sampler::new(p).unwrap();
+        // 3.0 - 0.2 = 2.8 < 2.9: once is enough to flip it to token 5.
+        assert_eq!(s.sample(&mut logits(), &[1]).unwrap(), 5);
+        // Token 5 said three times: 2.9 - 0.6 = 2.3, token 2 (2.5) wins.
+        assert_eq!(s.sample(&mut logits(), &[1, 5, 5, 5]).unwrap(), 2);
+    }
+
+    #[test]
+    fn same_seed_same_tokens_other_seed_other_tokens() {
+        let p = SamplingParams { temperature: 1.5, top_k: None, top_p: 1.0, min_p: 0.0, seed: Some(42), ..Default::default() };
+        let draw = |p: SamplingParams| {
+            let mut s = Sampler::new(p).unwrap();
+            (0..64).map(|_| s.sample(&mut logits(), &[]).unwrap()).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(p.clone()), draw(p.clone()));
+        assert_ne!(draw(p.clone()), draw(SamplingParams { seed: Some(43), ..p }));
+    }
+
+    #[test]
+    fn sampling_frequencies_follow_the_softmax() {
+        // logits ln(1), ln(2), ln(3), ln(4): probabilities 0.1, 0.2, 0.3, 0.4 at temperature 1.
+        let base: Vec<f32> = [1.0f32, 2.0, 3.0, 4.0].iter().map(|x| x.ln()).collect();
+        let p = SamplingParams { temperature: 1.0, top_k: None, top_p: 1.0, min_p: 0.0, seed: Some(7), ..Default::default() };
+        let mut s = Sampler::new(p).unwrap();
+        let mut counts = [0usize; 4];
+        let n = 20_000;
+        for _ in 0..n {
+            counts[s.sample(&mut base.clone(), &[]).unwrap() as usize] += 1;
+        }
+        for (i, &c) in counts.iter().enumerate() {
+            let expected = (i + 1) as f64 / 10.0;
+            let got = c as f64 / n as f64;
+            assert!((got - expected).abs() < 0.015, "token {i}: {got} vs {expected}");
+        }
+    }
+
+    #[test]
+    fn top_k_top_p_and_min_p_restrict_the_candidates() {
+        let base: Vec<f32> = [1.0f32, 2.0, 3.0, 4.0].iter().map(|x| x.ln()).collect();
+        let seen = |p: SamplingParams| {
+            let mut s = Sampler::new(SamplingParams { seed: Some(1), temperature: 1.0, ..p }).unwrap();
+            let mut set = std::collections::BTreeSet::new();
+            for _ in 0..2000 {
+                set.insert(s.sample(&mut base.clone(), &[]).unwrap());
+            }
+            set.into_iter().collect::<Vec<_>>()
+        };
+        let off = SamplingParams { top_k: None, top_p: 1.0, min_p: 0.0, ..Default::default() };
+        assert_eq!(seen(off.clone()), vec![0, 1, 2, 3]);
+        assert_eq!(seen(SamplingParams { top_k: Some(2), ..off.clone() }), vec![2, 3]);
+        // 0.4 + 0.3 = 0.7 reaches top-p 0.6: tokens 3 and 2.
+        assert_eq!(seen(SamplingParams { top_p: 0.6, ..off.clone() }), vec![2, 3]);
+        // min-p 0.5 of 0.4 = 0.2: tokens with p ≥ 0.2 are 1, 2, 3.
+        assert_eq!(seen(SamplingParams { min_p: 0.5, ..off.clone() }), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn low_temperature_concentrates_high_temperature_spreads() {
+        let base: Vec<f32> = [1.0f32, 2.0, 3.0, 4.0].iter().map(|x| x.ln()).collect();
+        let share_of_top = |t: f32| {
+            let p = SamplingParams { temperature: t, top_k: None, top_p: 1.0, min_p: 0.0, seed: Some(3), ..Default::default() };
+            let mut s = Sampler::new(p).unwrap();
+            (0..5000).filter(|_| s.sample(&mut base.clone(), &[]).unwrap() == 3).count()
+        };
+        assert!(share_of_top(0.2) > share_of_top(1.0));
+        assert!(share_of_top(1.0) > share_of_top(5.0));
+    }
+
+    #[test]
+    fn invalid_values_are_rejected_naming_the_field() {
+        let bad = [
+            (SamplingParams { temperature: f32::NAN, ..Default::default() }, "temperature"),
+            (SamplingParams { temperature: -0.5, ..Default::default() }, "temperature"),
+            (SamplingParams { top_p: 2.0, ..Default::default() }, "top_p"),
+            (SamplingParams { top_p: 0.0, ..Default::default() }, "top_p"),
+            (SamplingParams { top_k: Some(0), ..Default::default() }, "top_k"),
+            (SamplingParams { min_p: 1.5, ..Default::default() }, "min_p"),
+            (SamplingParams { repeat_penalty: 0.0, ..Default::default() }, "repeat_penalty"),
+            (SamplingParams { presence_penalty: f32::INFINITY, ..Default::default() }, "presence_penalty"),
+            (SamplingParams { frequency_penalty: 3.0, ..Default::default() }, "frequency_penalty"),
+        ];
+        for (p, field) in bad {
+            match Sampler::new(p) {
+                Err(Error::InvalidParam { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: expected InvalidParam, got {other:?}"),
+            }
+        }
+        assert!(Sampler::new(SamplingParams::default()).is_ok());
+    }
+
+    #[test]
+    fn set_params_applies_to_the_next_draw() {
+        let p = SamplingParams { temperature: 5.0, top_k: None, top_p: 1.0, min_p: 0.0, seed: Some(9), ..Default::default() };
+        let mut s = Sampler::new(p).unwrap();
+        s.set_params(SamplingParams::greedy()).unwrap();
+        for _ in 0..20 {
+            assert_eq!(s.sample(&mut logits(), &[]).unwrap(), 1);
+        }
+        assert!(s.set_params(SamplingParams { top_p: f32::NAN, ..Default::default() }).is_err());
+        assert_eq!(s.params(), &SamplingParams::greedy(), "a rejected change leaves the old settings");
+    }
+
+    #[test]
+    fn nan_logits_are_an_error_not_a_token() {
+        let mut s = Sampler::new(SamplingParams::default()).unwrap();
+        assert!(s.sample(&mut vec![0.0, f32::NAN], &[]).is_err());
+    }
+}

@@ -1,0 +1,139 @@
+//! Chat templates: from a list of messages to the exact prompt text the model was trained on.
+//!
+//! Models ship their template as Jinja in `tokenizer.chat_template` (GGUF) or in
+//! `tokenizer_config.json`. We render it with minijinja, configured like Hugging Face's
+//! `apply_chat_template` (trim_blocks, lstrip_blocks, Python string methods through
+//! minijinja-contrib's pycompat) with the globals HF templates use: `bos_token`, `eos_token`,
+//! `add_generation_prompt`, `raise_exception` and `strftime_now`. A file without a template gets
+//! ChatML, which most small instruct models understand.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Who said a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+/// One turn of a conversation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Message { role, content: content.into() }
+    }
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new(Role::System, content)
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new(Role::User, content)
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new(Role::Assistant, content)
+    }
+}
+
+/// ChatML, for models that carry no template of their own.
+pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// A compiled chat template with the special tokens it may refer to.
+pub struct ChatTemplate {
+    env: minijinja::Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate").finish_non_exhaustive()
+    }
+}
+
+impl ChatTemplate {
+    /// Compiles `source` (or ChatML when `None`).
+    pub fn new(source: Option<&str>, bos_token: impl Into<String>, eos_token: impl Into<String>) -> Result<Self> {
+        let mut env = minijinja::Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        });
+        env.add_function("strftime_now", |fmt: String| chrono::Local::now().format(&fmt).to_string());
+        env.add_template_owned("chat", source.unwrap_or(CHATML_TEMPLATE).to_owned())
+            .map_err(|e| Error::Template(e.to_string()))?;
+        Ok(ChatTemplate { env, bos_token: bos_token.into(), eos_token: eos_token.into() })
+    }
+
+    /// Renders the conversation, ending with the assistant's opening when
+    /// `add_generation_prompt` is set (the usual case: the model answers next).
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let tmpl = self.env.get_template("chat").map_err(|e| Error::Template(e.to_string()))?;
+        tmpl.render(minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token,
+            eos_token => self.eos_token,
+        })
+        .map_err(|e| {
+            // raise_exception's message is the template author's explanation: show it alone.
+            let mut msg = e.to_string();
+            if let Some(detail) = e.detail() {
+                msg = detail.to_owned();
+            }
+            Error::Template(msg)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chatml_fallback_renders_turns_and_the_generation_prompt() {
+        let t = ChatTemplate::new(None, "<s>", "</s>").unwrap();
+        let s = t.render(&[Message::system("Be brief."), Message::user("Hi")], true).unwrap();
+        assert_eq!(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+        let s = t.render(&[Message::user("Hi")], false).unwrap();
+        assert!(!s.ends_with("assistant\n"));
+    }
+
+    #[test]
+    fn hf_style_templates_work_with_bos_pycompat_and_trimmed_blocks() {
+        // Shaped like Llama/Mistral templates: bos_token, .strip(), loop.index0, trim/lstrip blocks.
+        let src = "{{ bos_token }}\n{% for m in messages %}\n    {% if m['role'] == 'user' %}\n[INST] {{ m['content'].strip() }} [/INST]\n    {% else %}\n{{ m['content'] }}{{ eos_token }}\n    {% endif %}\n{% endfor %}";
+        let t = ChatTemplate::new(Some(src), "<s>", "</s>").unwrap();
+        let s = t.render(&[Message::user("  hello  "), Message::assistant("hi")], true).unwrap();
+        assert_eq!(s, "<s>[INST] hello [/INST]\nhi</s>");
+    }
+
+    #[test]
+    fn raise_exception_becomes_a_template_error_with_its_message() {
+        let src = "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversations must start with a user message') }}{% endif %}";
+        let t = ChatTemplate::new(Some(src), "", "").unwrap();
+        let err = t.render(&[Message::assistant("x")], true).unwrap_err();
+        assert!(err.to_string().contains("Conversations must start with a user message"), "{err}");
+    }
+
+    #[test]
+    fn strftime_now_is_available() {
+        let t = ChatTemplate::new(Some("{{ strftime_now('%Y') }}"), "", "").unwrap();
+        let year: i32 = t.render(&[], false).unwrap().parse().unwrap();
+        assert!(year >= 2024);
+    }
+
+    #[test]
+    fn a_broken_template_is_a_clear_error() {
+        assert!(matches!(ChatTemplate::new(Some("{% for %}"), "", ""), Err(Error::Template(_))));
+    }
+}

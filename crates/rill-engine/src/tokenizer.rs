@@ -1,0 +1,424 @@
+//! Tokenizer built from GGUF metadata, and a streaming, UTF-8-safe detokenizer.
+//!
+//! GGUF files carry their vocabulary in `tokenizer.ggml.*`. Two families exist, and we build a
+//! HF `tokenizers` pipeline for each the way llama.cpp interprets them (`llama-vocab.cpp`):
+//!
+//! - `gpt2`: byte-level BPE from `tokens` + `merges`. The pre-tokenizer (how text is split
+//!   before BPE) is named by `tokenizer.ggml.pre`; it matters: SmolLM2 declares `smollm`, which
+//!   splits every digit on its own before the GPT-2 regex, and default byte-level settings give
+//!   other ids for numbers. [`pre_tokenizer_for`] maps each name to its regexes.
+//! - `llama`: SentencePiece BPE from `tokens` + `scores` with byte fallback (`<0x0A>`). GGUF has
+//!   no merge list for these, so we derive one from the scores, as HF's converter does.
+//!
+//! A `tokenizer.json` beside the GGUF file wins over the metadata (some files ship a better one).
+//! Control tokens (`<|im_start|>`, …) in the prompt text are parsed as single tokens.
+//!
+//! Decoding to text is ours, not the library's: every id maps to the raw bytes it stands for
+//! ([`Tokenizer::piece_bytes`]), and [`StreamDecoder`] releases only complete UTF-8 characters,
+//! so an emoji split over three byte tokens comes out whole, once.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::Value;
+use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::{AddedToken, SplitDelimiterBehavior};
+
+use crate::error::{Error, Result};
+
+pub(crate) type Metadata = HashMap<String, Value>;
+
+/// GGUF token types (llama.cpp `llama_token_type`).
+const TOKEN_TYPE_UNKNOWN: i32 = 2;
+const TOKEN_TYPE_CONTROL: i32 = 3;
+const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+const TOKEN_TYPE_BYTE: i32 = 6;
+
+/// Texts of control tokens that end a turn in common templates; llama.cpp treats them as
+/// end-of-generation too, whatever `eos_token_id` says.
+const EOG_TEXTS: &[&str] = &[
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "</s>",
+    "<|end_of_text|>",
+];
+
+// Pre-tokenizer regexes, from llama.cpp's `llama_vocab::impl::load` (llama-vocab.cpp).
+const GPT2_REGEX: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// A model's tokenizer: text ⇄ ids, plus the special ids the engine needs.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    /// The bytes each id stands for; empty for control tokens.
+    pieces: Vec<Vec<u8>>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    eog: Vec<u32>,
+    add_bos: bool,
+    /// SentencePiece adds a space before the first word; it is not part of the answer.
+    strip_leading_space: bool,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer").field("vocab", &self.pieces.len()).field("bos", &self.bos).field("eos", &self.eos).finish()
+    }
+}
+
+fn md_str<'a>(md: &'a Metadata, key: &str) -> Option<&'a str> {
+    md.get(key).and_then(|v| v.to_string().ok()).map(|s| s.as_str())
+}
+
+fn md_u32(md: &Metadata, key: &str) -> Option<u32> {
+    md.get(key).and_then(|v| v.to_u32().ok().or_else(|| v.to_i32().ok().map(|x| x as u32)))
+}
+
+fn md_bool(md: &Metadata, key: &str) -> Option<bool> {
+    md.get(key).and_then(|v| v.to_bool().ok())
+}
+
+fn md_array<'a>(md: &'a Metadata, key: &str) -> Result<&'a Vec<Value>> {
+    md.get(key)
+        .ok_or_else(|| Error::Tokenizer(format!("the file has no `{key}`")))?
+        .to_vec()
+        .map_err(|e| Error::Tokenizer(format!("`{key}`: {e}")))
+}
+
+fn md_strings(md: &Metadata, key: &str) -> Result<Vec<String>> {
+    md_array(md, key)?
+        .iter()
+        .map(|v| v.to_string().cloned().map_err(|e| Error::Tokenizer(format!("`{key}`: {e}"))))
+        .collect()
+}
+
+/// GPT-2's reversible map from bytes to printable characters (`bytes_to_unicode` in GPT-2's
+/// encoder.py): printable Latin-1 maps to itself, the other 68 bytes to U+0100 upwards.
+fn byte_level_chars() -> HashMap<char, u8> {
+    let mut map = HashMap::with_capacity(256);
+    let mut next = 0u32;
+    for b in 0u8..=255 {
+        let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+        let c = if printable {
+            b as char
+        } else {
+            next += 1;
+            char::from_u32(255 + next).expect("U+0100..U+0143 are valid chars")
+        };
+        map.insert(c, b);
+    }
+    map
+}
+
+/// The pre-tokenizer llama.cpp uses for a `tokenizer.ggml.pre` name.
+fn pre_tokenizer_for(pre: &str) -> Result<(PreTokenizerWrapper, bool)> {
+    let split = |regex: &str| -> Result<PreTokenizerWrapper> {
+        let s = Split::new(SplitPattern::Regex(regex.into()), SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| Error::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
+        Ok(s.into())
+    };
+    let byte_level = |use_regex| PreTokenizerWrapper::from(ByteLevel::new(false, false, use_regex));
+    // (pre-tokenizer, ignore_merges): llama-3-style vocabularies look whole words up first.
+    Ok(match pre {
+        "default" | "gpt-2" | "gpt2" | "" => (byte_level(true), false),
+        "smollm" => (Sequence::new(vec![Digits::new(true).into(), byte_level(true)]).into(), false),
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral" => {
+            (Sequence::new(vec![split(LLAMA3_REGEX)?, byte_level(false)]).into(), true)
+        }
+        "qwen2" | "deepseek-r1-qwen" => (Sequence::new(vec![split(QWEN2_REGEX)?, byte_level(false)]).into(), false),
+        other => {
+            tracing::warn!(pre = other, "unknown tokenizer.ggml.pre; using the GPT-2 pre-tokenizer");
+            let _ = GPT2_REGEX;
+            (byte_level(true), false)
+        }
+    })
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer of a GGUF file. `beside` is the file's folder: a `tokenizer.json`
+    /// there is used for encoding instead of the metadata.
+    pub(crate) fn from_gguf(md: &Metadata, beside: Option<&Path>) -> Result<Self> {
+        let model = md_str(md, "tokenizer.ggml.model").unwrap_or("gpt2");
+        let tokens = md_strings(md, "tokenizer.ggml.tokens")?;
+        let types: Vec<i32> = match md.get("tokenizer.ggml.token_type") {
+            Some(v) => v
+                .to_vec()
+                .map_err(|e| Error::Tokenizer(format!("token_type: {e}")))?
+                .iter()
+                .map(|t| t.to_i32().unwrap_or(1))
+                .collect(),
+            None => vec![1; tokens.len()],
+        };
+        if types.len() != tokens.len() {
+            return Err(Error::Tokenizer(format!(
+                "{} token types for {} tokens",
+                types.len(),
+                tokens.len()
+            )));
+        }
+        let ty = |i: usize| types[i];
+
+        let (mut inner, pieces, strip_leading_space) = match model {
+            "gpt2" => {
+                let merges = md_strings(md, "tokenizer.ggml.merges")?;
+                let merges = merges
+                    .iter()
+                    .map(|m| {
+                        m.split_once(' ')
+                            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                            .ok_or_else(|| Error::Tokenizer(format!("malformed merge `{m}`")))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+                let pre = md_str(md, "tokenizer.ggml.pre").unwrap_or("default");
+                let (pre_tokenizer, ignore_merges) = pre_tokenizer_for(pre)?;
+                let bpe = BPE::builder()
+                    .vocab_and_merges(vocab, merges)
+                    .ignore_merges(ignore_merges)
+                    .build()
+                    .map_err(|e| Error::Tokenizer(format!("BPE: {e}")))?;
+                let mut t = tokenizers::Tokenizer::new(bpe);
+                t.with_pre_tokenizer(Some(pre_tokenizer));
+                let chars = byte_level_chars();
+                let pieces = tokens
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| match ty(i) {
+                        TOKEN_TYPE_CONTROL => Vec::new(),
+                        TOKEN_TYPE_USER_DEFINED => t.as_bytes().to_vec(),
+                        _ => t
+                            .chars()
+                            .flat_map(|c| match chars.get(&c) {
+                                Some(&b) => vec![b],
+                                None => c.to_string().into_bytes(),
+                            })
+                            .collect(),
+                    })
+                    .collect();
+                (t, pieces, false)
+            }
+            "llama" => {
+                let scores: Vec<f32> = match md.get("tokenizer.ggml.scores") {
+                    Some(v) => v
+                        .to_vec()
+                        .map_err(|e| Error::Tokenizer(format!("scores: {e}")))?
+                        .iter()
+                        .map(|s| s.to_f32().unwrap_or(0.0))
+                        .collect(),
+                    None => (0..tokens.len()).map(|i| -(i as f32)).collect(),
+                };
+                let bpe = spm_bpe(&tokens, &scores, &types, md_u32(md, "tokenizer.ggml.unknown_token_id"))?;
+                let mut t = tokenizers::Tokenizer::new(bpe);
+                let add_space = md_bool(md, "tokenizer.ggml.add_space_prefix").unwrap_or(true);
+                let scheme = if add_space { PrependScheme::First } else { PrependScheme::Never };
+                t.with_pre_tokenizer(Some(Metaspace::new('▁', scheme, false)));
+                let pieces = tokens
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| match ty(i) {
+                        TOKEN_TYPE_CONTROL => Vec::new(),
+                        TOKEN_TYPE_BYTE => parse_byte_token(t).map(|b| vec![b]).unwrap_or_default(),
+                        _ => t.replace('▁', " ").into_bytes(),
+                    })
+                    .collect();
+                (t, pieces, add_space)
+            }
+            other => return Err(Error::Tokenizer(format!("unsupported tokenizer model `{other}` (supported: gpt2, llama)"))),
+        };
+
+        // Control and user-defined tokens are matched whole in the text, before BPE.
+        let added: Vec<AddedToken> = tokens
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| matches!(ty(i), TOKEN_TYPE_CONTROL | TOKEN_TYPE_USER_DEFINED))
+            .map(|(i, t)| AddedToken::from(t.clone(), ty(i) == TOKEN_TYPE_CONTROL).normalized(false))
+            .collect();
+        inner.add_special_tokens(&added);
+
+        if let Some(json) = beside.map(|d| d.join("tokenizer.json")).filter(|p| p.is_file()) {
+            tracing::info!(path = %json.display(), "using tokenizer.json beside the model");
+            inner = tokenizers::Tokenizer::from_file(&json)
+                .map_err(|e| Error::Tokenizer(format!("{}: {e}", json.display())))?;
+        }
+
+        let bos = md_u32(md, "tokenizer.ggml.bos_token_id");
+        let eos = md_u32(md, "tokenizer.ggml.eos_token_id");
+        let mut eog: Vec<u32> = ["eos", "eot", "eom"]
+            .iter()
+            .filter_map(|k| md_u32(md, &format!("tokenizer.ggml.{k}_token_id")))
+            .collect();
+        for (i, t) in tokens.iter().enumerate() {
+            if ty(i) == TOKEN_TYPE_CONTROL && EOG_TEXTS.contains(&t.as_str()) {
+                eog.push(i as u32);
+            }
+        }
+        eog.sort_unstable();
+        eog.dedup();
+        let add_bos = md_bool(md, "tokenizer.ggml.add_bos_token").unwrap_or(model == "llama");
+        Ok(Tokenizer { inner, pieces, bos, eos, eog, add_bos, strip_leading_space })
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.pieces.len()
+    }
+
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos
+    }
+
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos
+    }
+
+    /// The text of a token as written in the vocabulary (`<|im_end|>` for a control token).
+    pub fn token_text(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// True for ids that end a generation (EOS, end-of-turn, …).
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eog.binary_search(&id).is_ok()
+    }
+
+    /// Encodes prompt text, parsing control tokens, and adds BOS when the model asks for it
+    /// and the text does not already start with it (a template often writes it itself).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self.inner.encode(text, false).map_err(|e| Error::Tokenizer(format!("encode: {e}")))?;
+        let mut ids = enc.get_ids().to_vec();
+        if let (true, Some(bos)) = (self.add_bos, self.bos) {
+            if ids.first() != Some(&bos) {
+                ids.insert(0, bos);
+            }
+        }
+        Ok(ids)
+    }
+
+    /// The raw bytes a token stands for (empty for control tokens and unknown ids).
+    pub fn piece_bytes(&self, id: u32) -> &[u8] {
+        self.pieces.get(id as usize).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Decodes a whole sequence (lossy on invalid UTF-8).
+    pub fn decode(&self, ids: &[u32]) -> String {
+        let mut d = StreamDecoder::new(self);
+        let mut s: String = ids.iter().map(|&id| d.push(self, id)).collect();
+        s.push_str(&d.flush());
+        s
+    }
+}
+
+fn parse_byte_token(t: &str) -> Option<u8> {
+    let hex = t.strip_prefix("<0x")?.strip_suffix('>')?;
+    u8::from_str_radix(hex, 16).ok()
+}
+
+/// SentencePiece-style BPE: merge order comes from the scores of the merged pieces (higher
+/// first), like `tokenizers`' `SentencePieceExtractor` and llama.cpp's `llm_tokenizer_spm`.
+fn spm_bpe(tokens: &[String], scores: &[f32], types: &[i32], unk: Option<u32>) -> Result<BPE> {
+    let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let mut merges: Vec<(f32, u32, u32, String, String)> = Vec::new();
+    for (i, piece) in tokens.iter().enumerate() {
+        if types[i] != 1 {
+            continue;
+        }
+        for (at, _) in piece.char_indices().skip(1) {
+            let (l, r) = piece.split_at(at);
+            if let (Some(&li), Some(&ri)) = (vocab.get(l), vocab.get(r)) {
+                merges.push((scores.get(i).copied().unwrap_or(0.0), li, ri, l.to_owned(), r.to_owned()));
+            }
+        }
+    }
+    merges.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let merges = merges.into_iter().map(|m| (m.3, m.4)).collect::<Vec<_>>();
+    let mut b = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true).fuse_unk(true);
+    if let Some(u) = unk.and_then(|u| tokens.get(u as usize)).or_else(|| {
+        types.iter().position(|&t| t == TOKEN_TYPE_UNKNOWN).map(|i| &tokens[i])
+    }) {
+        b = b.unk_token(u.clone());
+    }
+    b.build().map_err(|e| Error::Tokenizer(format!("BPE: {e}")))
+}
+
+/// Turns a stream of token ids into a stream of text without ever cutting a character.
+#[derive(Clone, Debug, Default)]
+pub struct StreamDecoder {
+    pending: Vec<u8>,
+    strip_leading_space: bool,
+}
+
+impl StreamDecoder {
+    pub fn new(tokenizer: &Tokenizer) -> Self {
+        StreamDecoder { pending: Vec::new(), strip_leading_space: tokenizer.strip_leading_space }
+    }
+
+    /// The text that token `id` completes: possibly empty (half a character so far), possibly
+    /// more than the token (the rest of a character started earlier).
+    pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> String {
+        self.pending.extend_from_slice(tokenizer.piece_bytes(id));
+        if self.strip_leading_space && !self.pending.is_empty() {
+            if self.pending[0] == b' ' {
+                self.pending.remove(0);
+            }
+            self.strip_leading_space = false;
+        }
+        let mut out = String::new();
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(s) => {
+                    out.push_str(s);
+                    self.pending.clear();
+                    return out;
+                }
+                Err(e) => {
+                    let valid = e.valid_up_to();
+                    out.push_str(&String::from_utf8_lossy(&self.pending[..valid]));
+                    match e.error_len() {
+                        // An incomplete character at the end: wait for the next token.
+                        None => {
+                            self.pending.drain(..valid);
+                            return out;
+                        }
+                        // Bytes that can never become valid: U+FFFD, as every decoder does.
+                        Some(bad) => {
+                            out.push(char::REPLACEMENT_CHARACTER);
+                            self.pending.drain(..valid + bad);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// What is left at the end (an incomplete character becomes U+FFFD).
+    pub fn flush(&mut self) -> String {
+        let s = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_level_map_is_a_bijection_with_gpt2s_choices() {
+        let m = byte_level_chars();
+        assert_eq!(m.len(), 256);
+        assert_eq!(m[&'Ġ'], b' ');
+        assert_eq!(m[&'Ċ'], b'\n');
+        assert_eq!(m[&'A'], b'A');
+    }
+
+    #[test]
+    fn byte_tokens_parse() {
+        assert_eq!(parse_byte_token("<0x0A>"), Some(10));
+        assert_eq!(parse_byte_token("<0xFF>"), Some(255));
+        assert_eq!(parse_byte_token("hello"), None);
+    }
+}
