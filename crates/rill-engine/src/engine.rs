@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -164,7 +164,8 @@ struct Shared {
     context_length: usize,
     next_id: AtomicU64,
     cache_bytes: AtomicUsize,
-    live: AtomicUsize,
+    /// Ids of the sequences the thread holds, as of the last round.
+    live: Mutex<Vec<u64>>,
 }
 
 /// A running engine. Dropping it stops the inference thread (after the current step).
@@ -203,7 +204,7 @@ impl Engine {
             context_length: weights.config().context_length,
             next_id: AtomicU64::new(1),
             cache_bytes: AtomicUsize::new(0),
-            live: AtomicUsize::new(0),
+            live: Mutex::new(Vec::new()),
         });
         let (tx, rx) = mpsc::channel();
         let thread_shared = shared.clone();
@@ -254,9 +255,9 @@ impl Handle {
         self.shared.cache_bytes.load(Ordering::Relaxed)
     }
 
-    /// Sequences the thread holds, as of the last round.
-    pub fn live_sequences(&self) -> usize {
-        self.shared.live.load(Ordering::Relaxed)
+    /// Ids of the generations the thread holds, as of the last round.
+    pub fn live_ids(&self) -> Vec<u64> {
+        self.shared.live.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
     /// Renders a conversation with the model's chat template, ready for the answer.
@@ -522,7 +523,10 @@ fn run(model: crate::model::Llama, shared: Arc<Shared>, rx: mpsc::Receiver<Comma
         // Finished sequences leave now, and their caches with them.
         seqs.retain(|s| s.state() != SequenceState::Finished);
         shared.cache_bytes.store(seqs.iter().map(Sequence::cache_bytes).sum(), Ordering::Relaxed);
-        shared.live.store(seqs.len(), Ordering::Relaxed);
+        if let Ok(mut live) = shared.live.lock() {
+            live.clear();
+            live.extend(seqs.iter().map(|s| s.id));
+        }
     }
 }
 

@@ -294,8 +294,8 @@ mod tests {
         let mut s = Sampler::new(p).unwrap();
         // 3.0 - 0.2 = 2.8 < 2.9: once is enough to flip it to token 5.
         assert_eq!(s.sample(&mut logits(), &[1]).unwrap(), 5);
-        // Token 5 said three times: 2.9 - 0.6 = 2.3, token 2 (2.5) wins.
-        assert_eq!(s.sample(&mut logits(), &[1, 5, 5, 5]).unwrap(), 2);
+        // Tokens 1 and 5 said three times each: 2.4 and 2.3, token 2 (2.5) wins.
+        assert_eq!(s.sample(&mut logits(), &[1, 1, 1, 5, 5, 5]).unwrap(), 2);
     }
 
     #[test]

@@ -111,10 +111,10 @@ mod tests {
     #[test]
     fn hf_style_templates_work_with_bos_pycompat_and_trimmed_blocks() {
         // Shaped like Llama/Mistral templates: bos_token, .strip(), loop.index0, trim/lstrip blocks.
-        let src = "{{ bos_token }}\n{% for m in messages %}\n    {% if m['role'] == 'user' %}\n[INST] {{ m['content'].strip() }} [/INST]\n    {% else %}\n{{ m['content'] }}{{ eos_token }}\n    {% endif %}\n{% endfor %}";
+        let src = "{{ bos_token }}{% for m in messages %}\n    {% if m['role'] == 'user' %}\n[INST] {{ m['content'].strip() }} [/INST]\n    {% else %}\n{{ m['content'] }}{{ eos_token }}\n    {% endif %}\n{% endfor %}";
         let t = ChatTemplate::new(Some(src), "<s>", "</s>").unwrap();
         let s = t.render(&[Message::user("  hello  "), Message::assistant("hi")], true).unwrap();
-        assert_eq!(s, "<s>[INST] hello [/INST]\nhi</s>");
+        assert_eq!(s, "<s>[INST] hello [/INST]\nhi</s>\n");
     }
 
     #[test]
