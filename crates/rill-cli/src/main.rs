@@ -81,19 +81,19 @@ impl ModelArgs {
 #[derive(Args, Clone)]
 struct SamplingArgs {
     /// 0 = greedy.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     temperature: Option<f32>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     top_p: Option<f32>,
     #[arg(long)]
     top_k: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     min_p: Option<f32>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     repeat_penalty: Option<f32>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     presence_penalty: Option<f32>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     frequency_penalty: Option<f32>,
     #[arg(long)]
     seed: Option<u64>,

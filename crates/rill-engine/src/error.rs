@@ -35,7 +35,7 @@ pub enum Error {
     EngineStopped,
 
     /// A tensor operation failed inside candle.
-    #[error("model computation failed: {0}")]
+    #[error("model computation failed: {}", candle_message(.0))]
     Candle(#[from] candle_core::Error),
 
     /// Downloading a model failed.
@@ -53,6 +53,18 @@ impl Error {
 
     pub(crate) fn model_file(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
         Error::ModelFile { path: path.into(), message: message.into() }
+    }
+}
+
+/// A candle error as one line: without the backtrace candle attaches when `RUST_BACKTRACE` is
+/// set, which would otherwise end up in front of the user.
+pub(crate) fn candle_message(e: &candle_core::Error) -> String {
+    use candle_core::Error as E;
+    match e {
+        E::WithBacktrace { inner, .. } => candle_message(inner),
+        E::Context { inner, context } => format!("{context}: {}", candle_message(inner)),
+        E::WithPath { inner, path } => format!("{}: {}", path.display(), candle_message(inner)),
+        other => other.to_string().lines().next().unwrap_or_default().to_owned(),
     }
 }
 

@@ -77,7 +77,7 @@ impl SamplingParams {
             return Err(Error::param("top_p", format!("must be in (0, 1], got {}", self.top_p)));
         }
         if self.top_k == Some(0) {
-            return Err(Error::param("top_k", "must be ≥ 1 (leave it unset to disable top-k)"));
+            return Err(Error::param("top_k", "must be ≥ 1 (top-k keeps the k most likely tokens)"));
         }
         finite("min_p", self.min_p)?;
         if !(0.0..=1.0).contains(&self.min_p) {

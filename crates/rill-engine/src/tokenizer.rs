@@ -30,7 +30,7 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::{AddedToken, SplitDelimiterBehavior};
 
-use crate::error::{Error, Result};
+use crate::error::{candle_message, Error, Result};
 
 pub(crate) type Metadata = HashMap<String, Value>;
 
@@ -87,13 +87,13 @@ fn md_array<'a>(md: &'a Metadata, key: &str) -> Result<&'a Vec<Value>> {
     md.get(key)
         .ok_or_else(|| Error::Tokenizer(format!("the file has no `{key}`")))?
         .to_vec()
-        .map_err(|e| Error::Tokenizer(format!("`{key}`: {e}")))
+        .map_err(|e| Error::Tokenizer(format!("`{key}`: {}", candle_message(&e))))
 }
 
 fn md_strings(md: &Metadata, key: &str) -> Result<Vec<String>> {
     md_array(md, key)?
         .iter()
-        .map(|v| v.to_string().cloned().map_err(|e| Error::Tokenizer(format!("`{key}`: {e}"))))
+        .map(|v| v.to_string().cloned().map_err(|e| Error::Tokenizer(format!("`{key}`: {}", candle_message(&e)))))
         .collect()
 }
 
@@ -148,7 +148,7 @@ impl Tokenizer {
         let types: Vec<i32> = match md.get("tokenizer.ggml.token_type") {
             Some(v) => v
                 .to_vec()
-                .map_err(|e| Error::Tokenizer(format!("token_type: {e}")))?
+                .map_err(|e| Error::Tokenizer(format!("token_type: {}", candle_message(&e))))?
                 .iter()
                 .map(|t| t.to_i32().unwrap_or(1))
                 .collect(),
@@ -206,7 +206,7 @@ impl Tokenizer {
                 let scores: Vec<f32> = match md.get("tokenizer.ggml.scores") {
                     Some(v) => v
                         .to_vec()
-                        .map_err(|e| Error::Tokenizer(format!("scores: {e}")))?
+                        .map_err(|e| Error::Tokenizer(format!("scores: {}", candle_message(&e))))?
                         .iter()
                         .map(|s| s.to_f32().unwrap_or(0.0))
                         .collect(),

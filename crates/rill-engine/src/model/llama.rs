@@ -14,7 +14,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Module, Tensor};
 use candle_transformers::quantized_nn::RmsNorm;
 
-use crate::error::{Error, Result};
+use crate::error::{candle_message, Error, Result};
 
 /// Hyper-parameters read from the GGUF metadata (`llama.*`).
 #[derive(Clone, Debug)]
@@ -167,7 +167,7 @@ impl Llama {
                 .ok_or_else(|| Error::model_file(path, format!("metadata `{arch}.{key}` is missing")))
         };
         let u = |key: &str| -> Result<usize> {
-            md(key)?.to_u32().map(|v| v as usize).map_err(|e| Error::model_file(path, format!("`{arch}.{key}`: {e}")))
+            md(key)?.to_u32().map(|v| v as usize).map_err(|e| Error::model_file(path, format!("`{arch}.{key}`: {}", candle_message(&e))))
         };
         let hidden = u("embedding_length")?;
         let n_head = u("attention.head_count")?;
@@ -195,7 +195,7 @@ impl Llama {
         let (cos, sin) = rope_tables(&cfg, rope_dim, device)?;
 
         let mut tensor = |name: &str| -> Result<QTensor> {
-            ct.tensor(reader, name, device).map_err(|e| Error::model_file(path, format!("tensor `{name}`: {e}")))
+            ct.tensor(reader, name, device).map_err(|e| Error::model_file(path, format!("tensor `{name}`: {}", candle_message(&e))))
         };
         let embed_q = tensor("token_embd.weight")?;
         let embed = embed_q.dequantize(device)?;

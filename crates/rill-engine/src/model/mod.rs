@@ -16,7 +16,7 @@ use candle_core::quantized::gguf_file;
 use candle_core::Device;
 use serde::Serialize;
 
-use crate::error::{Error, Result};
+use crate::error::{candle_message, Error, Result};
 use crate::template::ChatTemplate;
 use crate::tokenizer::Tokenizer;
 pub use llama::{KvCache, Llama};
@@ -70,16 +70,21 @@ fn read_header(path: &Path) -> Result<(gguf_file::Content, BufReader<File>, u64)
     }
     reader.rewind()?;
     let content = gguf_file::Content::read(&mut reader)
-        .map_err(|e| Error::model_file(path, format!("damaged GGUF header (truncated or corrupt file?): {e}")))?;
-    for (name, t) in &content.tensor_infos {
-        let bytes = t.shape.elem_count() / t.ggml_dtype.block_size() * t.ggml_dtype.type_size();
-        let end = content.tensor_data_offset + t.offset + bytes as u64;
-        if end > len {
-            return Err(Error::model_file(
-                path,
-                format!("truncated: tensor `{name}` ends at byte {end} but the file has {len} bytes (incomplete download?)"),
-            ));
-        }
+        .map_err(|e| Error::model_file(path, format!("damaged GGUF header (truncated or corrupt file?): {}", candle_message(&e))))?;
+    let needed = content
+        .tensor_infos
+        .values()
+        .map(|t| {
+            let bytes = t.shape.elem_count() / t.ggml_dtype.block_size() * t.ggml_dtype.type_size();
+            content.tensor_data_offset + t.offset + bytes as u64
+        })
+        .max()
+        .unwrap_or(0);
+    if needed > len {
+        return Err(Error::model_file(
+            path,
+            format!("truncated: its tensors need {needed} bytes but the file has {len} (incomplete download?)"),
+        ));
     }
     Ok((content, reader, len))
 }
