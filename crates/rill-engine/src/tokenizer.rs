@@ -415,6 +415,46 @@ mod tests {
         assert_eq!(m[&'A'], b'A');
     }
 
+    fn md(entries: Vec<(&str, Value)>) -> Metadata {
+        entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+
+    fn strings(v: &[&str]) -> Value {
+        Value::Array(v.iter().map(|s| Value::String(s.to_string())).collect())
+    }
+
+    /// A tiny SentencePiece-style vocabulary: merges come from the scores, unknown characters
+    /// fall back to byte tokens, and the leading space SentencePiece adds is not decoded.
+    #[test]
+    fn sentencepiece_vocabularies_merge_by_score_and_fall_back_to_bytes() {
+        let tokens = ["<unk>", "<s>", "</s>", "<0x0A>", "<0xC3>", "<0xA9>", "▁", "h", "e", "l", "o", "▁h", "ll", "llo", "ello", "▁hello", "w", "r", "d", "▁w", "or", "▁wor", "▁world", "ld"];
+        let mut types = vec![1i32; tokens.len()];
+        types[0] = TOKEN_TYPE_UNKNOWN;
+        types[1] = TOKEN_TYPE_CONTROL;
+        types[2] = TOKEN_TYPE_CONTROL;
+        for t in &mut types[3..6] {
+            *t = TOKEN_TYPE_BYTE;
+        }
+        let scores: Vec<Value> = (0..tokens.len()).map(|i| Value::F32(-(i as f32))).collect();
+        let m = md(vec![
+            ("tokenizer.ggml.model", Value::String("llama".into())),
+            ("tokenizer.ggml.tokens", strings(&tokens)),
+            ("tokenizer.ggml.scores", Value::Array(scores)),
+            ("tokenizer.ggml.token_type", Value::Array(types.iter().map(|&t| Value::I32(t)).collect())),
+            ("tokenizer.ggml.bos_token_id", Value::U32(1)),
+            ("tokenizer.ggml.eos_token_id", Value::U32(2)),
+        ]);
+        let tok = Tokenizer::from_gguf(&m, None).unwrap();
+        let id = |t: &str| tokens.iter().position(|x| *x == t).unwrap() as u32;
+        // BOS is added (llama-style files default to add_bos), then whole words.
+        assert_eq!(tok.encode("hello world").unwrap(), vec![1, id("▁hello"), id("▁world")]);
+        // "é" is not in the vocabulary: its two UTF-8 bytes become byte tokens.
+        let ids = tok.encode("hello é\n").unwrap();
+        assert!(ids.ends_with(&[id("<0xC3>"), id("<0xA9>"), id("<0x0A>")]), "{ids:?}");
+        assert_eq!(tok.decode(&ids), "hello é\n");
+        assert!(tok.is_eog(2) && !tok.is_eog(1));
+    }
+
     #[test]
     fn byte_tokens_parse() {
         assert_eq!(parse_byte_token("<0x0A>"), Some(10));
