@@ -32,7 +32,8 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args()
 
-    llm = Llama(a.model, n_ctx=2048, n_batch=512, n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
+    # n_batch = n_ctx: llama-cpp-python sizes its logits buffer by n_batch unless logits_all is set.
+    llm = Llama(a.model, n_ctx=1024, n_batch=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
     base = llm.tokenize((TEXT * 4).encode(), add_bos=False)
     prompt = (base * (a.prompt_tokens // len(base) + 1))[: a.prompt_tokens]
 
