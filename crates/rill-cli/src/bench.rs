@@ -132,7 +132,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                             return Ok(r);
                         }
                         Event::Error { message } => bail!("{message}"),
-                        Event::Started { .. } => {}
+                        Event::Queued { .. } | Event::Started { .. } | Event::Stats { .. } => {}
                     }
                 }
                 bail!("the engine stopped during the benchmark")

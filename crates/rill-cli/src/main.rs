@@ -269,7 +269,7 @@ fn stream(gen: rill_engine::Generation, json: bool) -> Result<String> {
                 return Ok(answer);
             }
             Event::Error { message } => bail!("{message}"),
-            Event::Started { .. } => {}
+            Event::Queued { .. } | Event::Started { .. } | Event::Stats { .. } => {}
         }
     }
     bail!("the engine stopped before the answer ended")

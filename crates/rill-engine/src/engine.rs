@@ -28,6 +28,7 @@ use crate::scheduler::{plan_round, SequenceState, Work};
 use crate::sequence::{Sequence, SequenceSpec};
 use crate::stop::{StopReason, StopStrings};
 use crate::template::{ChatTemplate, Message};
+use crate::prefix_cache::PrefixCache;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
 /// Where the model runs.
@@ -64,12 +65,35 @@ pub struct EngineConfig {
     pub context_size: Option<usize>,
     /// Prompt tokens per prefill step, so a long prompt never freezes other answers.
     pub prefill_chunk: usize,
+    /// Bytes of KV cache all sequences (and kept prefixes) may hold; `None` = a quarter of the
+    /// available memory, at least one full context. New requests wait when it is full.
+    pub kv_budget: Option<usize>,
 }
 
 impl EngineConfig {
     pub fn new(model: impl Into<PathBuf>) -> Self {
-        EngineConfig { model: model.into(), device: DeviceKind::Cpu, threads: None, context_size: None, prefill_chunk: 256 }
+        EngineConfig {
+            model: model.into(),
+            device: DeviceKind::Cpu,
+            threads: None,
+            context_size: None,
+            prefill_chunk: 256,
+            kv_budget: None,
+        }
     }
+}
+
+/// Memory the system can give us (`MemAvailable`), or 4 GiB where that cannot be read.
+fn available_memory() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<usize>().ok())
+        })
+        .map_or(4 << 30, |kb| kb * 1024)
 }
 
 /// Default context cap: enough for long chats, small enough that a 128k-context model does not
@@ -101,11 +125,32 @@ pub struct GenerateRequest {
     pub priority: u8,
     /// Keep going past end-of-generation tokens (benchmarks).
     pub ignore_eos: bool,
+    /// What to do when a conversation does not fit the context.
+    pub overflow: Overflow,
+}
+
+/// Context-overflow policy for a conversation longer than the context window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overflow {
+    /// Keep the system prompt, drop the oldest turns until the rest fits with room to answer.
+    #[default]
+    DropOldest,
+    /// Refuse (`Error::PromptTooLong`); an answer that fills the context ends with `ContextFull`.
+    Stop,
 }
 
 impl GenerateRequest {
     pub fn new(prompt: Prompt) -> Self {
-        GenerateRequest { prompt, params: SamplingParams::default(), stop: Vec::new(), max_tokens: None, priority: 1, ignore_eos: false }
+        GenerateRequest {
+            prompt,
+            params: SamplingParams::default(),
+            stop: Vec::new(),
+            max_tokens: None,
+            priority: 1,
+            ignore_eos: false,
+            overflow: Overflow::DropOldest,
+        }
     }
 
     pub fn chat(messages: Vec<Message>) -> Self {
@@ -131,12 +176,18 @@ pub struct Timings {
     pub decode_tps: f64,
 }
 
-/// What a generation reports, in order: `Started`, `Token`…, then `Done` or `Error`.
+/// What a generation reports, in order: `Queued` (only while it waits for memory), `Started`,
+/// `Token`… with a `Stats` now and then, then `Done` or `Error`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
-    /// Admitted: its prompt goes through the model now.
-    Started { prompt_tokens: usize, reused_tokens: usize },
+    /// Waiting for KV-cache memory; `position` 0 is next.
+    Queued { position: usize },
+    /// Admitted: its prompt goes through the model now. `reused_tokens` came from the cache of
+    /// an earlier answer; `dropped_messages` were cut from the front to fit the context.
+    Started { prompt_tokens: usize, reused_tokens: usize, dropped_messages: usize },
+    /// Progress, every few tokens.
+    Stats { completion_tokens: usize, tokens_per_second: f64, reused_tokens: usize },
     /// One answer token and the text it completes (possibly empty: half a character, or text
     /// held back because it may begin a stop string).
     Token { id: u32, text: String },
@@ -164,6 +215,7 @@ struct Shared {
     context_length: usize,
     next_id: AtomicU64,
     cache_bytes: AtomicUsize,
+    prefix_bytes: AtomicUsize,
     /// Ids of the sequences the thread holds, as of the last round.
     live: Mutex<Vec<u64>>,
 }
@@ -204,14 +256,24 @@ impl Engine {
             context_length: weights.config().context_length,
             next_id: AtomicU64::new(1),
             cache_bytes: AtomicUsize::new(0),
+            prefix_bytes: AtomicUsize::new(0),
             live: Mutex::new(Vec::new()),
         });
+        let full_context = shared.context_length * weights.kv_bytes_per_token();
+        let budget = config.kv_budget.unwrap_or_else(|| (available_memory() / 4).max(full_context));
+        tracing::info!(budget_mb = budget / (1 << 20), "KV cache budget");
         let (tx, rx) = mpsc::channel();
-        let thread_shared = shared.clone();
-        let chunk = config.prefill_chunk;
+        let mut worker = Worker {
+            model: weights,
+            shared: shared.clone(),
+            seqs: Vec::new(),
+            prefixes: PrefixCache::default(),
+            budget,
+            prefill_chunk: config.prefill_chunk,
+        };
         let thread = std::thread::Builder::new()
             .name("rill-inference".into())
-            .spawn(move || run(weights, thread_shared, rx, chunk))?;
+            .spawn(move || run(&mut worker, rx))?;
         Ok(Engine { handle: Handle { tx, shared }, thread: Some(thread) })
     }
 
@@ -255,6 +317,11 @@ impl Handle {
         self.shared.cache_bytes.load(Ordering::Relaxed)
     }
 
+    /// Bytes of KV cache kept from finished answers for prefix reuse.
+    pub fn prefix_cache_bytes(&self) -> usize {
+        self.shared.prefix_bytes.load(Ordering::Relaxed)
+    }
+
     /// Ids of the generations the thread holds, as of the last round.
     pub fn live_ids(&self) -> Vec<u64> {
         self.shared.live.lock().map(|l| l.clone()).unwrap_or_default()
@@ -291,17 +358,45 @@ impl Handle {
         Ok(ids)
     }
 
+    /// Fits a conversation into the context under `policy`: the prompt ids and how many
+    /// messages were dropped from the front.
+    fn fit(&self, prompt: &Prompt, max_tokens: Option<usize>, policy: Overflow) -> Result<(Vec<u32>, usize)> {
+        let context = self.shared.context_length;
+        let mut ids = self.tokenize_prompt(prompt)?;
+        let mut dropped = 0;
+        if let (Prompt::Messages(all), Overflow::DropOldest) = (prompt, policy) {
+            // Room to answer: what was asked for, at most a quarter of the window.
+            let room = max_tokens.unwrap_or(usize::MAX).min(context / 4).max(1);
+            let mut messages = all.clone();
+            while ids.len() + room > context {
+                // The oldest turn that is not the system prompt or the last message; an answer
+                // goes with the question before it, so the roles keep alternating.
+                let Some(i) = messages.iter().position(|m| m.role != crate::template::Role::System) else { break };
+                if i + 1 >= messages.len() {
+                    break;
+                }
+                messages.remove(i);
+                dropped += 1;
+                if i + 1 < messages.len() && messages[i].role == crate::template::Role::Assistant {
+                    messages.remove(i);
+                    dropped += 1;
+                }
+                ids = self.tokenize_prompt(&Prompt::Messages(messages.clone()))?;
+            }
+        }
+        if ids.len() >= context {
+            return Err(Error::PromptTooLong { prompt_tokens: ids.len(), context });
+        }
+        Ok((ids, dropped))
+    }
+
     /// Starts a generation. Every check that depends on the request happens here.
     pub fn generate(&self, req: GenerateRequest) -> Result<Generation> {
         let sampler = Sampler::new(req.params)?;
         if req.max_tokens == Some(0) {
             return Err(Error::param("max_tokens", "must be ≥ 1"));
         }
-        let prompt = self.tokenize_prompt(&req.prompt)?;
-        let context = self.shared.context_length;
-        if prompt.len() >= context {
-            return Err(Error::PromptTooLong { prompt_tokens: prompt.len(), context });
-        }
+        let (prompt, dropped_messages) = self.fit(&req.prompt, req.max_tokens, req.overflow)?;
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (events_tx, events) = unbounded_channel();
         let prompt_tokens = prompt.len();
@@ -312,9 +407,10 @@ impl Handle {
             stops: StopStrings::new(req.stop),
             decoder: StreamDecoder::new(&self.shared.tokenizer),
             max_tokens: req.max_tokens,
-            context_length: context,
+            context_length: self.shared.context_length,
             ignore_eos: req.ignore_eos,
             priority: req.priority.max(1),
+            dropped_messages,
             events: events_tx,
             submitted: Instant::now(),
         });
@@ -430,7 +526,7 @@ impl Generation {
                     return Ok(out);
                 }
                 Event::Error { message } => return Err(Error::Candle(candle_core::Error::Msg(message))),
-                Event::Started { .. } => {}
+                Event::Queued { .. } | Event::Started { .. } | Event::Stats { .. } => {}
             }
         }
         Err(Error::EngineStopped)
@@ -454,16 +550,28 @@ impl Iterator for Generation {
     }
 }
 
-/// The inference thread: apply commands, plan a round, execute it, drop what finished.
-fn run(model: crate::model::Llama, shared: Arc<Shared>, rx: mpsc::Receiver<Command>, prefill_chunk: usize) {
-    let mut seqs: Vec<Sequence> = Vec::new();
+/// The inference thread's state: the weights, the live sequences in admission order, the
+/// kept prefixes, and the memory they may use.
+struct Worker {
+    model: crate::model::Llama,
+    shared: Arc<Shared>,
+    seqs: Vec<Sequence>,
+    prefixes: PrefixCache,
+    budget: usize,
+    prefill_chunk: usize,
+}
+
+/// The inference thread: apply commands, admit what fits, plan a round, run it, retire.
+fn run(worker: &mut Worker, rx: mpsc::Receiver<Command>) {
     loop {
         // Block only when there is nothing to compute.
-        let idle = !seqs.iter().any(|s| matches!(s.state(), SequenceState::Prefilling | SequenceState::Decoding));
-        if idle {
+        let busy = worker.seqs.iter().any(|s| {
+            matches!(s.state(), SequenceState::Prefilling | SequenceState::Decoding | SequenceState::Queued)
+        });
+        if !busy {
             match rx.recv() {
                 Ok(cmd) => {
-                    if !apply(cmd, &mut seqs) {
+                    if !worker.apply(cmd) {
                         return;
                     }
                 }
@@ -473,110 +581,205 @@ fn run(model: crate::model::Llama, shared: Arc<Shared>, rx: mpsc::Receiver<Comma
         loop {
             match rx.try_recv() {
                 Ok(cmd) => {
-                    if !apply(cmd, &mut seqs) {
+                    if !worker.apply(cmd) {
                         return;
                     }
                 }
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
-                    if seqs.is_empty() {
+                    if worker.seqs.is_empty() {
                         return;
                     }
                     break;
                 }
             }
         }
-        for s in seqs.iter_mut().filter(|s| s.state() != SequenceState::Finished && s.receiver_gone()) {
+        for s in worker.seqs.iter_mut().filter(|s| s.state() != SequenceState::Finished && s.receiver_gone()) {
             s.finish(StopReason::Cancelled);
         }
-
-        let views: Vec<_> = seqs.iter().map(Sequence::view).collect();
-        for work in plan_round(&views, prefill_chunk) {
-            let (id, result) = match work {
-                Work::Prefill { id, tokens } => {
-                    let Some(s) = seqs.iter_mut().find(|s| s.id == id) else { continue };
-                    (id, s.prefill(&model, &shared.tokenizer, tokens))
-                }
-                Work::Decode { id, steps } => {
-                    let Some(s) = seqs.iter_mut().find(|s| s.id == id) else { continue };
-                    let mut r = Ok(());
-                    for _ in 0..steps {
-                        if s.state() != SequenceState::Decoding {
-                            break;
-                        }
-                        r = s.decode(&model, &shared.tokenizer);
-                        if r.is_err() {
-                            break;
-                        }
-                    }
-                    (id, r)
-                }
-            };
-            if let Err(e) = result {
-                tracing::error!(seq = id, error = %e, "generation failed");
-                if let Some(s) = seqs.iter_mut().find(|s| s.id == id) {
-                    s.fail(e.to_string());
-                }
-            }
-        }
-
-        // Finished sequences leave now, and their caches with them.
-        seqs.retain(|s| s.state() != SequenceState::Finished);
-        shared.cache_bytes.store(seqs.iter().map(Sequence::cache_bytes).sum(), Ordering::Relaxed);
-        if let Ok(mut live) = shared.live.lock() {
-            live.clear();
-            live.extend(seqs.iter().map(|s| s.id));
-        }
+        worker.retire();
+        worker.admit();
+        worker.round();
+        worker.retire();
     }
 }
 
-/// Applies one command; false means shut down.
-fn apply(cmd: Command, seqs: &mut Vec<Sequence>) -> bool {
-    fn find(seqs: &mut [Sequence], id: u64) -> Option<&mut Sequence> {
-        seqs.iter_mut().find(|s| s.id == id)
+impl Worker {
+    fn used(&self) -> usize {
+        self.seqs.iter().map(Sequence::cache_bytes).sum::<usize>() + self.prefixes.bytes()
     }
-    match cmd {
-        Command::Add(seq) => {
-            let mut seq = *seq;
-            seq.started();
-            seqs.push(seq);
+
+    /// Frees memory for `need` more bytes: kept prefixes first (least recently used), then the
+    /// caches of paused answers (lowest priority first; they are recomputed on resume).
+    fn make_room(&mut self, need: usize) -> bool {
+        while self.used() + need > self.budget {
+            if self.prefixes.evict_lru() {
+                continue;
+            }
+            let victim = self
+                .seqs
+                .iter_mut()
+                .filter(|s| s.state() == SequenceState::Paused && s.cache_bytes() > 0)
+                .min_by_key(|s| s.priority);
+            match victim {
+                Some(s) => s.evict(),
+                None => return false,
+            }
         }
-        Command::SetParams(id, p) => {
-            if let Some(s) = find(seqs, id) {
-                // Validated by Control::set_params; a failure here would be a bug, not user input.
-                if let Err(e) = s.sampler_mut().set_params(p) {
-                    tracing::warn!(seq = id, error = %e, "rejected sampling change");
+        true
+    }
+
+    /// Admits queued sequences in order while their prompts fit the budget; tells the others
+    /// their place. A sequence alone is always admitted, so a small budget slows, never blocks.
+    fn admit(&mut self) {
+        let per_token = self.model.kv_bytes_per_token();
+        let mut position = 0;
+        for i in 0..self.seqs.len() {
+            if self.seqs[i].state() != SequenceState::Queued {
+                continue;
+            }
+            if position == 0 {
+                let reused = self.prefixes.take_longest(&self.seqs[i].tokens()[..]);
+                let have = reused.as_ref().map_or(0, |c| c.len());
+                let need = (self.seqs[i].tokens().len() - have) * per_token;
+                let alone = !self.seqs.iter().any(|s| s.admitted && s.cache_bytes() > 0);
+                if self.make_room(need) || alone {
+                    self.seqs[i].admit(reused);
+                    continue;
+                }
+                if let Some(c) = reused {
+                    let tokens = self.seqs[i].tokens()[..c.len()].to_vec();
+                    self.prefixes.insert(tokens, c);
+                }
+            }
+            self.seqs[i].queued_at(position);
+            position += 1;
+        }
+    }
+
+    /// Runs one round: the plan's work as batched forward passes. A sequence with priority p
+    /// takes part in the first p passes, everyone else in the first.
+    fn round(&mut self) {
+        let views: Vec<_> = self.seqs.iter().map(Sequence::view).collect();
+        let plan = plan_round(&views, self.prefill_chunk);
+        let passes = plan.iter().map(|w| if let Work::Decode { steps, .. } = w { *steps } else { 1 }).max().unwrap_or(0);
+        for pass in 0..passes {
+            // (sequence id, tokens to run) for this pass.
+            let mut want: Vec<(u64, usize)> = Vec::new();
+            for w in &plan {
+                match *w {
+                    Work::Prefill { id, tokens } if pass == 0 => want.push((id, tokens)),
+                    Work::Decode { id, steps } if pass < steps => want.push((id, 1)),
+                    _ => {}
+                }
+            }
+            let mut members: Vec<(&mut Sequence, usize)> = self
+                .seqs
+                .iter_mut()
+                .filter_map(|s| {
+                    let n = want.iter().find(|(id, _)| *id == s.id)?.1;
+                    // A decode pass only for sequences still decoding (one may have finished).
+                    let ok = match s.state() {
+                        SequenceState::Decoding => n == 1,
+                        SequenceState::Prefilling => pass == 0,
+                        _ => false,
+                    };
+                    ok.then_some((s, n))
+                })
+                .collect();
+            if members.is_empty() {
+                break;
+            }
+            let mut inputs: Vec<(&[u32], &mut crate::model::KvCache)> =
+                members.iter_mut().map(|(s, n)| s.step_input(*n)).collect();
+            let result = self.model.forward_batch(&mut inputs);
+            drop(inputs);
+            match result {
+                Ok(logits) => {
+                    for ((s, _), l) in members.iter_mut().zip(logits) {
+                        if let Err(e) = s.after_step(&self.shared.tokenizer, l) {
+                            tracing::error!(seq = s.id, error = %e, "sampling failed");
+                            s.fail(e.to_string());
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "forward pass failed");
+                    for (s, _) in members.iter_mut() {
+                        s.fail(e.to_string());
+                    }
                 }
             }
         }
-        Command::Pause(id) => {
-            if let Some(s) = find(seqs, id) {
-                s.paused = true;
+    }
+
+    /// Finished sequences leave; the caches of complete answers are kept for prefix reuse.
+    fn retire(&mut self) {
+        let mut i = 0;
+        while i < self.seqs.len() {
+            let s = &mut self.seqs[i];
+            match s.finish_reason() {
+                None => i += 1,
+                Some(reason) => {
+                    if reason != StopReason::Cancelled {
+                        let (tokens, cache) = s.take_cache();
+                        self.prefixes.insert(tokens, cache);
+                    }
+                    self.seqs.remove(i);
+                }
             }
         }
-        Command::Resume(id) => {
-            if let Some(s) = find(seqs, id) {
-                s.paused = false;
-            }
+        // Keep within the budget: kept prefixes give way first.
+        while self.used() > self.budget && self.prefixes.evict_lru() {}
+        self.shared.cache_bytes.store(self.seqs.iter().map(Sequence::cache_bytes).sum(), Ordering::Relaxed);
+        self.shared.prefix_bytes.store(self.prefixes.bytes(), Ordering::Relaxed);
+        if let Ok(mut live) = self.shared.live.lock() {
+            live.clear();
+            live.extend(self.seqs.iter().map(|s| s.id));
         }
-        Command::Cancel(id) => {
-            if let Some(s) = find(seqs, id) {
-                if s.state() != SequenceState::Finished {
+    }
+
+    /// Applies one command; false means shut down.
+    fn apply(&mut self, cmd: Command) -> bool {
+        let find = |seqs: &mut Vec<Sequence>, id: u64| seqs.iter_mut().position(|s| s.id == id);
+        let seqs = &mut self.seqs;
+        match cmd {
+            Command::Add(seq) => seqs.push(*seq),
+            Command::SetParams(id, p) => {
+                if let Some(i) = find(seqs, id) {
+                    // Validated by Control::set_params; a failure here would be a bug.
+                    if let Err(e) = seqs[i].sampler_mut().set_params(p) {
+                        tracing::warn!(seq = id, error = %e, "rejected sampling change");
+                    }
+                }
+            }
+            Command::Pause(id) => {
+                if let Some(i) = find(seqs, id) {
+                    seqs[i].paused = true;
+                }
+            }
+            Command::Resume(id) => {
+                if let Some(i) = find(seqs, id) {
+                    seqs[i].paused = false;
+                }
+            }
+            Command::Cancel(id) => {
+                if let Some(i) = find(seqs, id) {
+                    seqs[i].finish(StopReason::Cancelled);
+                }
+            }
+            Command::SetPriority(id, p) => {
+                if let Some(i) = find(seqs, id) {
+                    seqs[i].priority = p;
+                }
+            }
+            Command::Shutdown => {
+                for s in seqs.iter_mut() {
                     s.finish(StopReason::Cancelled);
                 }
+                return false;
             }
         }
-        Command::SetPriority(id, p) => {
-            if let Some(s) = find(seqs, id) {
-                s.priority = p;
-            }
-        }
-        Command::Shutdown => {
-            for s in seqs.iter_mut() {
-                s.finish(StopReason::Cancelled);
-            }
-            return false;
-        }
+        true
     }
-    true
 }

@@ -33,6 +33,7 @@ pub mod engine;
 pub mod error;
 pub mod hub;
 pub mod model;
+pub(crate) mod prefix_cache;
 pub mod sampler;
 pub mod scheduler;
 pub(crate) mod sequence;
@@ -41,8 +42,8 @@ pub mod template;
 pub mod tokenizer;
 
 pub use engine::{
-    Collected, Control, DeviceKind, Engine, EngineConfig, Event, GenerateRequest, Generation, Handle, Prompt, Timings,
-    Usage,
+    Collected, Control, DeviceKind, Engine, EngineConfig, Event, GenerateRequest, Generation, Handle, Overflow, Prompt,
+    Timings, Usage,
 };
 pub use error::{Error, Result};
 pub use model::{inspect, ModelInfo};

@@ -4,12 +4,15 @@
 //! without a model. Each round, every decoding sequence gets `priority` decode steps (1 by
 //! default, so all answers move together), and at most one prefilling sequence gets one chunk of
 //! its prompt, so a long prompt never freezes the answers that are streaming. Paused and
-//! finished sequences get nothing.
+//! finished sequences get nothing, and so do queued ones (admission, which needs memory
+//! accounting, is the engine's).
 
 /// What a sequence is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SequenceState {
+    /// Waiting for KV-cache memory; `Event::Queued` tells its place.
+    Queued,
     /// Its prompt is going through the model, chunk by chunk.
     Prefilling,
     /// It produces one token per step.
@@ -27,7 +30,7 @@ pub struct SeqView {
     pub state: SequenceState,
     /// Share of the machine: decode steps per round (≥ 1).
     pub priority: u8,
-    /// Prompt tokens not yet in the cache.
+    /// Tokens not yet in the cache (the prompt, or a dropped cache being recomputed).
     pub prompt_left: usize,
 }
 
@@ -79,7 +82,7 @@ mod tests {
 
     #[test]
     fn paused_and_finished_sequences_get_nothing() {
-        let seqs = [view(1, Paused, 1, 0), view(2, Finished, 1, 0), view(3, Paused, 1, 500)];
+        let seqs = [view(1, Paused, 1, 0), view(2, Finished, 1, 0), view(3, Paused, 1, 500), view(4, Queued, 1, 30)];
         assert!(plan_round(&seqs, 256).is_empty());
     }
 

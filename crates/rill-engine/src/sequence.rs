@@ -1,9 +1,12 @@
 //! One generation as the inference thread holds it: its tokens, its own KV cache, its live
 //! sampling parameters, its stop conditions, its timings, and the sender of its event channel.
 //!
-//! A sequence moves through [`SequenceState`]s: prefilling (prompt chunks into the cache),
-//! decoding (one token per step), paused, finished. The state is derived from the fields that
-//! matter (prompt left, paused flag, finish reason), so it can never disagree with them.
+//! Everything is driven by one number, the tokens not yet in the cache ("pending"). A new
+//! prompt has them all pending; a prefill step runs a chunk of them; a decode step runs the one
+//! token drawn last. Whenever a step leaves nothing pending, the next token is drawn. The same
+//! rule resumes a sequence whose cache was dropped to make room (it is simply prefilled again,
+//! answer so far included) and one that reuses a cached prefix (fewer tokens are pending).
+//! The [`SequenceState`] is derived from these fields, so it can never disagree with them.
 
 use std::time::Instant;
 
@@ -11,11 +14,14 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::engine::{Event, Timings, Usage};
 use crate::error::Result;
-use crate::model::{KvCache, Llama};
+use crate::model::KvCache;
 use crate::sampler::Sampler;
 use crate::scheduler::{SeqView, SequenceState};
 use crate::stop::{StopCheck, StopReason, StopStrings};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
+
+/// Answer tokens between two `Stats` events.
+const STATS_EVERY: usize = 16;
 
 pub(crate) struct Sequence {
     pub id: u64,
@@ -31,9 +37,15 @@ pub(crate) struct Sequence {
     ignore_eos: bool,
     pub priority: u8,
     pub paused: bool,
+    /// False while it waits for KV-cache memory (new, or its cache was dropped).
+    pub admitted: bool,
+    started: bool,
     finished: Option<StopReason>,
     /// Tokens that are part of the answer (end-of-generation ids excluded).
     completion_tokens: usize,
+    reused_tokens: usize,
+    dropped_messages: usize,
+    queue_position: Option<usize>,
     events: UnboundedSender<Event>,
     submitted: Instant,
     prefill_started: Option<Instant>,
@@ -52,6 +64,7 @@ pub(crate) struct SequenceSpec {
     pub context_length: usize,
     pub ignore_eos: bool,
     pub priority: u8,
+    pub dropped_messages: usize,
     pub events: UnboundedSender<Event>,
     pub submitted: Instant,
 }
@@ -71,8 +84,13 @@ impl Sequence {
             ignore_eos: s.ignore_eos,
             priority: s.priority,
             paused: false,
+            admitted: false,
+            started: false,
             finished: None,
             completion_tokens: 0,
+            reused_tokens: 0,
+            dropped_messages: s.dropped_messages,
+            queue_position: None,
             events: s.events,
             submitted: s.submitted,
             prefill_started: None,
@@ -82,12 +100,19 @@ impl Sequence {
         }
     }
 
+    /// Tokens not yet in the cache.
+    pub fn pending(&self) -> usize {
+        self.tokens.len() - self.cache.len()
+    }
+
     pub fn state(&self) -> SequenceState {
         if self.finished.is_some() {
             SequenceState::Finished
         } else if self.paused {
             SequenceState::Paused
-        } else if self.cache.len() < self.prompt_len {
+        } else if !self.admitted {
+            SequenceState::Queued
+        } else if self.pending() > 1 {
             SequenceState::Prefilling
         } else {
             SequenceState::Decoding
@@ -95,12 +120,11 @@ impl Sequence {
     }
 
     pub fn view(&self) -> SeqView {
-        SeqView {
-            id: self.id,
-            state: self.state(),
-            priority: self.priority,
-            prompt_left: self.prompt_len.saturating_sub(self.cache.len()),
-        }
+        SeqView { id: self.id, state: self.state(), priority: self.priority, prompt_left: self.pending() }
+    }
+
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
     }
 
     pub fn cache_bytes(&self) -> usize {
@@ -123,28 +147,61 @@ impl Sequence {
         self.events.is_closed()
     }
 
-    pub fn started(&mut self) {
-        self.send(Event::Started { prompt_tokens: self.prompt_len, reused_tokens: 0 });
+    /// Tells the caller where it stands in the queue (only when that changes).
+    pub fn queued_at(&mut self, position: usize) {
+        if self.queue_position != Some(position) {
+            self.queue_position = Some(position);
+            self.send(Event::Queued { position });
+        }
     }
 
-    /// Runs the next `n` prompt tokens; after the last chunk, the first answer token is drawn.
-    pub fn prefill(&mut self, model: &Llama, tok: &Tokenizer, n: usize) -> Result<()> {
-        self.prefill_started.get_or_insert_with(Instant::now);
+    /// Lets the sequence run, starting from a cached prefix of its tokens when there is one.
+    pub fn admit(&mut self, reused: Option<KvCache>) {
+        if let Some(cache) = reused {
+            debug_assert!(cache.len() < self.tokens.len());
+            self.reused_tokens = cache.len();
+            self.cache = cache;
+        }
+        self.admitted = true;
+        self.queue_position = None;
+        if !self.started {
+            self.started = true;
+            self.send(Event::Started {
+                prompt_tokens: self.prompt_len,
+                reused_tokens: self.reused_tokens,
+                dropped_messages: self.dropped_messages,
+            });
+        }
+    }
+
+    /// Frees the cache to make room; the sequence waits for memory and is then recomputed.
+    pub fn evict(&mut self) {
+        self.cache = KvCache::new();
+        self.admitted = false;
+    }
+
+    /// Hands the cache over (with the tokens it holds) for prefix reuse, once finished.
+    pub fn take_cache(&mut self) -> (Vec<u32>, KvCache) {
+        let cache = std::mem::take(&mut self.cache);
+        (self.tokens[..cache.len()].to_vec(), cache)
+    }
+
+    /// The next `n` pending tokens and the cache they go into, for a batched step.
+    pub fn step_input(&mut self, n: usize) -> (&[u32], &mut KvCache) {
         let from = self.cache.len();
-        let mut logits = model.forward(&self.tokens[from..from + n], &mut self.cache)?;
-        if self.cache.len() == self.prompt_len {
+        self.prefill_started.get_or_insert_with(Instant::now);
+        (&self.tokens[from..from + n], &mut self.cache)
+    }
+
+    /// After a step: when nothing is pending any more, draw the next token.
+    pub fn after_step(&mut self, tok: &Tokenizer, mut logits: Vec<f32>) -> Result<()> {
+        if self.prefill_done.is_none() && self.cache.len() >= self.prompt_len {
             self.prefill_done = Some(Instant::now());
+        }
+        if self.pending() == 0 {
             self.sample_and_emit(tok, &mut logits)?;
         }
         Ok(())
-    }
-
-    /// Runs the last drawn token through the model and draws the next one.
-    pub fn decode(&mut self, model: &Llama, tok: &Tokenizer) -> Result<()> {
-        let last = self.tokens.len() - 1;
-        debug_assert_eq!(self.cache.len(), last, "decode runs the one token not yet cached");
-        let mut logits = model.forward(&self.tokens[last..], &mut self.cache)?;
-        self.sample_and_emit(tok, &mut logits)
     }
 
     fn sample_and_emit(&mut self, tok: &Tokenizer, logits: &mut [f32]) -> Result<()> {
@@ -161,7 +218,8 @@ impl Sequence {
             if !held.is_empty() {
                 self.send(Event::Token { id, text: held });
             }
-            return Ok(self.finish(StopReason::Stop));
+            self.finish(StopReason::Stop);
+            return Ok(());
         }
         self.completion_tokens += 1;
         let piece = self.decoder.push(tok, id);
@@ -188,30 +246,49 @@ impl Sequence {
         self.send(Event::Token { id, text });
         if let Some(r) = reason {
             self.finish(r);
+        } else if self.completion_tokens % STATS_EVERY == 0 {
+            let timings = self.timings();
+            self.send(Event::Stats {
+                completion_tokens: self.completion_tokens,
+                tokens_per_second: timings.decode_tps,
+                reused_tokens: self.reused_tokens,
+            });
         }
         Ok(())
     }
 
-    /// Ends the sequence (once) and sends `Done` with usage and timings.
-    pub fn finish(&mut self, reason: StopReason) {
-        if matches!(self.finished, Some(StopReason::Cancelled)) && reason != StopReason::Cancelled {
-            return; // the listener is gone; nothing to report
-        }
-        self.finished = Some(reason);
+    fn timings(&self) -> Timings {
         let ms = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
             (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64() * 1000.0,
             _ => 0.0,
         };
         let prefill_ms = ms(self.prefill_started, self.prefill_done);
         let decode_ms = ms(self.first_token, self.last_token);
-        let timings = Timings {
+        let prefilled = self.prompt_len - self.reused_tokens;
+        Timings {
             ttft_ms: ms(Some(self.submitted), self.first_token),
-            prefill_tps: if prefill_ms > 0.0 { self.prompt_len as f64 * 1000.0 / prefill_ms } else { 0.0 },
+            prefill_tps: if prefill_ms > 0.0 { prefilled as f64 * 1000.0 / prefill_ms } else { 0.0 },
             // Tokens after the first, over the time between the first and the last.
-            decode_tps: if decode_ms > 0.0 { (self.tokens.len() - self.prompt_len - 1) as f64 * 1000.0 / decode_ms } else { 0.0 },
-        };
+            decode_tps: if decode_ms > 0.0 {
+                (self.tokens.len() - self.prompt_len - 1) as f64 * 1000.0 / decode_ms
+            } else {
+                0.0
+            },
+        }
+    }
+
+    /// Ends the sequence (once) and sends `Done` with usage and timings.
+    pub fn finish(&mut self, reason: StopReason) {
+        if self.finished.is_some() {
+            return;
+        }
+        self.finished = Some(reason);
         let usage = Usage { prompt_tokens: self.prompt_len, completion_tokens: self.completion_tokens };
-        let _ = self.events.send(Event::Done { reason, usage, timings });
+        let _ = self.events.send(Event::Done { reason, usage, timings: self.timings() });
+    }
+
+    pub fn finish_reason(&self) -> Option<StopReason> {
+        self.finished
     }
 
     /// Reports an error and ends the sequence.

@@ -235,55 +235,84 @@ impl Llama {
     /// Runs `tokens` at the positions after what `cache` holds, appends their keys and values,
     /// and returns the logits of the last token.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
+        let mut logits = self.forward_batch(&mut [(tokens, cache)])?;
+        Ok(logits.pop().unwrap_or_default())
+    }
+
+    /// One step for several sequences at once, each with its own new tokens (a prefill chunk,
+    /// or the one token of a decode step) and its own cache. All rows go through the linear
+    /// layers as one matrix, so every weight is read once per step however many answers are
+    /// streaming; attention runs per sequence against its own cache. Returns the logits of each
+    /// sequence's last token, in order.
+    pub fn forward_batch(&self, batch: &mut [(&[u32], &mut KvCache)]) -> Result<Vec<Vec<f32>>> {
         let cfg = &self.cfg;
-        let (t, pos) = (tokens.len(), cache.len());
-        if t == 0 {
-            return Err(Error::param("prompt", "no tokens to run"));
+        if batch.is_empty() {
+            return Ok(Vec::new());
         }
-        if pos + t > cfg.context_length {
-            return Err(Error::PromptTooLong { prompt_tokens: pos + t, context: cfg.context_length });
+        let mut ids = Vec::new();
+        for (tokens, cache) in batch.iter_mut() {
+            if tokens.is_empty() {
+                return Err(Error::param("prompt", "no tokens to run"));
+            }
+            if cache.len() + tokens.len() > cfg.context_length {
+                return Err(Error::PromptTooLong { prompt_tokens: cache.len() + tokens.len(), context: cfg.context_length });
+            }
+            cache.reserve(cfg, tokens.len(), &self.device)?;
+            ids.extend_from_slice(tokens);
         }
-        cache.reserve(cfg, t, &self.device)?;
         let (n_head, n_kv, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim);
         let n_rep = n_head / n_kv;
         let scale = 1.0 / (hd as f64).sqrt();
+        // Per sequence: its first row in the batch, its length, and its RoPE/mask tables.
+        let mut spans = Vec::with_capacity(batch.len());
+        let mut row = 0;
+        for (tokens, cache) in batch.iter() {
+            let (t, pos) = (tokens.len(), cache.len());
+            let mask = if t > 1 { Some(causal_mask(t, pos, n_rep, &self.device)?) } else { None };
+            spans.push((row, t, self.cos.narrow(0, pos, t)?, self.sin.narrow(0, pos, t)?, mask));
+            row += t;
+        }
 
-        let ids = Tensor::new(tokens, &self.device)?;
-        let mut x = self.embed.index_select(&ids, 0)?.unsqueeze(0)?;
-        let cos = self.cos.narrow(0, pos, t)?;
-        let sin = self.sin.narrow(0, pos, t)?;
-        let mask = if t > 1 { Some(causal_mask(t, pos, n_rep, &self.device)?) } else { None };
-
+        let mut x = self.embed.index_select(&Tensor::new(ids.as_slice(), &self.device)?, 0)?;
         for (li, layer) in self.layers.iter().enumerate() {
             let h = layer.attn_norm.forward(&x)?;
-            let heads = |w: &QMatMul, n: usize| -> Result<Tensor> {
-                Ok(w.forward(&h)?.reshape((1, t, n, hd))?.transpose(1, 2)?.contiguous()?)
-            };
-            let q = candle_nn::rotary_emb::rope_i(&heads(&layer.wq, n_head)?, &cos, &sin)?;
-            let k = candle_nn::rotary_emb::rope_i(&heads(&layer.wk, n_kv)?, &cos, &sin)?;
-            let v = heads(&layer.wv, n_kv)?;
-            let (k, v) = cache.append(li, &k, &v)?;
-
-            // Grouped-query attention without copying K/V: the n_rep query heads that share a
-            // KV head are consecutive, so [1, n_head, t, hd] is [1, n_kv, n_rep·t, hd].
-            let q = q.reshape((1, n_kv, n_rep * t, hd))?;
-            let att = (q.matmul(&k.t()?)? * scale)?;
-            let att = match &mask {
-                Some(m) => att.broadcast_add(m)?,
-                None => att,
-            };
-            let att = candle_nn::ops::softmax_last_dim(&att)?;
-            let y = att.matmul(&v)?.reshape((1, n_head, t, hd))?.transpose(1, 2)?.reshape((1, t, n_head * hd))?;
+            let (q, k, v) = (layer.wq.forward(&h)?, layer.wk.forward(&h)?, layer.wv.forward(&h)?);
+            let mut ys = Vec::with_capacity(batch.len());
+            for ((_, cache), (row, t, cos, sin, mask)) in batch.iter_mut().zip(&spans) {
+                let (row, t) = (*row, *t);
+                let heads = |m: &Tensor, n: usize| -> Result<Tensor> {
+                    Ok(m.narrow(0, row, t)?.reshape((1, t, n, hd))?.transpose(1, 2)?.contiguous()?)
+                };
+                let qs = candle_nn::rotary_emb::rope_i(&heads(&q, n_head)?, cos, sin)?;
+                let ks = candle_nn::rotary_emb::rope_i(&heads(&k, n_kv)?, cos, sin)?;
+                let (ks, vs) = cache.append(li, &ks, &heads(&v, n_kv)?)?;
+                // Grouped-query attention without copying K/V: the n_rep query heads that share
+                // a KV head are consecutive, so [1, n_head, t, hd] is [1, n_kv, n_rep·t, hd].
+                let qs = qs.reshape((1, n_kv, n_rep * t, hd))?;
+                let att = (qs.matmul(&ks.t()?)? * scale)?;
+                let att = match mask {
+                    Some(m) => att.broadcast_add(m)?,
+                    None => att,
+                };
+                let att = candle_nn::ops::softmax_last_dim(&att)?;
+                let y = att.matmul(&vs)?.reshape((1, n_head, t, hd))?.transpose(1, 2)?.reshape((t, n_head * hd))?;
+                ys.push(y);
+            }
+            let y = Tensor::cat(&ys, 0)?;
             x = (x + layer.wo.forward(&y)?)?;
 
             let h = layer.ffn_norm.forward(&x)?;
             let gate = layer.w_gate.forward(&h)?.silu()?;
             x = (x + layer.w_down.forward(&(gate * layer.w_up.forward(&h)?)?)?)?;
         }
-        cache.advance(t);
+        for (tokens, cache) in batch.iter_mut() {
+            cache.advance(tokens.len());
+        }
 
-        let last = x.narrow(1, t - 1, 1)?.contiguous()?;
+        // Only the last row of each sequence is projected to the vocabulary.
+        let last_rows: Vec<u32> = spans.iter().map(|(row, t, ..)| (row + t - 1) as u32).collect();
+        let last = x.index_select(&Tensor::new(last_rows.as_slice(), &self.device)?, 0)?;
         let logits = self.output.forward(&self.norm.forward(&last)?)?;
-        Ok(logits.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?)
+        Ok(logits.to_dtype(DType::F32)?.to_vec2()?)
     }
 }

@@ -1,0 +1,69 @@
+//! Prompt-prefix reuse: KV caches of finished answers, kept so that the next turn of the same
+//! conversation (or any prompt sharing a prefix, such as a system prompt) prefills only its new
+//! tokens. A new sequence takes the entry with the longest common prefix; the entry's cache is
+//! moved, not copied, and cut back to the shared part. Least recently used entries go first
+//! when memory is needed.
+
+use crate::model::KvCache;
+
+struct Entry {
+    tokens: Vec<u32>,
+    cache: KvCache,
+    last_used: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct PrefixCache {
+    entries: Vec<Entry>,
+    clock: u64,
+}
+
+/// Most entries kept, whatever the memory: a lookup compares against each.
+const MAX_ENTRIES: usize = 32;
+
+impl PrefixCache {
+    /// Keeps `cache`, which holds the keys and values of `tokens`.
+    pub fn insert(&mut self, tokens: Vec<u32>, cache: KvCache) {
+        if tokens.is_empty() {
+            return;
+        }
+        // An entry that is a prefix of the new one is superseded by it.
+        self.entries.retain(|e| !tokens.starts_with(&e.tokens));
+        self.clock += 1;
+        self.entries.push(Entry { tokens, cache, last_used: self.clock });
+        if self.entries.len() > MAX_ENTRIES {
+            self.evict_lru();
+        }
+    }
+
+    /// Takes the cache sharing the longest prefix with `prompt`, cut to that prefix. At least
+    /// one prompt token is left to run, since the answer needs the logits of the last one.
+    pub fn take_longest(&mut self, prompt: &[u32]) -> Option<KvCache> {
+        let limit = prompt.len().saturating_sub(1);
+        let (best, len) = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i, e.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(limit)))
+            .max_by_key(|&(_, len)| len)?;
+        if len == 0 {
+            return None;
+        }
+        let mut entry = self.entries.swap_remove(best);
+        entry.cache.truncate(len);
+        Some(entry.cache)
+    }
+
+    /// Drops the least recently used entry; false when there is none.
+    pub fn evict_lru(&mut self) -> bool {
+        let Some(i) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.last_used).map(|(i, _)| i) else {
+            return false;
+        };
+        self.entries.swap_remove(i);
+        true
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.entries.iter().map(|e| e.cache.bytes()).sum()
+    }
+}
