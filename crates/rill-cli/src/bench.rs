@@ -32,6 +32,13 @@ pub struct BenchArgs {
     /// Generations running at once.
     #[arg(long, default_value_t = 1)]
     streams: usize,
+    /// Long generations already streaming while the measured ones run (the flow's "short
+    /// question while long answers stream" case).
+    #[arg(long, default_value_t = 0)]
+    background: usize,
+    /// Instead: a conversation of this many turns, reporting each turn's TTFT (prefix reuse).
+    #[arg(long)]
+    turns: Option<usize>,
     /// One JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -46,6 +53,7 @@ struct Percentiles {
 #[derive(Serialize)]
 struct Report {
     streams: usize,
+    background: usize,
     prompt_tokens: usize,
     gen_tokens: usize,
     prefill_tps: f64,
@@ -53,6 +61,11 @@ struct Report {
     ttft_ms: Percentiles,
     itl_ms: Percentiles,
     peak_rss_mb: f64,
+    per_stream_decode_tps: Vec<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    turn_ttft_ms: Option<Vec<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    turn_reused_tokens: Option<Vec<usize>>,
 }
 
 fn percentiles(mut v: Vec<f64>) -> Percentiles {
@@ -61,7 +74,10 @@ fn percentiles(mut v: Vec<f64>) -> Percentiles {
     }
     v.sort_by(f64::total_cmp);
     let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    Percentiles { p50: at(0.5), p95: at(0.95) }
+    Percentiles {
+        p50: at(0.5),
+        p95: at(0.95),
+    }
 }
 
 /// Peak resident memory of this process (VmHWM), in MB; 0 where /proc is not available.
@@ -83,6 +99,8 @@ struct StreamResult {
     prefill_tps: f64,
     decode_tps: f64,
     tokens: usize,
+    reused_tokens: usize,
+    text: String,
 }
 
 pub fn bench(a: BenchArgs) -> Result<()> {
@@ -100,10 +118,41 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     };
 
     // Warm-up: thread pools, page faults, allocator.
-    handle.generate(request(base[..16.min(base.len())].to_vec(), 4))?.collect_blocking()?;
+    handle
+        .generate(request(base[..16.min(base.len())].to_vec(), 4))?
+        .collect_blocking()?;
+
+    if let Some(turns) = a.turns {
+        return bench_turns(&a, &handle, turns);
+    }
+
+    // Background answers: long, started first, running until the measurement is over.
+    let background: Vec<_> = (0..a.background)
+        .map(|b| {
+            let ids: Vec<u32> = base
+                .iter()
+                .cycle()
+                .skip(100 + b * 13)
+                .take(a.prompt_tokens.max(64))
+                .copied()
+                .collect();
+            let mut gen = handle.generate(request(ids, handle.context_length() / 2))?;
+            let control = gen.control().clone();
+            // Wait until it streams, then drain it in the background.
+            while !matches!(gen.blocking_next(), Some(Event::Token { .. }) | None) {}
+            Ok((control, std::thread::spawn(move || for _ in gen {})))
+        })
+        .collect::<Result<Vec<_>>>()?;
 
     let prompts: Vec<Vec<u32>> = (0..a.streams)
-        .map(|s| base.iter().cycle().skip(s * 7).take(a.prompt_tokens).copied().collect())
+        .map(|s| {
+            base.iter()
+                .cycle()
+                .skip(s * 7)
+                .take(a.prompt_tokens)
+                .copied()
+                .collect()
+        })
         .collect();
     let gens = prompts
         .into_iter()
@@ -111,61 +160,169 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let workers: Vec<_> = gens
         .into_iter()
-        .map(|(submitted, gen)| {
-            std::thread::spawn(move || -> Result<StreamResult> {
-                let mut last: Option<Instant> = None;
-                let mut r = StreamResult { ttft_ms: 0.0, gaps_ms: Vec::new(), prefill_tps: 0.0, decode_tps: 0.0, tokens: 0 };
-                for ev in gen {
-                    match ev {
-                        Event::Token { .. } => {
-                            let now = Instant::now();
-                            match last {
-                                None => r.ttft_ms = (now - submitted).as_secs_f64() * 1e3,
-                                Some(prev) => r.gaps_ms.push((now - prev).as_secs_f64() * 1e3),
-                            }
-                            last = Some(now);
-                            r.tokens += 1;
-                        }
-                        Event::Done { timings, .. } => {
-                            r.prefill_tps = timings.prefill_tps;
-                            r.decode_tps = timings.decode_tps;
-                            return Ok(r);
-                        }
-                        Event::Error { message } => bail!("{message}"),
-                        Event::Queued { .. } | Event::Started { .. } | Event::Stats { .. } => {}
-                    }
-                }
-                bail!("the engine stopped during the benchmark")
-            })
-        })
+        .map(|(submitted, gen)| std::thread::spawn(move || measure(submitted, gen)))
         .collect();
     let mut results = Vec::new();
     for w in workers {
-        results.push(w.join().map_err(|_| anyhow::anyhow!("a benchmark stream panicked"))??);
+        results.push(
+            w.join()
+                .map_err(|_| anyhow::anyhow!("a benchmark stream panicked"))??,
+        );
+    }
+    for (control, drain) in background {
+        control.cancel()?;
+        let _ = drain.join();
     }
 
     let report = Report {
         streams: a.streams,
+        background: a.background,
         prompt_tokens: a.prompt_tokens,
         gen_tokens: a.gen_tokens,
         prefill_tps: results.iter().map(|r| r.prefill_tps).sum::<f64>() / results.len() as f64,
         decode_tps: results.iter().map(|r| r.decode_tps).sum(),
         ttft_ms: percentiles(results.iter().map(|r| r.ttft_ms).collect()),
-        itl_ms: percentiles(results.iter().flat_map(|r| r.gaps_ms.iter().copied()).collect()),
+        itl_ms: percentiles(
+            results
+                .iter()
+                .flat_map(|r| r.gaps_ms.iter().copied())
+                .collect(),
+        ),
         peak_rss_mb: peak_rss_mb(),
+        per_stream_decode_tps: results.iter().map(|r| r.decode_tps).collect(),
+        turn_ttft_ms: None,
+        turn_reused_tokens: None,
     };
     debug_assert!(results.iter().all(|r| r.tokens == a.gen_tokens));
+    print_report(&a, &handle, &report)
+}
+
+fn print_report(a: &BenchArgs, handle: &rill_engine::Handle, report: &Report) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         let m = handle.model_info();
-        println!("model        {} ({}, {:.0} MB)", m.name, m.quantization, m.file_bytes as f64 / 1e6);
-        println!("streams      {}", report.streams);
-        println!("prefill      {:.1} tok/s  ({} prompt tokens)", report.prefill_tps, report.prompt_tokens);
-        println!("decode       {:.1} tok/s  ({} tokens per stream, summed over streams)", report.decode_tps, report.gen_tokens);
-        println!("ttft         p50 {:.1} ms  p95 {:.1} ms", report.ttft_ms.p50, report.ttft_ms.p95);
-        println!("inter-token  p50 {:.1} ms  p95 {:.1} ms", report.itl_ms.p50, report.itl_ms.p95);
+        println!(
+            "model        {} ({}, {:.0} MB)",
+            m.name,
+            m.quantization,
+            m.file_bytes as f64 / 1e6
+        );
+        println!(
+            "streams      {} (+{} in the background)",
+            report.streams, report.background
+        );
+        println!(
+            "prefill      {:.1} tok/s  ({} prompt tokens)",
+            report.prefill_tps, report.prompt_tokens
+        );
+        println!(
+            "decode       {:.1} tok/s  ({} tokens per stream, summed over streams)",
+            report.decode_tps, report.gen_tokens
+        );
+        println!(
+            "ttft         p50 {:.1} ms  p95 {:.1} ms",
+            report.ttft_ms.p50, report.ttft_ms.p95
+        );
+        println!(
+            "inter-token  p50 {:.1} ms  p95 {:.1} ms",
+            report.itl_ms.p50, report.itl_ms.p95
+        );
         println!("peak rss     {:.0} MB", report.peak_rss_mb);
+        if let Some(t) = &report.turn_ttft_ms {
+            println!(
+                "turn ttft    {}",
+                t.iter()
+                    .map(|x| format!("{x:.0} ms"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
     }
     Ok(())
+}
+
+/// Follows one generation, timing its tokens.
+fn measure(submitted: Instant, gen: rill_engine::Generation) -> Result<StreamResult> {
+    let mut last: Option<Instant> = None;
+    let mut r = StreamResult {
+        ttft_ms: 0.0,
+        gaps_ms: Vec::new(),
+        prefill_tps: 0.0,
+        decode_tps: 0.0,
+        tokens: 0,
+        reused_tokens: 0,
+        text: String::new(),
+    };
+    for ev in gen {
+        match ev {
+            Event::Token { text, .. } => {
+                r.text.push_str(&text);
+                let now = Instant::now();
+                match last {
+                    None => r.ttft_ms = (now - submitted).as_secs_f64() * 1e3,
+                    Some(prev) => r.gaps_ms.push((now - prev).as_secs_f64() * 1e3),
+                }
+                last = Some(now);
+                r.tokens += 1;
+            }
+            Event::Done { timings, .. } => {
+                r.prefill_tps = timings.prefill_tps;
+                r.decode_tps = timings.decode_tps;
+                return Ok(r);
+            }
+            Event::Error { message } => bail!("{message}"),
+            Event::Started { reused_tokens, .. } => r.reused_tokens = reused_tokens,
+            Event::Queued { .. } | Event::Stats { .. } => {}
+        }
+    }
+    bail!("the engine stopped during the benchmark")
+}
+
+/// A conversation turn after turn: each prompt holds the whole history, so without prefix
+/// reuse the time to first token grows with it.
+fn bench_turns(a: &BenchArgs, handle: &rill_engine::Handle, turns: usize) -> Result<()> {
+    const QUESTIONS: [&str; 4] = [
+        "Tell me about the rivers of France.",
+        "Which of them is the longest?",
+        "What cities does it pass through?",
+        "Describe one of those cities.",
+    ];
+    let mut messages: Vec<rill_engine::Message> = Vec::new();
+    let (mut ttft, mut reused, mut results) = (Vec::new(), Vec::new(), Vec::new());
+    for t in 0..turns {
+        messages.push(rill_engine::Message::user(QUESTIONS[t % QUESTIONS.len()]));
+        let req = GenerateRequest {
+            params: SamplingParams::greedy(),
+            max_tokens: Some(a.gen_tokens),
+            ignore_eos: true,
+            ..GenerateRequest::chat(messages.clone())
+        };
+        let r = measure(Instant::now(), handle.generate(req)?)?;
+        reused.push(r.reused_tokens);
+        messages.push(rill_engine::Message::assistant(r.text.clone()));
+        ttft.push(r.ttft_ms);
+        results.push(r);
+    }
+    let report = Report {
+        streams: 1,
+        background: 0,
+        prompt_tokens: handle.tokenize_prompt(&Prompt::Messages(messages))?.len(),
+        gen_tokens: a.gen_tokens,
+        prefill_tps: results.iter().map(|r| r.prefill_tps).sum::<f64>()
+            / results.len().max(1) as f64,
+        decode_tps: results.iter().map(|r| r.decode_tps).sum::<f64>() / results.len().max(1) as f64,
+        ttft_ms: percentiles(ttft.clone()),
+        itl_ms: percentiles(
+            results
+                .iter()
+                .flat_map(|r| r.gaps_ms.iter().copied())
+                .collect(),
+        ),
+        peak_rss_mb: peak_rss_mb(),
+        per_stream_decode_tps: results.iter().map(|r| r.decode_tps).collect(),
+        turn_ttft_ms: Some(ttft),
+        turn_reused_tokens: Some(reused),
+    };
+    print_report(a, handle, &report)
 }

@@ -12,10 +12,16 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use rill_engine::{DeviceKind, Engine, EngineConfig, Event, GenerateRequest, Message, Prompt, SamplingParams};
+use rill_engine::{
+    DeviceKind, Engine, EngineConfig, Event, GenerateRequest, Message, Prompt, SamplingParams,
+};
 
 #[derive(Parser)]
-#[command(name = "rill", version, about = "Chat with language models on your own machine")]
+#[command(
+    name = "rill",
+    version,
+    about = "Chat with language models on your own machine"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -187,7 +193,10 @@ fn main() -> ExitCode {
         eprintln!("error: internal error: {msg}");
     }));
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("RILL_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RILL_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
 
@@ -212,9 +221,14 @@ fn dispatch(cli: Cli) -> Result<()> {
 
 fn read_messages(a: &RunArgs) -> Result<Vec<Message>> {
     if let Some(path) = &a.messages {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let mut messages: Vec<Message> = serde_json::from_str(&text)
-            .with_context(|| format!("{}: expected a JSON list of {{\"role\",\"content\"}}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut messages: Vec<Message> = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{}: expected a JSON list of {{\"role\",\"content\"}}",
+                path.display()
+            )
+        })?;
         if let Some(s) = &a.system {
             messages.retain(|m| m.role != rill_engine::Role::System);
             messages.insert(0, Message::system(s.clone()));
@@ -225,7 +239,8 @@ fn read_messages(a: &RunArgs) -> Result<Vec<Message>> {
         Some(p) => p.clone(),
         None => {
             let mut s = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).context("reading the prompt from stdin")?;
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                .context("reading the prompt from stdin")?;
             s.trim_end_matches('\n').to_owned()
         }
     };
@@ -248,14 +263,22 @@ fn stream(gen: rill_engine::Generation, json: bool) -> Result<String> {
         match event {
             Event::Token { id, text } => {
                 if json {
-                    writeln!(out, "{}", serde_json::json!({"event": "token", "id": id, "text": text}))?;
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::json!({"event": "token", "id": id, "text": text})
+                    )?;
                 } else {
                     write!(out, "{text}")?;
                 }
                 out.flush()?;
                 answer.push_str(&text);
             }
-            Event::Done { reason, usage, timings } => {
+            Event::Done {
+                reason,
+                usage,
+                timings,
+            } => {
                 if json {
                     writeln!(
                         out,
@@ -280,7 +303,9 @@ fn run(a: RunArgs) -> Result<()> {
     a.sampling.params().validate()?;
     let messages = read_messages(&a)?;
     let engine = a.model.start()?;
-    let gen = engine.handle().generate(a.sampling.request(Prompt::Messages(messages)))?;
+    let gen = engine
+        .handle()
+        .generate(a.sampling.request(Prompt::Messages(messages)))?;
     stream(gen, a.json)?;
     Ok(())
 }
@@ -290,9 +315,16 @@ fn chat(a: ChatArgs) -> Result<()> {
     let engine = a.model.start()?;
     let handle = engine.handle();
     let interactive = std::io::stdin().is_terminal();
-    let mut history: Vec<Message> = a.system.iter().map(|s| Message::system(s.clone())).collect();
+    let mut history: Vec<Message> = a
+        .system
+        .iter()
+        .map(|s| Message::system(s.clone()))
+        .collect();
     if interactive {
-        eprintln!("Chatting with {} — empty line or Ctrl-D to quit, /reset to start over.", handle.model_info().name);
+        eprintln!(
+            "Chatting with {} — empty line or Ctrl-D to quit, /reset to start over.",
+            handle.model_info().name
+        );
     }
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
@@ -373,13 +405,23 @@ fn models(c: ModelsCommand) -> Result<()> {
             }
         }
         ModelsCommand::Pull { spec } => {
-            let mut bar = Bar { total: 0, done: 0, started: std::time::Instant::now() };
+            let mut bar = Bar {
+                total: 0,
+                done: 0,
+                started: std::time::Instant::now(),
+            };
             let path = rill_engine::hub::pull(&spec, &mut bar)?;
             println!("{}", path.display());
         }
         ModelsCommand::Import { file } => {
             let info = rill_engine::hub::import(&dir, &file)?;
-            println!("imported {} ({}, {}) from {}", info.name, info.architecture, info.quantization, info.path.display());
+            println!(
+                "imported {} ({}, {}) from {}",
+                info.name,
+                info.architecture,
+                info.quantization,
+                info.path.display()
+            );
         }
     }
     Ok(())

@@ -5,14 +5,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
 }
 
 fn model() -> PathBuf {
     let p = std::env::var_os("RILL_TEST_MODEL")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
-    assert!(p.is_file(), "test model missing at {}: run scripts/fetch-test-model.sh", p.display());
+    assert!(
+        p.is_file(),
+        "test model missing at {}: run scripts/fetch-test-model.sh",
+        p.display()
+    );
     p
 }
 
@@ -24,14 +31,21 @@ fn rill() -> Command {
 
 fn run_ok(args: &[&str]) -> String {
     let out = rill().args(args).output().unwrap();
-    assert!(out.status.success(), "rill {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "rill {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
 /// Non-zero exit, exactly one line on stderr, starting with `error:`, and no panic.
 fn assert_clean_error(out: &Output, mentions: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected failure, got success; stderr: {stderr}");
+    assert!(
+        !out.status.success(),
+        "expected failure, got success; stderr: {stderr}"
+    );
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "one error line, got: {stderr}");
     assert!(lines[0].starts_with("error: "), "{stderr}");
@@ -43,7 +57,16 @@ fn assert_clean_error(out: &Output, mentions: &str) {
 fn run_answers_paris_and_streams_it() {
     let m = model();
     let mut child = rill()
-        .args(["run", "--model", m.to_str().unwrap(), "--temperature", "0", "--json", "--max-tokens", "48"])
+        .args([
+            "run",
+            "--model",
+            m.to_str().unwrap(),
+            "--temperature",
+            "0",
+            "--json",
+            "--max-tokens",
+            "48",
+        ])
         .args(["--prompt", "What is the capital of France?"])
         .stdout(Stdio::piped())
         .spawn()
@@ -52,19 +75,32 @@ fn run_answers_paris_and_streams_it() {
     let first: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert_eq!(first["event"], "token");
     // The first token is on our side of the pipe while the process is still producing the rest.
-    assert!(child.try_wait().unwrap().is_none(), "the first token arrived only after the process ended");
-    let rest: Vec<serde_json::Value> = lines.map(|l| serde_json::from_str(&l.unwrap()).unwrap()).collect();
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the first token arrived only after the process ended"
+    );
+    let rest: Vec<serde_json::Value> = lines
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
     assert!(child.wait().unwrap().success());
     let done = rest.last().unwrap();
     assert_eq!(done["event"], "done");
     assert_eq!(done["usage"]["prompt_tokens"], 37);
-    assert_eq!(done["usage"]["completion_tokens"].as_u64().unwrap() as usize, rest.len());
+    assert_eq!(
+        done["usage"]["completion_tokens"].as_u64().unwrap() as usize,
+        rest.len()
+    );
     assert!(done["timings"]["ttft_ms"].as_f64().unwrap() > 0.0);
     assert!(["stop", "length"].contains(&done["reason"].as_str().unwrap()));
 
     let plain = run_ok(&[
-        "run", "--model", m.to_str().unwrap(), "--temperature", "0",
-        "--prompt", "What is the capital of France? Answer in one word.",
+        "run",
+        "--model",
+        m.to_str().unwrap(),
+        "--temperature",
+        "0",
+        "--prompt",
+        "What is the capital of France? Answer in one word.",
     ]);
     assert_eq!(plain.trim(), "The capital of France is Paris.");
 }
@@ -79,16 +115,39 @@ fn run_continues_a_conversation_from_a_messages_file_and_reads_stdin() {
         r#"[{"role":"user","content":"Hi, my name is Ana."},{"role":"assistant","content":"Hello Ana! How can I help you today?"},{"role":"user","content":"What is the capital of France? Answer in one word."}]"#,
     )
     .unwrap();
-    let out = run_ok(&["run", "--model", m.to_str().unwrap(), "--temperature", "0", "--max-tokens", "16", "--messages", file.to_str().unwrap()]);
+    let out = run_ok(&[
+        "run",
+        "--model",
+        m.to_str().unwrap(),
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "16",
+        "--messages",
+        file.to_str().unwrap(),
+    ]);
     assert!(out.contains("Paris"), "{out}");
 
     let mut child = rill()
-        .args(["run", "--model", m.to_str().unwrap(), "--temperature", "0", "--max-tokens", "16"])
+        .args([
+            "run",
+            "--model",
+            m.to_str().unwrap(),
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "16",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"What is the capital of France? Answer in one word.\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"What is the capital of France? Answer in one word.\n")
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("Paris"));
 }
@@ -98,9 +157,33 @@ fn run_stop_strings_and_seeds() {
     let m = model();
     let m = m.to_str().unwrap();
     let q = "What is the capital of France? Answer in one word.";
-    let out = run_ok(&["run", "--model", m, "--temperature", "0", "--stop", " Paris", "--prompt", q]);
+    let out = run_ok(&[
+        "run",
+        "--model",
+        m,
+        "--temperature",
+        "0",
+        "--stop",
+        " Paris",
+        "--prompt",
+        q,
+    ]);
     assert_eq!(out.trim_end(), "The capital of France is");
-    let sampled = |seed: &str| run_ok(&["run", "--model", m, "--temperature", "1.0", "--seed", seed, "--max-tokens", "24", "--prompt", "Tell me a story."]);
+    let sampled = |seed: &str| {
+        run_ok(&[
+            "run",
+            "--model",
+            m,
+            "--temperature",
+            "1.0",
+            "--seed",
+            seed,
+            "--max-tokens",
+            "24",
+            "--prompt",
+            "Tell me a story.",
+        ])
+    };
     assert_eq!(sampled("5"), sampled("5"));
 }
 
@@ -108,7 +191,15 @@ fn run_stop_strings_and_seeds() {
 fn chat_keeps_the_conversation_and_ends_at_end_of_input() {
     let m = model();
     let mut child = rill()
-        .args(["chat", "--model", m.to_str().unwrap(), "--temperature", "0", "--max-tokens", "24"])
+        .args([
+            "chat",
+            "--model",
+            m.to_str().unwrap(),
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "24",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -121,18 +212,34 @@ fn chat_keeps_the_conversation_and_ends_at_end_of_input() {
         .write_all(b"What is the capital of France? Answer in one word.\nAnd of Italy? Answer in one word.\n")
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let answers: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(answers.len() >= 2, "two answers: {text}");
     assert!(answers[0].contains("Paris"), "{text}");
-    assert!(text.contains("Rome"), "the second turn sees the first: {text}");
+    assert!(
+        text.contains("Rome"),
+        "the second turn sees the first: {text}"
+    );
 }
 
 #[test]
 fn bench_reports_every_figure_as_json() {
     let m = model();
-    let out = run_ok(&["bench", "--model", m.to_str().unwrap(), "--prompt-tokens", "64", "--gen-tokens", "8", "--json"]);
+    let out = run_ok(&[
+        "bench",
+        "--model",
+        m.to_str().unwrap(),
+        "--prompt-tokens",
+        "64",
+        "--gen-tokens",
+        "8",
+        "--json",
+    ]);
     let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(r["streams"], 1);
     assert_eq!(r["prompt_tokens"], 64);
@@ -141,9 +248,59 @@ fn bench_reports_every_figure_as_json() {
         assert!(r[key].as_f64().unwrap() > 0.0, "{key}: {r}");
     }
     for key in ["ttft_ms", "itl_ms"] {
-        let (p50, p95) = (r[key]["p50"].as_f64().unwrap(), r[key]["p95"].as_f64().unwrap());
+        let (p50, p95) = (
+            r[key]["p50"].as_f64().unwrap(),
+            r[key]["p95"].as_f64().unwrap(),
+        );
         assert!(p50 > 0.0 && p95 >= p50, "{key}: {r}");
     }
+}
+
+#[test]
+fn bench_measures_several_streams_background_load_and_turns() {
+    let m = model();
+    let m = m.to_str().unwrap();
+    let json = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["bench", "--model", m, "--json"];
+        all.extend_from_slice(args);
+        serde_json::from_str(run_ok(&all).trim()).unwrap()
+    };
+    let r = json(&[
+        "--streams",
+        "2",
+        "--prompt-tokens",
+        "32",
+        "--gen-tokens",
+        "8",
+    ]);
+    assert_eq!(r["streams"], 2);
+    let per = r["per_stream_decode_tps"].as_array().unwrap();
+    assert_eq!(per.len(), 2);
+    let sum: f64 = per.iter().map(|v| v.as_f64().unwrap()).sum();
+    assert!(
+        (r["decode_tps"].as_f64().unwrap() - sum).abs() < 1e-6,
+        "decode_tps is the sum over streams"
+    );
+
+    let r = json(&[
+        "--background",
+        "1",
+        "--prompt-tokens",
+        "16",
+        "--gen-tokens",
+        "4",
+    ]);
+    assert_eq!(r["background"], 1);
+    assert!(r["ttft_ms"]["p50"].as_f64().unwrap() > 0.0);
+
+    let r = json(&["--turns", "2", "--gen-tokens", "8"]);
+    let ttft = r["turn_ttft_ms"].as_array().unwrap();
+    let reused = r["turn_reused_tokens"].as_array().unwrap();
+    assert_eq!(ttft.len(), 2);
+    assert!(
+        reused[1].as_u64().unwrap() > reused[0].as_u64().unwrap(),
+        "turn 2 reuses turn 1's cache: {r}"
+    );
 }
 
 fn write_gguf_with_architecture(path: &Path, arch: &str) {
@@ -168,38 +325,79 @@ fn bad_input_gets_one_clear_error_line_and_no_panic() {
     let m = m.to_str().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let q = ["--prompt", "hi"];
-    let run = |args: &[&str]| rill().arg("run").args(args).stdin(Stdio::null()).output().unwrap();
+    let run = |args: &[&str]| {
+        rill()
+            .arg("run")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
 
     let missing = dir.path().join("nope.gguf");
-    assert_clean_error(&run(&["--model", missing.to_str().unwrap(), &q[0], q[1]]), "no such file");
+    assert_clean_error(
+        &run(&["--model", missing.to_str().unwrap(), &q[0], q[1]]),
+        "no such file",
+    );
 
     let truncated = dir.path().join("truncated.gguf");
     let bytes = std::fs::read(m).unwrap();
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
-    assert_clean_error(&run(&["--model", truncated.to_str().unwrap(), q[0], q[1]]), "truncated");
+    assert_clean_error(
+        &run(&["--model", truncated.to_str().unwrap(), q[0], q[1]]),
+        "truncated",
+    );
 
     let header_only = dir.path().join("header.gguf");
     std::fs::write(&header_only, &bytes[..4096]).unwrap();
-    assert_clean_error(&run(&["--model", header_only.to_str().unwrap(), q[0], q[1]]), "GGUF");
+    assert_clean_error(
+        &run(&["--model", header_only.to_str().unwrap(), q[0], q[1]]),
+        "GGUF",
+    );
 
     let not_gguf = dir.path().join("notes.gguf");
     std::fs::write(&not_gguf, "this is not a model\n").unwrap();
-    assert_clean_error(&run(&["--model", not_gguf.to_str().unwrap(), q[0], q[1]]), "not a GGUF file");
+    assert_clean_error(
+        &run(&["--model", not_gguf.to_str().unwrap(), q[0], q[1]]),
+        "not a GGUF file",
+    );
 
     let bert = dir.path().join("bert.gguf");
     write_gguf_with_architecture(&bert, "bert");
-    assert_clean_error(&run(&["--model", bert.to_str().unwrap(), q[0], q[1]]), "unsupported architecture `bert`");
+    assert_clean_error(
+        &run(&["--model", bert.to_str().unwrap(), q[0], q[1]]),
+        "unsupported architecture `bert`",
+    );
 
     assert_clean_error(&run(&["--model", m, "--top-p", "2", q[0], q[1]]), "top_p");
-    assert_clean_error(&run(&["--model", m, "--temperature", "nan", q[0], q[1]]), "temperature");
-    assert_clean_error(&run(&["--model", m, "--temperature", "-1", q[0], q[1]]), "temperature");
+    assert_clean_error(
+        &run(&["--model", m, "--temperature", "nan", q[0], q[1]]),
+        "temperature",
+    );
+    assert_clean_error(
+        &run(&["--model", m, "--temperature", "-1", q[0], q[1]]),
+        "temperature",
+    );
     assert_clean_error(&run(&["--model", m, "--top-k", "0", q[0], q[1]]), "top_k");
     assert_clean_error(&run(&["--model", m, "--prompt", ""]), "empty");
     assert_clean_error(&run(&["--model", m]), "empty"); // stdin is empty
-    assert_clean_error(&run(&["--model", m, "--ctx-size", "16", "--prompt", "Tell me everything about the history of France."]), "context");
+    assert_clean_error(
+        &run(&[
+            "--model",
+            m,
+            "--ctx-size",
+            "16",
+            "--prompt",
+            "Tell me everything about the history of France.",
+        ]),
+        "context",
+    );
     let bad_json = dir.path().join("bad.json");
     std::fs::write(&bad_json, "{not json").unwrap();
-    assert_clean_error(&run(&["--model", m, "--messages", bad_json.to_str().unwrap()]), "bad.json");
+    assert_clean_error(
+        &run(&["--model", m, "--messages", bad_json.to_str().unwrap()]),
+        "bad.json",
+    );
 }
 
 #[test]
@@ -207,12 +405,20 @@ fn models_import_lists_the_file_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let m = model();
     let env = |c: &mut Command| {
-        c.env("RILL_MODELS_DIR", dir.path()).env("HF_HOME", dir.path().join("hf"));
+        c.env("RILL_MODELS_DIR", dir.path())
+            .env("HF_HOME", dir.path().join("hf"));
     };
     let mut c = rill();
     env(&mut c);
-    let out = c.args(["models", "import", m.to_str().unwrap()]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = c
+        .args(["models", "import", m.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("llama"));
     let mut c = rill();
     env(&mut c);
@@ -224,11 +430,19 @@ fn models_import_lists_the_file_in_place() {
     assert_eq!(list[0]["quantization"], "Q4_1");
     assert_eq!(list[0]["path"], m.canonicalize().unwrap().to_str().unwrap());
     // Nothing was copied into the models folder.
-    assert!(std::fs::read_dir(dir.path()).unwrap().flatten().all(|e| e.path().extension().is_none_or(|x| x != "gguf")));
+    assert!(std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .all(|e| e.path().extension().is_none_or(|x| x != "gguf")));
 
     let mut c = rill();
     env(&mut c);
     let not_gguf = dir.path().join("x.gguf");
     std::fs::write(&not_gguf, "nope").unwrap();
-    assert_clean_error(&c.args(["models", "import", not_gguf.to_str().unwrap()]).output().unwrap(), "not a GGUF file");
+    assert_clean_error(
+        &c.args(["models", "import", not_gguf.to_str().unwrap()])
+            .output()
+            .unwrap(),
+        "not a GGUF file",
+    );
 }

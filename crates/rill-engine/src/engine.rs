@@ -22,13 +22,14 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::error::{Error, Result};
+use crate::model::llama::KV_MIN_CAPACITY;
 use crate::model::{Model, ModelInfo};
+use crate::prefix_cache::PrefixCache;
 use crate::sampler::{Sampler, SamplingParams};
 use crate::scheduler::{plan_round, SequenceState, Work};
 use crate::sequence::{Sequence, SequenceSpec};
 use crate::stop::{StopReason, StopStrings};
 use crate::template::{ChatTemplate, Message};
-use crate::prefix_cache::PrefixCache;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
 /// Where the model runs.
@@ -185,14 +186,26 @@ pub enum Event {
     Queued { position: usize },
     /// Admitted: its prompt goes through the model now. `reused_tokens` came from the cache of
     /// an earlier answer; `dropped_messages` were cut from the front to fit the context.
-    Started { prompt_tokens: usize, reused_tokens: usize, dropped_messages: usize },
+    Started {
+        prompt_tokens: usize,
+        reused_tokens: usize,
+        dropped_messages: usize,
+    },
     /// Progress, every few tokens.
-    Stats { completion_tokens: usize, tokens_per_second: f64, reused_tokens: usize },
+    Stats {
+        completion_tokens: usize,
+        tokens_per_second: f64,
+        reused_tokens: usize,
+    },
     /// One answer token and the text it completes (possibly empty: half a character, or text
     /// held back because it may begin a stop string).
     Token { id: u32, text: String },
     /// The end, with why, how many tokens and how fast.
-    Done { reason: StopReason, usage: Usage, timings: Timings },
+    Done {
+        reason: StopReason,
+        usage: Usage,
+        timings: Timings,
+    },
     /// The generation failed; nothing follows.
     Error { message: String },
 }
@@ -241,14 +254,22 @@ impl Engine {
             std::env::set_var("RAYON_NUM_THREADS", n.to_string());
         } else if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
             // Physical cores: hyper-threads share the SIMD units the matmuls saturate.
-            std::env::set_var("CANDLE_NUM_THREADS", num_cpus::get_physical().max(1).to_string());
+            std::env::set_var(
+                "CANDLE_NUM_THREADS",
+                num_cpus::get_physical().max(1).to_string(),
+            );
         }
         let device = config.device.device()?;
         let cap = config.context_size.unwrap_or(DEFAULT_CONTEXT_CAP);
         if cap == 0 {
             return Err(Error::param("context_size", "must be ≥ 1"));
         }
-        let Model { info, weights, tokenizer, template } = Model::load(&config.model, &device, Some(cap))?;
+        let Model {
+            info,
+            weights,
+            tokenizer,
+            template,
+        } = Model::load(&config.model, &device, Some(cap))?;
         let shared = Arc::new(Shared {
             info,
             tokenizer,
@@ -260,7 +281,9 @@ impl Engine {
             live: Mutex::new(Vec::new()),
         });
         let full_context = shared.context_length * weights.kv_bytes_per_token();
-        let budget = config.kv_budget.unwrap_or_else(|| (available_memory() / 4).max(full_context));
+        let budget = config
+            .kv_budget
+            .unwrap_or_else(|| (available_memory() / 4).max(full_context));
         tracing::info!(budget_mb = budget / (1 << 20), "KV cache budget");
         let (tx, rx) = mpsc::channel();
         let mut worker = Worker {
@@ -274,7 +297,10 @@ impl Engine {
         let thread = std::thread::Builder::new()
             .name("rill-inference".into())
             .spawn(move || run(&mut worker, rx))?;
-        Ok(Engine { handle: Handle { tx, shared }, thread: Some(thread) })
+        Ok(Engine {
+            handle: Handle { tx, shared },
+            thread: Some(thread),
+        })
     }
 
     pub fn handle(&self) -> Handle {
@@ -324,7 +350,11 @@ impl Handle {
 
     /// Ids of the generations the thread holds, as of the last round.
     pub fn live_ids(&self) -> Vec<u64> {
-        self.shared.live.lock().map(|l| l.clone()).unwrap_or_default()
+        self.shared
+            .live
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default()
     }
 
     /// Renders a conversation with the model's chat template, ready for the answer.
@@ -347,7 +377,10 @@ impl Handle {
             Prompt::Tokens(ids) => {
                 let vocab = self.shared.tokenizer.vocab_size() as u32;
                 if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {
-                    return Err(Error::param("prompt", format!("token id {bad} is outside the vocabulary (size {vocab})")));
+                    return Err(Error::param(
+                        "prompt",
+                        format!("token id {bad} is outside the vocabulary (size {vocab})"),
+                    ));
                 }
                 ids.clone()
             }
@@ -360,7 +393,12 @@ impl Handle {
 
     /// Fits a conversation into the context under `policy`: the prompt ids and how many
     /// messages were dropped from the front.
-    fn fit(&self, prompt: &Prompt, max_tokens: Option<usize>, policy: Overflow) -> Result<(Vec<u32>, usize)> {
+    fn fit(
+        &self,
+        prompt: &Prompt,
+        max_tokens: Option<usize>,
+        policy: Overflow,
+    ) -> Result<(Vec<u32>, usize)> {
         let context = self.shared.context_length;
         let mut ids = self.tokenize_prompt(prompt)?;
         let mut dropped = 0;
@@ -371,7 +409,12 @@ impl Handle {
             while ids.len() + room > context {
                 // The oldest turn that is not the system prompt or the last message; an answer
                 // goes with the question before it, so the roles keep alternating.
-                let Some(i) = messages.iter().position(|m| m.role != crate::template::Role::System) else { break };
+                let Some(i) = messages
+                    .iter()
+                    .position(|m| m.role != crate::template::Role::System)
+                else {
+                    break;
+                };
                 if i + 1 >= messages.len() {
                     break;
                 }
@@ -385,7 +428,10 @@ impl Handle {
             }
         }
         if ids.len() >= context {
-            return Err(Error::PromptTooLong { prompt_tokens: ids.len(), context });
+            return Err(Error::PromptTooLong {
+                prompt_tokens: ids.len(),
+                context,
+            });
         }
         Ok((ids, dropped))
     }
@@ -414,8 +460,17 @@ impl Handle {
             events: events_tx,
             submitted: Instant::now(),
         });
-        self.tx.send(Command::Add(Box::new(seq))).map_err(|_| Error::EngineStopped)?;
-        Ok(Generation { control: Control { id, tx: self.tx.clone() }, prompt_tokens, events })
+        self.tx
+            .send(Command::Add(Box::new(seq)))
+            .map_err(|_| Error::EngineStopped)?;
+        Ok(Generation {
+            control: Control {
+                id,
+                tx: self.tx.clone(),
+            },
+            prompt_tokens,
+            events,
+        })
     }
 }
 
@@ -519,13 +574,19 @@ impl Generation {
                     out.ids.push(id);
                     out.text.push_str(&text);
                 }
-                Event::Done { reason, usage, timings } => {
+                Event::Done {
+                    reason,
+                    usage,
+                    timings,
+                } => {
                     out.reason = Some(reason);
                     out.usage = usage;
                     out.timings = timings;
                     return Ok(out);
                 }
-                Event::Error { message } => return Err(Error::Candle(candle_core::Error::Msg(message))),
+                Event::Error { message } => {
+                    return Err(Error::Candle(candle_core::Error::Msg(message)))
+                }
                 Event::Queued { .. } | Event::Started { .. } | Event::Stats { .. } => {}
             }
         }
@@ -566,7 +627,10 @@ fn run(worker: &mut Worker, rx: mpsc::Receiver<Command>) {
     loop {
         // Block only when there is nothing to compute.
         let busy = worker.seqs.iter().any(|s| {
-            matches!(s.state(), SequenceState::Prefilling | SequenceState::Decoding | SequenceState::Queued)
+            matches!(
+                s.state(),
+                SequenceState::Prefilling | SequenceState::Decoding | SequenceState::Queued
+            )
         });
         if !busy {
             match rx.recv() {
@@ -594,7 +658,11 @@ fn run(worker: &mut Worker, rx: mpsc::Receiver<Command>) {
                 }
             }
         }
-        for s in worker.seqs.iter_mut().filter(|s| s.state() != SequenceState::Finished && s.receiver_gone()) {
+        for s in worker
+            .seqs
+            .iter_mut()
+            .filter(|s| s.state() != SequenceState::Finished && s.receiver_gone())
+        {
             s.finish(StopReason::Cancelled);
         }
         worker.retire();
@@ -641,7 +709,13 @@ impl Worker {
             if position == 0 {
                 let reused = self.prefixes.take_longest(&self.seqs[i].tokens()[..]);
                 let have = reused.as_ref().map_or(0, |c| c.len());
-                let need = (self.seqs[i].tokens().len() - have) * per_token;
+                // A fresh cache starts at KV_MIN_CAPACITY positions: count what it will take.
+                let total = self.seqs[i].tokens().len();
+                let positions = match have {
+                    0 => total.max(KV_MIN_CAPACITY).min(self.shared.context_length),
+                    _ => total - have,
+                };
+                let need = positions * per_token;
                 let alone = !self.seqs.iter().any(|s| s.admitted && s.cache_bytes() > 0);
                 if self.make_room(need) || alone {
                     self.seqs[i].admit(reused);
@@ -662,7 +736,17 @@ impl Worker {
     fn round(&mut self) {
         let views: Vec<_> = self.seqs.iter().map(Sequence::view).collect();
         let plan = plan_round(&views, self.prefill_chunk);
-        let passes = plan.iter().map(|w| if let Work::Decode { steps, .. } = w { *steps } else { 1 }).max().unwrap_or(0);
+        let passes = plan
+            .iter()
+            .map(|w| {
+                if let Work::Decode { steps, .. } = w {
+                    *steps
+                } else {
+                    1
+                }
+            })
+            .max()
+            .unwrap_or(0);
         for pass in 0..passes {
             // (sequence id, tokens to run) for this pass.
             let mut want: Vec<(u64, usize)> = Vec::new();
@@ -731,8 +815,13 @@ impl Worker {
         }
         // Keep within the budget: kept prefixes give way first.
         while self.used() > self.budget && self.prefixes.evict_lru() {}
-        self.shared.cache_bytes.store(self.seqs.iter().map(Sequence::cache_bytes).sum(), Ordering::Relaxed);
-        self.shared.prefix_bytes.store(self.prefixes.bytes(), Ordering::Relaxed);
+        self.shared.cache_bytes.store(
+            self.seqs.iter().map(Sequence::cache_bytes).sum(),
+            Ordering::Relaxed,
+        );
+        self.shared
+            .prefix_bytes
+            .store(self.prefixes.bytes(), Ordering::Relaxed);
         if let Ok(mut live) = self.shared.live.lock() {
             live.clear();
             live.extend(self.seqs.iter().map(|s| s.id));

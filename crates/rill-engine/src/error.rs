@@ -24,11 +24,17 @@ pub enum Error {
 
     /// A request or setting is out of range; `field` names it as the user wrote it.
     #[error("invalid {field}: {message}")]
-    InvalidParam { field: &'static str, message: String },
+    InvalidParam {
+        field: &'static str,
+        message: String,
+    },
 
     /// The prompt does not fit the model's context window.
     #[error("prompt has {prompt_tokens} tokens but the context holds {context} (including room for at least one answer token)")]
-    PromptTooLong { prompt_tokens: usize, context: usize },
+    PromptTooLong {
+        prompt_tokens: usize,
+        context: usize,
+    },
 
     /// The inference thread is gone (it stopped or panicked).
     #[error("the inference engine has stopped")]
@@ -48,11 +54,17 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn param(field: &'static str, message: impl Into<String>) -> Self {
-        Error::InvalidParam { field, message: message.into() }
+        Error::InvalidParam {
+            field,
+            message: message.into(),
+        }
     }
 
     pub(crate) fn model_file(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
-        Error::ModelFile { path: path.into(), message: message.into() }
+        Error::ModelFile {
+            path: path.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -64,7 +76,12 @@ pub(crate) fn candle_message(e: &candle_core::Error) -> String {
         E::WithBacktrace { inner, .. } => candle_message(inner),
         E::Context { inner, context } => format!("{context}: {}", candle_message(inner)),
         E::WithPath { inner, path } => format!("{}: {}", path.display(), candle_message(inner)),
-        other => other.to_string().lines().next().unwrap_or_default().to_owned(),
+        other => other
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
     }
 }
 

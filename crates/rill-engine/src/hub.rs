@@ -18,13 +18,20 @@ pub fn models_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("RILL_MODELS_DIR") {
         return PathBuf::from(d);
     }
-    dirs::data_dir().unwrap_or_else(|| PathBuf::from(".")).join("rill").join("models")
+    dirs::data_dir()
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("rill")
+        .join("models")
 }
 
 fn hf_cache_dir() -> PathBuf {
     match std::env::var_os("HF_HOME") {
         Some(h) => PathBuf::from(h).join("hub"),
-        None => dirs::home_dir().unwrap_or_default().join(".cache").join("huggingface").join("hub"),
+        None => dirs::home_dir()
+            .unwrap_or_default()
+            .join(".cache")
+            .join("huggingface")
+            .join("hub"),
     }
 }
 
@@ -33,12 +40,18 @@ fn imported_list(dir: &Path) -> PathBuf {
 }
 
 fn gguf_files_under(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in entries.flatten() {
         let p = e.path();
         if p.is_dir() && depth > 0 {
             gguf_files_under(&p, depth - 1, out);
-        } else if p.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf")) && p.is_file() {
+        } else if p
+            .extension()
+            .is_some_and(|x| x.eq_ignore_ascii_case("gguf"))
+            && p.is_file()
+        {
             out.push(p);
         }
     }
@@ -60,7 +73,11 @@ pub fn list(dir: &Path) -> Vec<LocalModel> {
     gguf_files_under(dir, 2, &mut own);
     found.extend(own.into_iter().map(|p| ("models", p)));
     if let Ok(list) = std::fs::read_to_string(imported_list(dir)) {
-        found.extend(list.lines().filter(|l| !l.trim().is_empty()).map(|l| ("imported", PathBuf::from(l.trim()))));
+        found.extend(
+            list.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| ("imported", PathBuf::from(l.trim()))),
+        );
     }
     let mut cached = Vec::new();
     gguf_files_under(&hf_cache_dir(), 4, &mut cached);
@@ -127,7 +144,10 @@ impl<P: DownloadProgress> hf_hub::api::Progress for Adapter<'_, P> {
 /// Picks the GGUF file to fetch from a repository's file list: a 4-bit K-quant when there is
 /// one (the usual quality/size balance), else the first GGUF.
 pub fn choose_gguf(files: &[String]) -> Option<String> {
-    let ggufs: Vec<&String> = files.iter().filter(|f| f.to_ascii_lowercase().ends_with(".gguf")).collect();
+    let ggufs: Vec<&String> = files
+        .iter()
+        .filter(|f| f.to_ascii_lowercase().ends_with(".gguf"))
+        .collect();
     for pref in ["q4_k_m", "q4_k_s", "q4_0", "q8_0"] {
         if let Some(f) = ggufs.iter().find(|f| f.to_ascii_lowercase().contains(pref)) {
             return Some((*f).clone());
@@ -144,7 +164,10 @@ pub fn pull(spec: &str, progress: &mut impl DownloadProgress) -> Result<PathBuf>
         None => (spec, None),
     };
     if repo.split('/').count() != 2 || repo.split('/').any(str::is_empty) {
-        return Err(Error::param("model", format!("`{spec}` is not OWNER/REPO or OWNER/REPO:FILE.gguf")));
+        return Err(Error::param(
+            "model",
+            format!("`{spec}` is not OWNER/REPO or OWNER/REPO:FILE.gguf"),
+        ));
     }
     let api = hf_hub::api::sync::ApiBuilder::from_env()
         .with_retries(3)
@@ -154,9 +177,12 @@ pub fn pull(spec: &str, progress: &mut impl DownloadProgress) -> Result<PathBuf>
     let file = match file {
         Some(f) => f,
         None => {
-            let info = repo_api.info().map_err(|e| Error::Download(format!("{repo}: {e}")))?;
+            let info = repo_api
+                .info()
+                .map_err(|e| Error::Download(format!("{repo}: {e}")))?;
             let files: Vec<String> = info.siblings.into_iter().map(|s| s.rfilename).collect();
-            choose_gguf(&files).ok_or_else(|| Error::Download(format!("{repo} has no .gguf file")))?
+            choose_gguf(&files)
+                .ok_or_else(|| Error::Download(format!("{repo} has no .gguf file")))?
         }
     };
     repo_api
@@ -172,7 +198,10 @@ mod tests {
     fn choose_gguf_prefers_q4_k_m() {
         let files = ["README.md", "m.Q8_0.gguf", "m.Q4_K_M.gguf", "m.f16.gguf"].map(String::from);
         assert_eq!(choose_gguf(&files).as_deref(), Some("m.Q4_K_M.gguf"));
-        assert_eq!(choose_gguf(&["a.f16.gguf".to_string()]).as_deref(), Some("a.f16.gguf"));
+        assert_eq!(
+            choose_gguf(&["a.f16.gguf".to_string()]).as_deref(),
+            Some("a.f16.gguf")
+        );
         assert_eq!(choose_gguf(&["README.md".to_string()]), None);
     }
 
@@ -185,7 +214,13 @@ mod tests {
             fn finish(&mut self) {}
         }
         for bad in ["", "noslash", "a/b/c", "/x"] {
-            assert!(matches!(pull(bad, &mut Quiet), Err(Error::InvalidParam { field: "model", .. })), "{bad}");
+            assert!(
+                matches!(
+                    pull(bad, &mut Quiet),
+                    Err(Error::InvalidParam { field: "model", .. })
+                ),
+                "{bad}"
+            );
         }
     }
 }

@@ -42,8 +42,8 @@ pub mod template;
 pub mod tokenizer;
 
 pub use engine::{
-    Collected, Control, DeviceKind, Engine, EngineConfig, Event, GenerateRequest, Generation, Handle, Overflow, Prompt,
-    Timings, Usage,
+    Collected, Control, DeviceKind, Engine, EngineConfig, Event, GenerateRequest, Generation,
+    Handle, Overflow, Prompt, Timings, Usage,
 };
 pub use error::{Error, Result};
 pub use model::{inspect, ModelInfo};

@@ -30,7 +30,11 @@ impl PrefixCache {
         // An entry that is a prefix of the new one is superseded by it.
         self.entries.retain(|e| !tokens.starts_with(&e.tokens));
         self.clock += 1;
-        self.entries.push(Entry { tokens, cache, last_used: self.clock });
+        self.entries.push(Entry {
+            tokens,
+            cache,
+            last_used: self.clock,
+        });
         if self.entries.len() > MAX_ENTRIES {
             self.evict_lru();
         }
@@ -44,7 +48,17 @@ impl PrefixCache {
             .entries
             .iter()
             .enumerate()
-            .map(|(i, e)| (i, e.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(limit)))
+            .map(|(i, e)| {
+                (
+                    i,
+                    e.tokens
+                        .iter()
+                        .zip(prompt)
+                        .take_while(|(a, b)| a == b)
+                        .count()
+                        .min(limit),
+                )
+            })
             .max_by_key(|&(_, len)| len)?;
         if len == 0 {
             return None;
@@ -56,7 +70,13 @@ impl PrefixCache {
 
     /// Drops the least recently used entry; false when there is none.
     pub fn evict_lru(&mut self) -> bool {
-        let Some(i) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.last_used).map(|(i, _)| i) else {
+        let Some(i) = self
+            .entries
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, e)| e.last_used)
+            .map(|(i, _)| i)
+        else {
             return false;
         };
         self.entries.swap_remove(i);

@@ -56,7 +56,13 @@ impl Default for SamplingParams {
 impl SamplingParams {
     /// Greedy decoding with no penalties: the setting reference outputs are made with.
     pub fn greedy() -> Self {
-        SamplingParams { temperature: 0.0, top_k: None, top_p: 1.0, min_p: 0.0, ..Default::default() }
+        SamplingParams {
+            temperature: 0.0,
+            top_k: None,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Default::default()
+        }
     }
 
     /// Checks every field; the error names the field and its allowed range.
@@ -65,29 +71,50 @@ impl SamplingParams {
             if v.is_finite() {
                 Ok(())
             } else {
-                Err(Error::param(field, format!("must be a finite number, got {v}")))
+                Err(Error::param(
+                    field,
+                    format!("must be a finite number, got {v}"),
+                ))
             }
         };
         finite("temperature", self.temperature)?;
         if self.temperature < 0.0 {
-            return Err(Error::param("temperature", format!("must be ≥ 0 (0 = greedy), got {}", self.temperature)));
+            return Err(Error::param(
+                "temperature",
+                format!("must be ≥ 0 (0 = greedy), got {}", self.temperature),
+            ));
         }
         finite("top_p", self.top_p)?;
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(Error::param("top_p", format!("must be in (0, 1], got {}", self.top_p)));
+            return Err(Error::param(
+                "top_p",
+                format!("must be in (0, 1], got {}", self.top_p),
+            ));
         }
         if self.top_k == Some(0) {
-            return Err(Error::param("top_k", "must be ≥ 1 (top-k keeps the k most likely tokens)"));
+            return Err(Error::param(
+                "top_k",
+                "must be ≥ 1 (top-k keeps the k most likely tokens)",
+            ));
         }
         finite("min_p", self.min_p)?;
         if !(0.0..=1.0).contains(&self.min_p) {
-            return Err(Error::param("min_p", format!("must be in [0, 1], got {}", self.min_p)));
+            return Err(Error::param(
+                "min_p",
+                format!("must be in [0, 1], got {}", self.min_p),
+            ));
         }
         finite("repeat_penalty", self.repeat_penalty)?;
         if self.repeat_penalty <= 0.0 {
-            return Err(Error::param("repeat_penalty", format!("must be > 0 (1 = off), got {}", self.repeat_penalty)));
+            return Err(Error::param(
+                "repeat_penalty",
+                format!("must be > 0 (1 = off), got {}", self.repeat_penalty),
+            ));
         }
-        for (field, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+        for (field, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
             finite(field, v)?;
             if !(-2.0..=2.0).contains(&v) {
                 return Err(Error::param(field, format!("must be in [-2, 2], got {v}")));
@@ -102,7 +129,9 @@ impl SamplingParams {
 
     fn has_penalties(&self) -> bool {
         self.repeat_last_n > 0
-            && (self.repeat_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0)
+            && (self.repeat_penalty != 1.0
+                || self.presence_penalty != 0.0
+                || self.frequency_penalty != 0.0)
     }
 }
 
@@ -149,7 +178,11 @@ pub struct Sampler {
 impl Sampler {
     pub fn new(params: SamplingParams) -> Result<Self> {
         params.validate()?;
-        Ok(Sampler { rng: Rng::new(params.seed), params, candidates: Vec::new() })
+        Ok(Sampler {
+            rng: Rng::new(params.seed),
+            params,
+            candidates: Vec::new(),
+        })
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -174,7 +207,9 @@ impl Sampler {
             return Err(Error::param("logits", "empty logits row"));
         }
         if logits.iter().any(|l| l.is_nan()) {
-            return Err(Error::Candle(candle_core::Error::Msg("the model produced NaN logits".into())));
+            return Err(Error::Candle(candle_core::Error::Msg(
+                "the model produced NaN logits".into(),
+            )));
         }
         let p = &self.params;
         if p.has_penalties() {
@@ -188,8 +223,14 @@ impl Sampler {
         let inv_t = 1.0 / p.temperature;
         let cands = &mut self.candidates;
         cands.clear();
-        cands.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l * inv_t)));
-        let by_logit_desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        cands.extend(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (i as u32, l * inv_t)),
+        );
+        let by_logit_desc =
+            |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if let Some(k) = p.top_k.filter(|&k| k < cands.len()) {
             cands.select_nth_unstable_by(k - 1, by_logit_desc);
             cands.truncate(k);
@@ -255,7 +296,9 @@ fn apply_penalties(logits: &mut [f32], history: &[u32], p: &SamplingParams) {
         *counts.entry(t).or_default() += 1;
     }
     for (&tok, &n) in &counts {
-        let Some(l) = logits.get_mut(tok as usize) else { continue };
+        let Some(l) = logits.get_mut(tok as usize) else {
+            continue;
+        };
         // CTRL-style repetition penalty (as in llama.cpp and HF): shrink towards "less likely".
         if *l > 0.0 {
             *l /= p.repeat_penalty;
@@ -283,14 +326,21 @@ mod tests {
 
     #[test]
     fn repeat_penalty_can_change_the_greedy_choice() {
-        let mut s = Sampler::new(SamplingParams { repeat_penalty: 1.5, ..SamplingParams::greedy() }).unwrap();
+        let mut s = Sampler::new(SamplingParams {
+            repeat_penalty: 1.5,
+            ..SamplingParams::greedy()
+        })
+        .unwrap();
         // Token 1 (3.0) was just said: 3.0 / 1.5 = 2.0 < 2.9.
         assert_eq!(s.sample(&mut logits(), &[1]).unwrap(), 5);
     }
 
     #[test]
     fn frequency_penalty_counts_occurrences() {
-        let p = SamplingParams { frequency_penalty: 0.2, ..SamplingParams::greedy() };
+        let p = SamplingParams {
+            frequency_penalty: 0.2,
+            ..SamplingParams::greedy()
+        };
         let mut s = Sampler::new(p).unwrap();
         // 3.0 - 0.2 = 2.8 < 2.9: once is enough to flip it to token 5.
         assert_eq!(s.sample(&mut logits(), &[1]).unwrap(), 5);
@@ -300,20 +350,42 @@ mod tests {
 
     #[test]
     fn same_seed_same_tokens_other_seed_other_tokens() {
-        let p = SamplingParams { temperature: 1.5, top_k: None, top_p: 1.0, min_p: 0.0, seed: Some(42), ..Default::default() };
+        let p = SamplingParams {
+            temperature: 1.5,
+            top_k: None,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: Some(42),
+            ..Default::default()
+        };
         let draw = |p: SamplingParams| {
             let mut s = Sampler::new(p).unwrap();
-            (0..64).map(|_| s.sample(&mut logits(), &[]).unwrap()).collect::<Vec<_>>()
+            (0..64)
+                .map(|_| s.sample(&mut logits(), &[]).unwrap())
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(p.clone()), draw(p.clone()));
-        assert_ne!(draw(p.clone()), draw(SamplingParams { seed: Some(43), ..p }));
+        assert_ne!(
+            draw(p.clone()),
+            draw(SamplingParams {
+                seed: Some(43),
+                ..p
+            })
+        );
     }
 
     #[test]
     fn sampling_frequencies_follow_the_softmax() {
         // logits ln(1), ln(2), ln(3), ln(4): probabilities 0.1, 0.2, 0.3, 0.4 at temperature 1.
         let base: Vec<f32> = [1.0f32, 2.0, 3.0, 4.0].iter().map(|x| x.ln()).collect();
-        let p = SamplingParams { temperature: 1.0, top_k: None, top_p: 1.0, min_p: 0.0, seed: Some(7), ..Default::default() };
+        let p = SamplingParams {
+            temperature: 1.0,
+            top_k: None,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: Some(7),
+            ..Default::default()
+        };
         let mut s = Sampler::new(p).unwrap();
         let mut counts = [0usize; 4];
         let n = 20_000;
@@ -323,7 +395,10 @@ mod tests {
         for (i, &c) in counts.iter().enumerate() {
             let expected = (i + 1) as f64 / 10.0;
             let got = c as f64 / n as f64;
-            assert!((got - expected).abs() < 0.015, "token {i}: {got} vs {expected}");
+            assert!(
+                (got - expected).abs() < 0.015,
+                "token {i}: {got} vs {expected}"
+            );
         }
     }
 
@@ -331,29 +406,66 @@ mod tests {
     fn top_k_top_p_and_min_p_restrict_the_candidates() {
         let base: Vec<f32> = [1.0f32, 2.0, 3.0, 4.0].iter().map(|x| x.ln()).collect();
         let seen = |p: SamplingParams| {
-            let mut s = Sampler::new(SamplingParams { seed: Some(1), temperature: 1.0, ..p }).unwrap();
+            let mut s = Sampler::new(SamplingParams {
+                seed: Some(1),
+                temperature: 1.0,
+                ..p
+            })
+            .unwrap();
             let mut set = std::collections::BTreeSet::new();
             for _ in 0..2000 {
                 set.insert(s.sample(&mut base.clone(), &[]).unwrap());
             }
             set.into_iter().collect::<Vec<_>>()
         };
-        let off = SamplingParams { top_k: None, top_p: 1.0, min_p: 0.0, ..Default::default() };
+        let off = SamplingParams {
+            top_k: None,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Default::default()
+        };
         assert_eq!(seen(off.clone()), vec![0, 1, 2, 3]);
-        assert_eq!(seen(SamplingParams { top_k: Some(2), ..off.clone() }), vec![2, 3]);
+        assert_eq!(
+            seen(SamplingParams {
+                top_k: Some(2),
+                ..off.clone()
+            }),
+            vec![2, 3]
+        );
         // 0.4 + 0.3 = 0.7 reaches top-p 0.6: tokens 3 and 2.
-        assert_eq!(seen(SamplingParams { top_p: 0.6, ..off.clone() }), vec![2, 3]);
+        assert_eq!(
+            seen(SamplingParams {
+                top_p: 0.6,
+                ..off.clone()
+            }),
+            vec![2, 3]
+        );
         // min-p 0.5 of 0.4 = 0.2: tokens with p ≥ 0.2 are 1, 2, 3.
-        assert_eq!(seen(SamplingParams { min_p: 0.5, ..off.clone() }), vec![1, 2, 3]);
+        assert_eq!(
+            seen(SamplingParams {
+                min_p: 0.5,
+                ..off.clone()
+            }),
+            vec![1, 2, 3]
+        );
     }
 
     #[test]
     fn low_temperature_concentrates_high_temperature_spreads() {
         let base: Vec<f32> = [1.0f32, 2.0, 3.0, 4.0].iter().map(|x| x.ln()).collect();
         let share_of_top = |t: f32| {
-            let p = SamplingParams { temperature: t, top_k: None, top_p: 1.0, min_p: 0.0, seed: Some(3), ..Default::default() };
+            let p = SamplingParams {
+                temperature: t,
+                top_k: None,
+                top_p: 1.0,
+                min_p: 0.0,
+                seed: Some(3),
+                ..Default::default()
+            };
             let mut s = Sampler::new(p).unwrap();
-            (0..5000).filter(|_| s.sample(&mut base.clone(), &[]).unwrap() == 3).count()
+            (0..5000)
+                .filter(|_| s.sample(&mut base.clone(), &[]).unwrap() == 3)
+                .count()
         };
         assert!(share_of_top(0.2) > share_of_top(1.0));
         assert!(share_of_top(1.0) > share_of_top(5.0));
@@ -362,15 +474,69 @@ mod tests {
     #[test]
     fn invalid_values_are_rejected_naming_the_field() {
         let bad = [
-            (SamplingParams { temperature: f32::NAN, ..Default::default() }, "temperature"),
-            (SamplingParams { temperature: -0.5, ..Default::default() }, "temperature"),
-            (SamplingParams { top_p: 2.0, ..Default::default() }, "top_p"),
-            (SamplingParams { top_p: 0.0, ..Default::default() }, "top_p"),
-            (SamplingParams { top_k: Some(0), ..Default::default() }, "top_k"),
-            (SamplingParams { min_p: 1.5, ..Default::default() }, "min_p"),
-            (SamplingParams { repeat_penalty: 0.0, ..Default::default() }, "repeat_penalty"),
-            (SamplingParams { presence_penalty: f32::INFINITY, ..Default::default() }, "presence_penalty"),
-            (SamplingParams { frequency_penalty: 3.0, ..Default::default() }, "frequency_penalty"),
+            (
+                SamplingParams {
+                    temperature: f32::NAN,
+                    ..Default::default()
+                },
+                "temperature",
+            ),
+            (
+                SamplingParams {
+                    temperature: -0.5,
+                    ..Default::default()
+                },
+                "temperature",
+            ),
+            (
+                SamplingParams {
+                    top_p: 2.0,
+                    ..Default::default()
+                },
+                "top_p",
+            ),
+            (
+                SamplingParams {
+                    top_p: 0.0,
+                    ..Default::default()
+                },
+                "top_p",
+            ),
+            (
+                SamplingParams {
+                    top_k: Some(0),
+                    ..Default::default()
+                },
+                "top_k",
+            ),
+            (
+                SamplingParams {
+                    min_p: 1.5,
+                    ..Default::default()
+                },
+                "min_p",
+            ),
+            (
+                SamplingParams {
+                    repeat_penalty: 0.0,
+                    ..Default::default()
+                },
+                "repeat_penalty",
+            ),
+            (
+                SamplingParams {
+                    presence_penalty: f32::INFINITY,
+                    ..Default::default()
+                },
+                "presence_penalty",
+            ),
+            (
+                SamplingParams {
+                    frequency_penalty: 3.0,
+                    ..Default::default()
+                },
+                "frequency_penalty",
+            ),
         ];
         for (p, field) in bad {
             match Sampler::new(p) {
@@ -383,14 +549,30 @@ mod tests {
 
     #[test]
     fn set_params_applies_to_the_next_draw() {
-        let p = SamplingParams { temperature: 5.0, top_k: None, top_p: 1.0, min_p: 0.0, seed: Some(9), ..Default::default() };
+        let p = SamplingParams {
+            temperature: 5.0,
+            top_k: None,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: Some(9),
+            ..Default::default()
+        };
         let mut s = Sampler::new(p).unwrap();
         s.set_params(SamplingParams::greedy()).unwrap();
         for _ in 0..20 {
             assert_eq!(s.sample(&mut logits(), &[]).unwrap(), 1);
         }
-        assert!(s.set_params(SamplingParams { top_p: f32::NAN, ..Default::default() }).is_err());
-        assert_eq!(s.params(), &SamplingParams::greedy(), "a rejected change leaves the old settings");
+        assert!(s
+            .set_params(SamplingParams {
+                top_p: f32::NAN,
+                ..Default::default()
+            })
+            .is_err());
+        assert_eq!(
+            s.params(),
+            &SamplingParams::greedy(),
+            "a rejected change leaves the old settings"
+        );
     }
 
     #[test]

@@ -120,7 +120,12 @@ impl Sequence {
     }
 
     pub fn view(&self) -> SeqView {
-        SeqView { id: self.id, state: self.state(), priority: self.priority, prompt_left: self.pending() }
+        SeqView {
+            id: self.id,
+            state: self.state(),
+            priority: self.priority,
+            prompt_left: self.pending(),
+        }
     }
 
     pub fn tokens(&self) -> &[u32] {
@@ -267,7 +272,11 @@ impl Sequence {
         let prefilled = self.prompt_len - self.reused_tokens;
         Timings {
             ttft_ms: ms(Some(self.submitted), self.first_token),
-            prefill_tps: if prefill_ms > 0.0 { prefilled as f64 * 1000.0 / prefill_ms } else { 0.0 },
+            prefill_tps: if prefill_ms > 0.0 {
+                prefilled as f64 * 1000.0 / prefill_ms
+            } else {
+                0.0
+            },
             // Tokens after the first, over the time between the first and the last.
             decode_tps: if decode_ms > 0.0 {
                 (self.tokens.len() - self.prompt_len - 1) as f64 * 1000.0 / decode_ms
@@ -283,8 +292,15 @@ impl Sequence {
             return;
         }
         self.finished = Some(reason);
-        let usage = Usage { prompt_tokens: self.prompt_len, completion_tokens: self.completion_tokens };
-        let _ = self.events.send(Event::Done { reason, usage, timings: self.timings() });
+        let usage = Usage {
+            prompt_tokens: self.prompt_len,
+            completion_tokens: self.completion_tokens,
+        };
+        let _ = self.events.send(Event::Done {
+            reason,
+            usage,
+            timings: self.timings(),
+        });
     }
 
     pub fn finish_reason(&self) -> Option<StopReason> {

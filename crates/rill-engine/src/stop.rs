@@ -55,7 +55,10 @@ pub struct StopStrings {
 impl StopStrings {
     /// Empty strings are ignored: they would match everywhere.
     pub fn new(stops: impl IntoIterator<Item = String>) -> Self {
-        StopStrings { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new() }
+        StopStrings {
+            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            held: String::new(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -69,7 +72,12 @@ impl StopStrings {
         }
         self.held.push_str(text);
         // The earliest full match wins.
-        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+        if let Some(at) = self
+            .stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min()
+        {
             let out = self.held[..at].to_owned();
             self.held.clear();
             return StopCheck::Matched(out);
@@ -117,12 +125,18 @@ mod tests {
 
     #[test]
     fn a_stop_string_split_over_tokens_is_caught_and_not_emitted() {
-        assert_eq!(run(&["</answer>"], &["Paris", "</ans", "wer>", " more"]), ("Paris".into(), true));
+        assert_eq!(
+            run(&["</answer>"], &["Paris", "</ans", "wer>", " more"]),
+            ("Paris".into(), true)
+        );
     }
 
     #[test]
     fn text_before_the_stop_in_the_same_token_is_kept() {
-        assert_eq!(run(&["STOP"], &["one two", " threeSTOPfour"]), ("one two three".into(), true));
+        assert_eq!(
+            run(&["STOP"], &["one two", " threeSTOPfour"]),
+            ("one two three".into(), true)
+        );
     }
 
     #[test]
@@ -140,7 +154,10 @@ mod tests {
 
     #[test]
     fn the_earliest_of_several_stops_wins_and_multibyte_text_is_safe() {
-        assert_eq!(run(&["猫", "cat"], &["犬と猫", "とcat"]), ("犬と".into(), true));
+        assert_eq!(
+            run(&["猫", "cat"], &["犬と猫", "とcat"]),
+            ("犬と".into(), true)
+        );
         assert_eq!(run(&["é!"], &["café", " ok"]), ("café ok".into(), false));
     }
 

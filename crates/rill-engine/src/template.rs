@@ -29,7 +29,10 @@ pub struct Message {
 
 impl Message {
     pub fn new(role: Role, content: impl Into<String>) -> Self {
-        Message { role, content: content.into() }
+        Message {
+            role,
+            content: content.into(),
+        }
     }
     pub fn system(content: impl Into<String>) -> Self {
         Self::new(Role::System, content)
@@ -60,24 +63,43 @@ impl std::fmt::Debug for ChatTemplate {
 
 impl ChatTemplate {
     /// Compiles `source` (or ChatML when `None`).
-    pub fn new(source: Option<&str>, bos_token: impl Into<String>, eos_token: impl Into<String>) -> Result<Self> {
+    pub fn new(
+        source: Option<&str>,
+        bos_token: impl Into<String>,
+        eos_token: impl Into<String>,
+    ) -> Result<Self> {
         let mut env = minijinja::Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> std::result::Result<String, minijinja::Error> {
+                Err(minijinja::Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    msg,
+                ))
+            },
+        );
+        env.add_function("strftime_now", |fmt: String| {
+            chrono::Local::now().format(&fmt).to_string()
         });
-        env.add_function("strftime_now", |fmt: String| chrono::Local::now().format(&fmt).to_string());
         env.add_template_owned("chat", source.unwrap_or(CHATML_TEMPLATE).to_owned())
             .map_err(|e| Error::Template(e.to_string()))?;
-        Ok(ChatTemplate { env, bos_token: bos_token.into(), eos_token: eos_token.into() })
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.into(),
+            eos_token: eos_token.into(),
+        })
     }
 
     /// Renders the conversation, ending with the assistant's opening when
     /// `add_generation_prompt` is set (the usual case: the model answers next).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        let tmpl = self.env.get_template("chat").map_err(|e| Error::Template(e.to_string()))?;
+        let tmpl = self
+            .env
+            .get_template("chat")
+            .map_err(|e| Error::Template(e.to_string()))?;
         tmpl.render(minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
@@ -102,7 +124,9 @@ mod tests {
     #[test]
     fn chatml_fallback_renders_turns_and_the_generation_prompt() {
         let t = ChatTemplate::new(None, "<s>", "</s>").unwrap();
-        let s = t.render(&[Message::system("Be brief."), Message::user("Hi")], true).unwrap();
+        let s = t
+            .render(&[Message::system("Be brief."), Message::user("Hi")], true)
+            .unwrap();
         assert_eq!(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
         let s = t.render(&[Message::user("Hi")], false).unwrap();
         assert!(!s.ends_with("assistant\n"));
@@ -113,7 +137,12 @@ mod tests {
         // Shaped like Llama/Mistral templates: bos_token, .strip(), loop.index0, trim/lstrip blocks.
         let src = "{{ bos_token }}{% for m in messages %}\n    {% if m['role'] == 'user' %}\n[INST] {{ m['content'].strip() }} [/INST]\n    {% else %}\n{{ m['content'] }}{{ eos_token }}\n    {% endif %}\n{% endfor %}";
         let t = ChatTemplate::new(Some(src), "<s>", "</s>").unwrap();
-        let s = t.render(&[Message::user("  hello  "), Message::assistant("hi")], true).unwrap();
+        let s = t
+            .render(
+                &[Message::user("  hello  "), Message::assistant("hi")],
+                true,
+            )
+            .unwrap();
         assert_eq!(s, "<s>[INST] hello [/INST]\nhi</s>\n");
     }
 
@@ -122,7 +151,11 @@ mod tests {
         let src = "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversations must start with a user message') }}{% endif %}";
         let t = ChatTemplate::new(Some(src), "", "").unwrap();
         let err = t.render(&[Message::assistant("x")], true).unwrap_err();
-        assert!(err.to_string().contains("Conversations must start with a user message"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("Conversations must start with a user message"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -134,6 +167,9 @@ mod tests {
 
     #[test]
     fn a_broken_template_is_a_clear_error() {
-        assert!(matches!(ChatTemplate::new(Some("{% for %}"), "", ""), Err(Error::Template(_))));
+        assert!(matches!(
+            ChatTemplate::new(Some("{% for %}"), "", ""),
+            Err(Error::Template(_))
+        ));
     }
 }

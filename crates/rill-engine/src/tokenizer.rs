@@ -43,7 +43,13 @@ const TOKEN_TYPE_BYTE: i32 = 6;
 /// Texts of control tokens that end a turn in common templates; llama.cpp treats them as
 /// end-of-generation too, whatever `eos_token_id` says.
 const EOG_TEXTS: &[&str] = &[
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "</s>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|eom_id|>",
+    "</s>",
     "<|end_of_text|>",
 ];
 
@@ -67,16 +73,26 @@ pub struct Tokenizer {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokenizer").field("vocab", &self.pieces.len()).field("bos", &self.bos).field("eos", &self.eos).finish()
+        f.debug_struct("Tokenizer")
+            .field("vocab", &self.pieces.len())
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .finish()
     }
 }
 
 fn md_str<'a>(md: &'a Metadata, key: &str) -> Option<&'a str> {
-    md.get(key).and_then(|v| v.to_string().ok()).map(|s| s.as_str())
+    md.get(key)
+        .and_then(|v| v.to_string().ok())
+        .map(|s| s.as_str())
 }
 
 fn md_u32(md: &Metadata, key: &str) -> Option<u32> {
-    md.get(key).and_then(|v| v.to_u32().ok().or_else(|| v.to_i32().ok().map(|x| x as u32)))
+    md.get(key).and_then(|v| {
+        v.to_u32()
+            .ok()
+            .or_else(|| v.to_i32().ok().map(|x| x as u32))
+    })
 }
 
 fn md_bool(md: &Metadata, key: &str) -> Option<bool> {
@@ -93,7 +109,11 @@ fn md_array<'a>(md: &'a Metadata, key: &str) -> Result<&'a Vec<Value>> {
 fn md_strings(md: &Metadata, key: &str) -> Result<Vec<String>> {
     md_array(md, key)?
         .iter()
-        .map(|v| v.to_string().cloned().map_err(|e| Error::Tokenizer(format!("`{key}`: {}", candle_message(&e)))))
+        .map(|v| {
+            v.to_string()
+                .cloned()
+                .map_err(|e| Error::Tokenizer(format!("`{key}`: {}", candle_message(&e))))
+        })
         .collect()
 }
 
@@ -118,21 +138,35 @@ fn byte_level_chars() -> HashMap<char, u8> {
 /// The pre-tokenizer llama.cpp uses for a `tokenizer.ggml.pre` name.
 fn pre_tokenizer_for(pre: &str) -> Result<(PreTokenizerWrapper, bool)> {
     let split = |regex: &str| -> Result<PreTokenizerWrapper> {
-        let s = Split::new(SplitPattern::Regex(regex.into()), SplitDelimiterBehavior::Isolated, false)
-            .map_err(|e| Error::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
+        let s = Split::new(
+            SplitPattern::Regex(regex.into()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| Error::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
         Ok(s.into())
     };
     let byte_level = |use_regex| PreTokenizerWrapper::from(ByteLevel::new(false, false, use_regex));
     // (pre-tokenizer, ignore_merges): llama-3-style vocabularies look whole words up first.
     Ok(match pre {
         "default" | "gpt-2" | "gpt2" | "" => (byte_level(true), false),
-        "smollm" => (Sequence::new(vec![Digits::new(true).into(), byte_level(true)]).into(), false),
-        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral" => {
-            (Sequence::new(vec![split(LLAMA3_REGEX)?, byte_level(false)]).into(), true)
-        }
-        "qwen2" | "deepseek-r1-qwen" => (Sequence::new(vec![split(QWEN2_REGEX)?, byte_level(false)]).into(), false),
+        "smollm" => (
+            Sequence::new(vec![Digits::new(true).into(), byte_level(true)]).into(),
+            false,
+        ),
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral" => (
+            Sequence::new(vec![split(LLAMA3_REGEX)?, byte_level(false)]).into(),
+            true,
+        ),
+        "qwen2" | "deepseek-r1-qwen" => (
+            Sequence::new(vec![split(QWEN2_REGEX)?, byte_level(false)]).into(),
+            false,
+        ),
         other => {
-            tracing::warn!(pre = other, "unknown tokenizer.ggml.pre; using the GPT-2 pre-tokenizer");
+            tracing::warn!(
+                pre = other,
+                "unknown tokenizer.ggml.pre; using the GPT-2 pre-tokenizer"
+            );
             let _ = GPT2_REGEX;
             (byte_level(true), false)
         }
@@ -174,7 +208,11 @@ impl Tokenizer {
                             .ok_or_else(|| Error::Tokenizer(format!("malformed merge `{m}`")))
                     })
                     .collect::<Result<Vec<_>>>()?;
-                let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+                let vocab: Vocab = tokens
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| (t.clone(), i as u32))
+                    .collect();
                 let pre = md_str(md, "tokenizer.ggml.pre").unwrap_or("default");
                 let (pre_tokenizer, ignore_merges) = pre_tokenizer_for(pre)?;
                 let bpe = BPE::builder()
@@ -212,10 +250,19 @@ impl Tokenizer {
                         .collect(),
                     None => (0..tokens.len()).map(|i| -(i as f32)).collect(),
                 };
-                let bpe = spm_bpe(&tokens, &scores, &types, md_u32(md, "tokenizer.ggml.unknown_token_id"))?;
+                let bpe = spm_bpe(
+                    &tokens,
+                    &scores,
+                    &types,
+                    md_u32(md, "tokenizer.ggml.unknown_token_id"),
+                )?;
                 let mut t = tokenizers::Tokenizer::new(bpe);
                 let add_space = md_bool(md, "tokenizer.ggml.add_space_prefix").unwrap_or(true);
-                let scheme = if add_space { PrependScheme::First } else { PrependScheme::Never };
+                let scheme = if add_space {
+                    PrependScheme::First
+                } else {
+                    PrependScheme::Never
+                };
                 t.with_pre_tokenizer(Some(Metaspace::new('▁', scheme, false)));
                 let pieces = tokens
                     .iter()
@@ -228,7 +275,11 @@ impl Tokenizer {
                     .collect();
                 (t, pieces, add_space)
             }
-            other => return Err(Error::Tokenizer(format!("unsupported tokenizer model `{other}` (supported: gpt2, llama)"))),
+            other => {
+                return Err(Error::Tokenizer(format!(
+                    "unsupported tokenizer model `{other}` (supported: gpt2, llama)"
+                )))
+            }
         };
 
         // Control and user-defined tokens are matched whole in the text, before BPE.
@@ -236,11 +287,16 @@ impl Tokenizer {
             .iter()
             .enumerate()
             .filter(|&(i, _)| matches!(ty(i), TOKEN_TYPE_CONTROL | TOKEN_TYPE_USER_DEFINED))
-            .map(|(i, t)| AddedToken::from(t.clone(), ty(i) == TOKEN_TYPE_CONTROL).normalized(false))
+            .map(|(i, t)| {
+                AddedToken::from(t.clone(), ty(i) == TOKEN_TYPE_CONTROL).normalized(false)
+            })
             .collect();
         inner.add_special_tokens(&added);
 
-        if let Some(json) = beside.map(|d| d.join("tokenizer.json")).filter(|p| p.is_file()) {
+        if let Some(json) = beside
+            .map(|d| d.join("tokenizer.json"))
+            .filter(|p| p.is_file())
+        {
             tracing::info!(path = %json.display(), "using tokenizer.json beside the model");
             inner = tokenizers::Tokenizer::from_file(&json)
                 .map_err(|e| Error::Tokenizer(format!("{}: {e}", json.display())))?;
@@ -260,7 +316,15 @@ impl Tokenizer {
         eog.sort_unstable();
         eog.dedup();
         let add_bos = md_bool(md, "tokenizer.ggml.add_bos_token").unwrap_or(model == "llama");
-        Ok(Tokenizer { inner, pieces, bos, eos, eog, add_bos, strip_leading_space })
+        Ok(Tokenizer {
+            inner,
+            pieces,
+            bos,
+            eos,
+            eog,
+            add_bos,
+            strip_leading_space,
+        })
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -288,7 +352,10 @@ impl Tokenizer {
     /// Encodes prompt text, parsing control tokens, and adds BOS when the model asks for it
     /// and the text does not already start with it (a template often writes it itself).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self.inner.encode(text, false).map_err(|e| Error::Tokenizer(format!("encode: {e}")))?;
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| Error::Tokenizer(format!("encode: {e}")))?;
         let mut ids = enc.get_ids().to_vec();
         if let (true, Some(bos)) = (self.add_bos, self.bos) {
             if ids.first() != Some(&bos) {
@@ -300,7 +367,10 @@ impl Tokenizer {
 
     /// The raw bytes a token stands for (empty for control tokens and unknown ids).
     pub fn piece_bytes(&self, id: u32) -> &[u8] {
-        self.pieces.get(id as usize).map(Vec::as_slice).unwrap_or(&[])
+        self.pieces
+            .get(id as usize)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
     }
 
     /// Decodes a whole sequence (lossy on invalid UTF-8).
@@ -320,7 +390,11 @@ fn parse_byte_token(t: &str) -> Option<u8> {
 /// SentencePiece-style BPE: merge order comes from the scores of the merged pieces (higher
 /// first), like `tokenizers`' `SentencePieceExtractor` and llama.cpp's `llm_tokenizer_spm`.
 fn spm_bpe(tokens: &[String], scores: &[f32], types: &[i32], unk: Option<u32>) -> Result<BPE> {
-    let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let vocab: Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
     let mut merges: Vec<(f32, u32, u32, String, String)> = Vec::new();
     for (i, piece) in tokens.iter().enumerate() {
         if types[i] != 1 {
@@ -329,15 +403,27 @@ fn spm_bpe(tokens: &[String], scores: &[f32], types: &[i32], unk: Option<u32>) -
         for (at, _) in piece.char_indices().skip(1) {
             let (l, r) = piece.split_at(at);
             if let (Some(&li), Some(&ri)) = (vocab.get(l), vocab.get(r)) {
-                merges.push((scores.get(i).copied().unwrap_or(0.0), li, ri, l.to_owned(), r.to_owned()));
+                merges.push((
+                    scores.get(i).copied().unwrap_or(0.0),
+                    li,
+                    ri,
+                    l.to_owned(),
+                    r.to_owned(),
+                ));
             }
         }
     }
     merges.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     let merges = merges.into_iter().map(|m| (m.3, m.4)).collect::<Vec<_>>();
-    let mut b = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true).fuse_unk(true);
+    let mut b = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .byte_fallback(true)
+        .fuse_unk(true);
     if let Some(u) = unk.and_then(|u| tokens.get(u as usize)).or_else(|| {
-        types.iter().position(|&t| t == TOKEN_TYPE_UNKNOWN).map(|i| &tokens[i])
+        types
+            .iter()
+            .position(|&t| t == TOKEN_TYPE_UNKNOWN)
+            .map(|i| &tokens[i])
     }) {
         b = b.unk_token(u.clone());
     }
@@ -353,7 +439,10 @@ pub struct StreamDecoder {
 
 impl StreamDecoder {
     pub fn new(tokenizer: &Tokenizer) -> Self {
-        StreamDecoder { pending: Vec::new(), strip_leading_space: tokenizer.strip_leading_space }
+        StreamDecoder {
+            pending: Vec::new(),
+            strip_leading_space: tokenizer.strip_leading_space,
+        }
     }
 
     /// The text that token `id` completes: possibly empty (half a character so far), possibly
@@ -416,7 +505,10 @@ mod tests {
     }
 
     fn md(entries: Vec<(&str, Value)>) -> Metadata {
-        entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+        entries
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
     }
 
     fn strings(v: &[&str]) -> Value {
@@ -427,7 +519,10 @@ mod tests {
     /// fall back to byte tokens, and the leading space SentencePiece adds is not decoded.
     #[test]
     fn sentencepiece_vocabularies_merge_by_score_and_fall_back_to_bytes() {
-        let tokens = ["<unk>", "<s>", "</s>", "<0x0A>", "<0xC3>", "<0xA9>", "▁", "h", "e", "l", "o", "▁h", "ll", "llo", "ello", "▁hello", "w", "r", "d", "▁w", "or", "▁wor", "▁world", "ld"];
+        let tokens = [
+            "<unk>", "<s>", "</s>", "<0x0A>", "<0xC3>", "<0xA9>", "▁", "h", "e", "l", "o", "▁h",
+            "ll", "llo", "ello", "▁hello", "w", "r", "d", "▁w", "or", "▁wor", "▁world", "ld",
+        ];
         let mut types = vec![1i32; tokens.len()];
         types[0] = TOKEN_TYPE_UNKNOWN;
         types[1] = TOKEN_TYPE_CONTROL;
@@ -440,17 +535,26 @@ mod tests {
             ("tokenizer.ggml.model", Value::String("llama".into())),
             ("tokenizer.ggml.tokens", strings(&tokens)),
             ("tokenizer.ggml.scores", Value::Array(scores)),
-            ("tokenizer.ggml.token_type", Value::Array(types.iter().map(|&t| Value::I32(t)).collect())),
+            (
+                "tokenizer.ggml.token_type",
+                Value::Array(types.iter().map(|&t| Value::I32(t)).collect()),
+            ),
             ("tokenizer.ggml.bos_token_id", Value::U32(1)),
             ("tokenizer.ggml.eos_token_id", Value::U32(2)),
         ]);
         let tok = Tokenizer::from_gguf(&m, None).unwrap();
         let id = |t: &str| tokens.iter().position(|x| *x == t).unwrap() as u32;
         // BOS is added (llama-style files default to add_bos), then whole words.
-        assert_eq!(tok.encode("hello world").unwrap(), vec![1, id("▁hello"), id("▁world")]);
+        assert_eq!(
+            tok.encode("hello world").unwrap(),
+            vec![1, id("▁hello"), id("▁world")]
+        );
         // "é" is not in the vocabulary: its two UTF-8 bytes become byte tokens.
         let ids = tok.encode("hello é\n").unwrap();
-        assert!(ids.ends_with(&[id("<0xC3>"), id("<0xA9>"), id("<0x0A>")]), "{ids:?}");
+        assert!(
+            ids.ends_with(&[id("<0xC3>"), id("<0xA9>"), id("<0x0A>")]),
+            "{ids:?}"
+        );
         assert_eq!(tok.decode(&ids), "hello é\n");
         assert!(tok.is_eog(2) && !tok.is_eog(1));
     }

@@ -5,18 +5,12 @@
 
 use std::path::PathBuf;
 
+mod common;
+use common::model_path;
+
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::Device;
 use rill_engine::{Engine, EngineConfig, GenerateRequest, Message, SamplingParams};
-
-fn model_path() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let p = std::env::var_os("RILL_TEST_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
-    assert!(p.is_file(), "test model missing at {}: run scripts/fetch-test-model.sh", p.display());
-    p
-}
 
 /// Writes a copy of the test model with its 2-D weights stored as `pick(row_len)`.
 fn requantize(dir: &std::path::Path, label: &str, pick: impl Fn(usize) -> GgmlDType) -> PathBuf {
@@ -39,7 +33,11 @@ fn requantize(dir: &std::path::Path, label: &str, pick: impl Fn(usize) -> GgmlDT
     }
     let out = dir.join(format!("smollm2-{label}.gguf"));
     let mut w = std::fs::File::create(&out).unwrap();
-    let md: Vec<(&str, &gguf_file::Value)> = content.metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let md: Vec<(&str, &gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
     let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     gguf_file::write(&mut w, &md, &ts).unwrap();
     out
@@ -51,9 +49,14 @@ fn answer(path: &std::path::Path) -> (String, String) {
     let req = GenerateRequest {
         params: SamplingParams::greedy(),
         max_tokens: Some(12),
-        ..GenerateRequest::chat(vec![Message::user("What is the capital of France? Answer in one word.")])
+        ..GenerateRequest::chat(vec![Message::user(
+            "What is the capital of France? Answer in one word.",
+        )])
     };
-    (h.model_info().quantization.clone(), h.generate(req).unwrap().collect_blocking().unwrap().text)
+    (
+        h.model_info().quantization.clone(),
+        h.generate(req).unwrap().collect_blocking().unwrap().text,
+    )
 }
 
 #[test]
@@ -63,9 +66,27 @@ fn f16_q8_0_q4_0_q5_1_and_k_quant_files_load_and_answer() {
         ("F16", Box::new(|_| GgmlDType::F16)),
         ("Q8_0", Box::new(|_| GgmlDType::Q8_0)),
         ("Q4_0", Box::new(|_| GgmlDType::Q4_0)),
-        ("Q4K+Q5_0", Box::new(|row| if row % 256 == 0 { GgmlDType::Q4K } else { GgmlDType::Q5_0 })),
+        (
+            "Q4K+Q5_0",
+            Box::new(|row| {
+                if row % 256 == 0 {
+                    GgmlDType::Q4K
+                } else {
+                    GgmlDType::Q5_0
+                }
+            }),
+        ),
         ("Q5_1", Box::new(|_| GgmlDType::Q5_1)),
-        ("Q6K+Q8_0", Box::new(|row| if row % 256 == 0 { GgmlDType::Q6K } else { GgmlDType::Q8_0 })),
+        (
+            "Q6K+Q8_0",
+            Box::new(|row| {
+                if row % 256 == 0 {
+                    GgmlDType::Q6K
+                } else {
+                    GgmlDType::Q8_0
+                }
+            }),
+        ),
     ];
     for (label, pick) in variants {
         let path = requantize(dir.path(), label, pick);

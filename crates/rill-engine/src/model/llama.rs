@@ -54,6 +54,9 @@ pub struct Llama {
     device: Device,
 }
 
+/// Positions a cache allocates at first; it doubles from there.
+pub const KV_MIN_CAPACITY: usize = 256;
+
 /// One sequence's keys and values for every layer, `[1, n_kv_head, capacity, head_dim]` each,
 /// of which the first `len` positions are filled.
 #[derive(Default)]
@@ -79,7 +82,10 @@ impl KvCache {
 
     /// Bytes allocated (capacity, not just what is filled).
     pub fn bytes(&self) -> usize {
-        self.layers.iter().map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes()).sum()
+        self.layers
+            .iter()
+            .map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes())
+            .sum()
     }
 
     /// Forgets positions from `len` on (the memory stays for reuse).
@@ -93,7 +99,10 @@ impl KvCache {
         if need <= self.capacity && self.layers.len() == cfg.n_layer {
             return Ok(());
         }
-        let cap = need.max(self.capacity * 2).max(256).min(cfg.context_length.max(need));
+        let cap = need
+            .max(self.capacity * 2)
+            .max(KV_MIN_CAPACITY)
+            .min(cfg.context_length.max(need));
         let shape = (1, cfg.n_kv_head, cap, cfg.head_dim);
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
@@ -119,7 +128,10 @@ impl KvCache {
         let t = k.dim(2)?;
         ck.slice_set(k, 2, self.len)?;
         cv.slice_set(v, 2, self.len)?;
-        Ok((ck.narrow(2, 0, self.len + t)?, cv.narrow(2, 0, self.len + t)?))
+        Ok((
+            ck.narrow(2, 0, self.len + t)?,
+            cv.narrow(2, 0, self.len + t)?,
+        ))
     }
 
     fn advance(&mut self, t: usize) {
@@ -128,11 +140,15 @@ impl KvCache {
 }
 
 fn rope_tables(cfg: &LlamaConfig, rope_dim: usize, device: &Device) -> Result<(Tensor, Tensor)> {
-    let inv_freq: Vec<f32> =
-        (0..rope_dim).step_by(2).map(|i| 1f32 / cfg.rope_base.powf(i as f32 / rope_dim as f32)).collect();
+    let inv_freq: Vec<f32> = (0..rope_dim)
+        .step_by(2)
+        .map(|i| 1f32 / cfg.rope_base.powf(i as f32 / rope_dim as f32))
+        .collect();
     let n = inv_freq.len();
     let inv_freq = Tensor::from_vec(inv_freq, (1, n), device)?;
-    let pos = Tensor::arange(0u32, cfg.context_length as u32, device)?.to_dtype(DType::F32)?.reshape((cfg.context_length, 1))?;
+    let pos = Tensor::arange(0u32, cfg.context_length as u32, device)?
+        .to_dtype(DType::F32)?
+        .reshape((cfg.context_length, 1))?;
     let freqs = pos.matmul(&inv_freq)?;
     Ok((freqs.cos()?, freqs.sin()?))
 }
@@ -162,18 +178,22 @@ impl Llama {
         path: &Path,
     ) -> Result<Self> {
         let md = |key: &str| {
-            ct.metadata
-                .get(&format!("{arch}.{key}"))
-                .ok_or_else(|| Error::model_file(path, format!("metadata `{arch}.{key}` is missing")))
+            ct.metadata.get(&format!("{arch}.{key}")).ok_or_else(|| {
+                Error::model_file(path, format!("metadata `{arch}.{key}` is missing"))
+            })
         };
         let u = |key: &str| -> Result<usize> {
-            md(key)?.to_u32().map(|v| v as usize).map_err(|e| Error::model_file(path, format!("`{arch}.{key}`: {}", candle_message(&e))))
+            md(key)?.to_u32().map(|v| v as usize).map_err(|e| {
+                Error::model_file(path, format!("`{arch}.{key}`: {}", candle_message(&e)))
+            })
         };
         let hidden = u("embedding_length")?;
         let n_head = u("attention.head_count")?;
         let n_kv_head = u("attention.head_count_kv").unwrap_or(n_head);
         let trained_ctx = u("context_length").unwrap_or(4096);
-        let context_length = context_cap.map_or(trained_ctx, |c| c.min(trained_ctx)).max(1);
+        let context_length = context_cap
+            .map_or(trained_ctx, |c| c.min(trained_ctx))
+            .max(1);
         if n_head == 0 || n_kv_head == 0 || hidden % n_head != 0 || n_head % n_kv_head != 0 {
             return Err(Error::model_file(
                 path,
@@ -188,14 +208,20 @@ impl Llama {
             n_kv_head,
             head_dim,
             hidden,
-            rms_eps: md("attention.layer_norm_rms_epsilon").and_then(|v| v.to_f32().map_err(Error::Candle)).unwrap_or(1e-5) as f64,
-            rope_base: md("rope.freq_base").and_then(|v| v.to_f32().map_err(Error::Candle)).unwrap_or(10_000.0),
+            rms_eps: md("attention.layer_norm_rms_epsilon")
+                .and_then(|v| v.to_f32().map_err(Error::Candle))
+                .unwrap_or(1e-5) as f64,
+            rope_base: md("rope.freq_base")
+                .and_then(|v| v.to_f32().map_err(Error::Candle))
+                .unwrap_or(10_000.0),
             context_length,
         };
         let (cos, sin) = rope_tables(&cfg, rope_dim, device)?;
 
         let mut tensor = |name: &str| -> Result<QTensor> {
-            ct.tensor(reader, name, device).map_err(|e| Error::model_file(path, format!("tensor `{name}`: {}", candle_message(&e))))
+            ct.tensor(reader, name, device).map_err(|e| {
+                Error::model_file(path, format!("tensor `{name}`: {}", candle_message(&e)))
+            })
         };
         let embed_q = tensor("token_embd.weight")?;
         let embed = embed_q.dequantize(device)?;
@@ -207,7 +233,11 @@ impl Llama {
         };
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
-            let mut mm = |n: &str| -> Result<QMatMul> { Ok(QMatMul::from_qtensor(tensor(&format!("blk.{i}.{n}.weight"))?)?) };
+            let mut mm = |n: &str| -> Result<QMatMul> {
+                Ok(QMatMul::from_qtensor(tensor(&format!(
+                    "blk.{i}.{n}.weight"
+                ))?)?)
+            };
             layers.push(Layer {
                 wq: mm("attn_q")?,
                 wk: mm("attn_k")?,
@@ -216,11 +246,26 @@ impl Llama {
                 w_gate: mm("ffn_gate")?,
                 w_up: mm("ffn_up")?,
                 w_down: mm("ffn_down")?,
-                attn_norm: RmsNorm::from_qtensor(tensor(&format!("blk.{i}.attn_norm.weight"))?, cfg.rms_eps)?,
-                ffn_norm: RmsNorm::from_qtensor(tensor(&format!("blk.{i}.ffn_norm.weight"))?, cfg.rms_eps)?,
+                attn_norm: RmsNorm::from_qtensor(
+                    tensor(&format!("blk.{i}.attn_norm.weight"))?,
+                    cfg.rms_eps,
+                )?,
+                ffn_norm: RmsNorm::from_qtensor(
+                    tensor(&format!("blk.{i}.ffn_norm.weight"))?,
+                    cfg.rms_eps,
+                )?,
             });
         }
-        Ok(Llama { cfg, embed, layers, norm, output, cos, sin, device: device.clone() })
+        Ok(Llama {
+            cfg,
+            embed,
+            layers,
+            norm,
+            output,
+            cos,
+            sin,
+            device: device.clone(),
+        })
     }
 
     pub fn config(&self) -> &LlamaConfig {
@@ -255,7 +300,10 @@ impl Llama {
                 return Err(Error::param("prompt", "no tokens to run"));
             }
             if cache.len() + tokens.len() > cfg.context_length {
-                return Err(Error::PromptTooLong { prompt_tokens: cache.len() + tokens.len(), context: cfg.context_length });
+                return Err(Error::PromptTooLong {
+                    prompt_tokens: cache.len() + tokens.len(),
+                    context: cfg.context_length,
+                });
             }
             cache.reserve(cfg, tokens.len(), &self.device)?;
             ids.extend_from_slice(tokens);
@@ -268,20 +316,39 @@ impl Llama {
         let mut row = 0;
         for (tokens, cache) in batch.iter() {
             let (t, pos) = (tokens.len(), cache.len());
-            let mask = if t > 1 { Some(causal_mask(t, pos, n_rep, &self.device)?) } else { None };
-            spans.push((row, t, self.cos.narrow(0, pos, t)?, self.sin.narrow(0, pos, t)?, mask));
+            let mask = if t > 1 {
+                Some(causal_mask(t, pos, n_rep, &self.device)?)
+            } else {
+                None
+            };
+            spans.push((
+                row,
+                t,
+                self.cos.narrow(0, pos, t)?,
+                self.sin.narrow(0, pos, t)?,
+                mask,
+            ));
             row += t;
         }
 
-        let mut x = self.embed.index_select(&Tensor::new(ids.as_slice(), &self.device)?, 0)?;
+        let mut x = self
+            .embed
+            .index_select(&Tensor::new(ids.as_slice(), &self.device)?, 0)?;
         for (li, layer) in self.layers.iter().enumerate() {
             let h = layer.attn_norm.forward(&x)?;
-            let (q, k, v) = (layer.wq.forward(&h)?, layer.wk.forward(&h)?, layer.wv.forward(&h)?);
+            let (q, k, v) = (
+                layer.wq.forward(&h)?,
+                layer.wk.forward(&h)?,
+                layer.wv.forward(&h)?,
+            );
             let mut ys = Vec::with_capacity(batch.len());
             for ((_, cache), (row, t, cos, sin, mask)) in batch.iter_mut().zip(&spans) {
                 let (row, t) = (*row, *t);
                 let heads = |m: &Tensor, n: usize| -> Result<Tensor> {
-                    Ok(m.narrow(0, row, t)?.reshape((1, t, n, hd))?.transpose(1, 2)?.contiguous()?)
+                    Ok(m.narrow(0, row, t)?
+                        .reshape((1, t, n, hd))?
+                        .transpose(1, 2)?
+                        .contiguous()?)
                 };
                 let qs = candle_nn::rotary_emb::rope_i(&heads(&q, n_head)?, cos, sin)?;
                 let ks = candle_nn::rotary_emb::rope_i(&heads(&k, n_kv)?, cos, sin)?;
@@ -295,7 +362,11 @@ impl Llama {
                     None => att,
                 };
                 let att = candle_nn::ops::softmax_last_dim(&att)?;
-                let y = att.matmul(&vs)?.reshape((1, n_head, t, hd))?.transpose(1, 2)?.reshape((t, n_head * hd))?;
+                let y = att
+                    .matmul(&vs)?
+                    .reshape((1, n_head, t, hd))?
+                    .transpose(1, 2)?
+                    .reshape((t, n_head * hd))?;
                 ys.push(y);
             }
             let y = Tensor::cat(&ys, 0)?;
@@ -310,7 +381,10 @@ impl Llama {
         }
 
         // Only the last row of each sequence is projected to the vocabulary.
-        let last_rows: Vec<u32> = spans.iter().map(|(row, t, ..)| (row + t - 1) as u32).collect();
+        let last_rows: Vec<u32> = spans
+            .iter()
+            .map(|(row, t, ..)| (row + t - 1) as u32)
+            .collect();
         let last = x.index_select(&Tensor::new(last_rows.as_slice(), &self.device)?, 0)?;
         let logits = self.output.forward(&self.norm.forward(&last)?)?;
         Ok(logits.to_dtype(DType::F32)?.to_vec2()?)

@@ -52,7 +52,9 @@ fn open(path: &Path) -> Result<(File, u64)> {
         std::io::ErrorKind::NotFound => Error::model_file(path, "no such file"),
         _ => Error::model_file(path, e.to_string()),
     })?;
-    let meta = file.metadata().map_err(|e| Error::model_file(path, e.to_string()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::model_file(path, e.to_string()))?;
     if meta.is_dir() {
         return Err(Error::model_file(path, "is a directory, not a GGUF file"));
     }
@@ -69,8 +71,15 @@ fn read_header(path: &Path) -> Result<(gguf_file::Content, BufReader<File>, u64)
         return Err(Error::model_file(path, "not a GGUF file (Rill loads .gguf models; convert others with llama.cpp's convert_hf_to_gguf.py)"));
     }
     reader.rewind()?;
-    let content = gguf_file::Content::read(&mut reader)
-        .map_err(|e| Error::model_file(path, format!("damaged GGUF header (truncated or corrupt file?): {}", candle_message(&e))))?;
+    let content = gguf_file::Content::read(&mut reader).map_err(|e| {
+        Error::model_file(
+            path,
+            format!(
+                "damaged GGUF header (truncated or corrupt file?): {}",
+                candle_message(&e)
+            ),
+        )
+    })?;
     let needed = content
         .tensor_infos
         .values()
@@ -92,17 +101,32 @@ fn read_header(path: &Path) -> Result<(gguf_file::Content, BufReader<File>, u64)
 fn info_of(path: &Path, content: &gguf_file::Content, len: u64) -> Result<ModelInfo> {
     let md = &content.metadata;
     let s = |k: &str| md.get(k).and_then(|v| v.to_string().ok()).cloned();
-    let architecture = s("general.architecture").ok_or_else(|| Error::model_file(path, "no `general.architecture` in the metadata"))?;
+    let architecture = s("general.architecture")
+        .ok_or_else(|| Error::model_file(path, "no `general.architecture` in the metadata"))?;
     let name = s("general.name").unwrap_or_else(|| {
-        path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        path.file_stem()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
     });
     // The most common type among 2-D weights names the quantisation (norms are always F32).
     let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
-    for t in content.tensor_infos.values().filter(|t| t.shape.rank() == 2) {
+    for t in content
+        .tensor_infos
+        .values()
+        .filter(|t| t.shape.rank() == 2)
+    {
         *counts.entry(format!("{:?}", t.ggml_dtype)).or_default() += 1;
     }
-    let quantization = counts.into_iter().max_by_key(|(_, n)| *n).map(|(q, _)| q).unwrap_or_default();
-    let parameters = content.tensor_infos.values().map(|t| t.shape.elem_count() as u64).sum();
+    let quantization = counts
+        .into_iter()
+        .max_by_key(|(_, n)| *n)
+        .map(|(q, _)| q)
+        .unwrap_or_default();
+    let parameters = content
+        .tensor_infos
+        .values()
+        .map(|t| t.shape.elem_count() as u64)
+        .sum();
     let context_length = md
         .get(&format!("{architecture}.context_length"))
         .and_then(|v| v.to_u32().ok())
@@ -135,27 +159,49 @@ impl Model {
             return Err(Error::UnsupportedArchitecture(info.architecture));
         }
         let tokenizer = Tokenizer::from_gguf(&content.metadata, path.parent())?;
-        let special = |id: Option<u32>| id.and_then(|i| tokenizer.token_text(i)).unwrap_or_default();
-        let template_src = content.metadata.get("tokenizer.chat_template").and_then(|v| v.to_string().ok());
+        let special =
+            |id: Option<u32>| id.and_then(|i| tokenizer.token_text(i)).unwrap_or_default();
+        let template_src = content
+            .metadata
+            .get("tokenizer.chat_template")
+            .and_then(|v| v.to_string().ok());
         let template = ChatTemplate::new(
             template_src.map(String::as_str),
             special(tokenizer.bos_id()),
             special(tokenizer.eos_id()),
         )?;
-        let weights = Llama::from_gguf(&content, &mut reader, device, &info.architecture, context_cap, path)?;
+        let weights = Llama::from_gguf(
+            &content,
+            &mut reader,
+            device,
+            &info.architecture,
+            context_cap,
+            path,
+        )?;
         let vocab = weights_vocab(&content);
         if vocab.is_some_and(|v| v != tokenizer.vocab_size()) {
             return Err(Error::model_file(
                 path,
-                format!("the tokenizer has {} tokens but the embedding has {} rows", tokenizer.vocab_size(), vocab.unwrap_or(0)),
+                format!(
+                    "the tokenizer has {} tokens but the embedding has {} rows",
+                    tokenizer.vocab_size(),
+                    vocab.unwrap_or(0)
+                ),
             ));
         }
         tracing::info!(name = %info.name, quant = %info.quantization, ctx = weights.config().context_length, "model loaded");
-        Ok(Model { info, weights, tokenizer, template })
+        Ok(Model {
+            info,
+            weights,
+            tokenizer,
+            template,
+        })
     }
 }
 
 fn weights_vocab(content: &gguf_file::Content) -> Option<usize> {
-    content.tensor_infos.get("token_embd.weight").map(|t| t.shape.dims()[0])
+    content
+        .tensor_infos
+        .get("token_embd.weight")
+        .map(|t| t.shape.dims()[0])
 }
-

@@ -1,0 +1,50 @@
+//! Fixtures shared by the engine's integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// The real test model (fetched by `scripts/fetch-test-model.sh`), or `RILL_TEST_MODEL`.
+pub fn model_path() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let p = std::env::var_os("RILL_TEST_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
+    assert!(
+        p.is_file(),
+        "test model missing at {}: run scripts/fetch-test-model.sh",
+        p.display()
+    );
+    p
+}
+
+/// The golden reference file from llama.cpp, or `RILL_GOLDEN`.
+pub fn golden_path() -> PathBuf {
+    std::env::var_os("RILL_GOLDEN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../../shared/golden/smollm2-q4_1-llama.cpp.json")
+        })
+}
+
+/// Largest logit gap still called a near-tie: a choice that batched and step-by-step float
+/// arithmetic (ours, or llama.cpp's) can make either way. Logits here run to ±30.
+pub const NEAR_TIE: f32 = 0.2;
+
+/// Asserts that `rest` is the greedy continuation of `context`, token by token, up to
+/// near-ties, by running the model directly.
+pub fn assert_greedy_continuation(context: &[u32], rest: &[u32]) {
+    let model =
+        rill_engine::model::Model::load(&model_path(), &candle_core::Device::Cpu, None).unwrap();
+    let mut cache = rill_engine::model::KvCache::new();
+    let mut logits = model.weights.forward(context, &mut cache).unwrap();
+    for (i, &t) in rest.iter().enumerate() {
+        let best = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let gap = best - logits[t as usize];
+        assert!(
+            gap < NEAR_TIE,
+            "token {i} of the continuation is {gap} below the most likely one: not greedy"
+        );
+        logits = model.weights.forward(&[t], &mut cache).unwrap();
+    }
+}
