@@ -62,6 +62,8 @@ struct Report {
     itl_ms: Percentiles,
     peak_rss_mb: f64,
     per_stream_decode_tps: Vec<f64>,
+    /// All streams' tokens over the wall time from the first token of any to the last of all.
+    aggregate_tps: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     turn_ttft_ms: Option<Vec<f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -101,6 +103,20 @@ struct StreamResult {
     tokens: usize,
     reused_tokens: usize,
     text: String,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+/// Tokens per second over the window in which any of `results` was producing tokens.
+fn aggregate_tps(results: &[StreamResult]) -> f64 {
+    let first = results.iter().filter_map(|r| r.first).min();
+    let last = results.iter().filter_map(|r| r.last).max();
+    match (first, last) {
+        (Some(f), Some(l)) if l > f => {
+            results.iter().map(|r| r.tokens).sum::<usize>() as f64 / (l - f).as_secs_f64()
+        }
+        _ => 0.0,
+    }
 }
 
 pub fn bench(a: BenchArgs) -> Result<()> {
@@ -190,6 +206,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         ),
         peak_rss_mb: peak_rss_mb(),
         per_stream_decode_tps: results.iter().map(|r| r.decode_tps).collect(),
+        aggregate_tps: aggregate_tps(&results),
         turn_ttft_ms: None,
         turn_reused_tokens: None,
     };
@@ -253,6 +270,8 @@ fn measure(submitted: Instant, gen: rill_engine::Generation) -> Result<StreamRes
         tokens: 0,
         reused_tokens: 0,
         text: String::new(),
+        first: None,
+        last: None,
     };
     for ev in gen {
         match ev {
@@ -264,6 +283,8 @@ fn measure(submitted: Instant, gen: rill_engine::Generation) -> Result<StreamRes
                     Some(prev) => r.gaps_ms.push((now - prev).as_secs_f64() * 1e3),
                 }
                 last = Some(now);
+                r.first.get_or_insert(now);
+                r.last = Some(now);
                 r.tokens += 1;
             }
             Event::Done { timings, .. } => {
@@ -321,6 +342,7 @@ fn bench_turns(a: &BenchArgs, handle: &rill_engine::Handle, turns: usize) -> Res
         ),
         peak_rss_mb: peak_rss_mb(),
         per_stream_decode_tps: results.iter().map(|r| r.decode_tps).collect(),
+        aggregate_tps: 0.0,
         turn_ttft_ms: Some(ttft),
         turn_reused_tokens: Some(reused),
     };

@@ -293,6 +293,7 @@ impl Engine {
             prefixes: PrefixCache::default(),
             budget,
             prefill_chunk: config.prefill_chunk,
+            row_ms: 0.0,
         };
         let thread = std::thread::Builder::new()
             .name("rill-inference".into())
@@ -620,7 +621,15 @@ struct Worker {
     prefixes: PrefixCache,
     budget: usize,
     prefill_chunk: usize,
+    /// Running average of the milliseconds one row of a forward pass costs.
+    row_ms: f64,
 }
+
+/// How long a round may take while answers are streaming: the longest pause a prefill chunk
+/// may put between two of their tokens. The chunk is sized from measured speed to fit.
+const ROUND_TARGET_MS: f64 = 250.0;
+/// Smallest prefill chunk, so a new prompt always makes progress.
+const MIN_PREFILL_CHUNK: usize = 8;
 
 /// The inference thread: apply commands, admit what fits, plan a round, run it, retire.
 fn run(worker: &mut Worker, rx: mpsc::Receiver<Command>) {
@@ -735,7 +744,7 @@ impl Worker {
     /// takes part in the first p passes, everyone else in the first.
     fn round(&mut self) {
         let views: Vec<_> = self.seqs.iter().map(Sequence::view).collect();
-        let plan = plan_round(&views, self.prefill_chunk);
+        let plan = plan_round(&views, self.chunk_size(&views));
         let passes = plan
             .iter()
             .map(|w| {
@@ -776,8 +785,16 @@ impl Worker {
             }
             let mut inputs: Vec<(&[u32], &mut crate::model::KvCache)> =
                 members.iter_mut().map(|(s, n)| s.step_input(*n)).collect();
+            let rows: usize = inputs.iter().map(|(t, _)| t.len()).sum();
+            let started = Instant::now();
             let result = self.model.forward_batch(&mut inputs);
             drop(inputs);
+            let ms = started.elapsed().as_secs_f64() * 1000.0 / rows as f64;
+            self.row_ms = if self.row_ms == 0.0 {
+                ms
+            } else {
+                0.8 * self.row_ms + 0.2 * ms
+            };
             match result {
                 Ok(logits) => {
                     for ((s, _), l) in members.iter_mut().zip(logits) {
@@ -795,6 +812,23 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Prefill tokens this round: the configured chunk when nothing is streaming; else as many
+    /// as fit, with the streaming answers' rows, in [`ROUND_TARGET_MS`] at the measured speed.
+    fn chunk_size(&self, views: &[crate::scheduler::SeqView]) -> usize {
+        let decoding = views
+            .iter()
+            .filter(|v| v.state == SequenceState::Decoding)
+            .count();
+        if decoding == 0 || self.row_ms == 0.0 {
+            return self.prefill_chunk;
+        }
+        let fit = (ROUND_TARGET_MS / self.row_ms) as usize;
+        fit.saturating_sub(decoding).clamp(
+            MIN_PREFILL_CHUNK.min(self.prefill_chunk),
+            self.prefill_chunk,
+        )
     }
 
     /// Finished sequences leave; the caches of complete answers are kept for prefix reuse.
