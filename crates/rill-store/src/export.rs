@@ -1,0 +1,209 @@
+//! Export and import.
+//!
+//! JSON is lossless and versioned: the conversation with every message of every branch, ids
+//! replaced by positions in the file (so an export → import → export round trip gives the same
+//! bytes, whatever ids the new database hands out). A file from a newer Rill, or a damaged one,
+//! is refused with a clear error and changes nothing (the import is one transaction).
+//! Markdown is for reading: the current branch, one heading per turn.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{Error, Result, Role, Status, Store};
+
+/// The JSON format this build writes, and the newest it reads.
+pub const EXPORT_VERSION: u32 = 1;
+const FORMAT: &str = "rill-conversation";
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExportFile {
+    format: String,
+    version: u32,
+    conversation: ExportConversation,
+    messages: Vec<ExportMessage>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExportConversation {
+    title: String,
+    title_by_user: bool,
+    created_at: i64,
+    updated_at: i64,
+    model: Option<String>,
+    system_prompt: Option<String>,
+    settings: Value,
+    pinned: bool,
+    archived: bool,
+    /// Position of the current leaf in `messages`.
+    current_leaf: Option<usize>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExportMessage {
+    /// Position in `messages`; parents come before their children.
+    id: usize,
+    parent: Option<usize>,
+    role: Role,
+    content: String,
+    status: Status,
+    model: Option<String>,
+    settings: Option<Value>,
+    prompt_tokens: Option<i64>,
+    completion_tokens: Option<i64>,
+    ttft_ms: Option<f64>,
+    decode_tps: Option<f64>,
+    error: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl Store {
+    /// The whole conversation, every branch, as versioned JSON.
+    pub async fn export_json(&self, conversation: i64) -> Result<String> {
+        let c = self.conversation(conversation).await?;
+        let messages = self.all_messages(conversation).await?;
+        let position: HashMap<i64, usize> = messages.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
+        let file = ExportFile {
+            format: FORMAT.into(),
+            version: EXPORT_VERSION,
+            conversation: ExportConversation {
+                title: c.title,
+                title_by_user: c.title_by_user,
+                created_at: c.created_at,
+                updated_at: c.updated_at,
+                model: c.model,
+                system_prompt: c.system_prompt,
+                settings: c.settings,
+                pinned: c.pinned,
+                archived: c.archived,
+                current_leaf: c.current_leaf_id.and_then(|l| position.get(&l).copied()),
+            },
+            messages: messages
+                .into_iter()
+                .enumerate()
+                .map(|(i, m)| ExportMessage {
+                    id: i,
+                    parent: m.parent_id.and_then(|p| position.get(&p).copied()),
+                    role: m.role,
+                    content: m.content,
+                    status: m.status,
+                    model: m.model,
+                    settings: m.settings,
+                    prompt_tokens: m.stats.prompt_tokens,
+                    completion_tokens: m.stats.completion_tokens,
+                    ttft_ms: m.stats.ttft_ms,
+                    decode_tps: m.stats.decode_tps,
+                    error: m.error,
+                    created_at: m.created_at,
+                    updated_at: m.updated_at,
+                })
+                .collect(),
+        };
+        Ok(serde_json::to_string_pretty(&file).unwrap_or_default())
+    }
+
+    /// Imports a JSON export as a new conversation; returns its id. All or nothing.
+    pub async fn import_json(&self, json: &str) -> Result<i64> {
+        let raw: Value = serde_json::from_str(json).map_err(|e| Error::Import(format!("not JSON: {e}")))?;
+        if raw.get("format").and_then(Value::as_str) != Some(FORMAT) {
+            return Err(Error::Import("not a Rill conversation export (no \"format\": \"rill-conversation\")".into()));
+        }
+        let version = raw.get("version").and_then(Value::as_u64).unwrap_or(0);
+        if version > EXPORT_VERSION as u64 {
+            return Err(Error::Import(format!(
+                "made by a newer Rill (format version {version}; this one reads up to {EXPORT_VERSION})"
+            )));
+        }
+        let file: ExportFile = serde_json::from_value(raw).map_err(|e| Error::Import(format!("malformed export: {e}")))?;
+        for (i, m) in file.messages.iter().enumerate() {
+            if m.id != i || m.parent.is_some_and(|p| p >= i) {
+                return Err(Error::Import(format!("malformed export: message {i} has id {} and parent {:?}", m.id, m.parent)));
+            }
+        }
+        let c = &file.conversation;
+        if c.current_leaf.is_some_and(|l| l >= file.messages.len()) {
+            return Err(Error::Import("malformed export: current_leaf points past the messages".into()));
+        }
+
+        let mut tx = self.write_tx().await?;
+        let conversation = sqlx::query(
+            "INSERT INTO conversations (title, title_by_user, created_at, updated_at, model, system_prompt, settings, pinned, archived)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&c.title)
+        .bind(c.title_by_user)
+        .bind(c.created_at)
+        .bind(c.updated_at)
+        .bind(&c.model)
+        .bind(&c.system_prompt)
+        .bind(c.settings.to_string())
+        .bind(c.pinned)
+        .bind(c.archived)
+        .execute(&mut *tx)
+        .await?
+        .last_insert_rowid();
+        let mut ids: Vec<i64> = Vec::with_capacity(file.messages.len());
+        for m in &file.messages {
+            let id = sqlx::query(
+                "INSERT INTO messages (conversation_id, parent_id, role, content, status, model, settings, prompt_tokens,
+                     completion_tokens, ttft_ms, decode_tps, error, created_at, updated_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(conversation)
+            .bind(m.parent.map(|p| ids[p]))
+            .bind(m.role)
+            .bind(&m.content)
+            .bind(m.status)
+            .bind(&m.model)
+            .bind(m.settings.as_ref().map(Value::to_string))
+            .bind(m.prompt_tokens)
+            .bind(m.completion_tokens)
+            .bind(m.ttft_ms)
+            .bind(m.decode_tps)
+            .bind(&m.error)
+            .bind(m.created_at)
+            .bind(m.updated_at)
+            .execute(&mut *tx)
+            .await?
+            .last_insert_rowid();
+            ids.push(id);
+        }
+        sqlx::query("UPDATE conversations SET current_leaf_id = ? WHERE id = ?")
+            .bind(c.current_leaf.map(|l| ids[l]))
+            .bind(conversation)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(conversation)
+    }
+
+    /// The current branch as Markdown, for reading and sharing.
+    pub async fn export_markdown(&self, conversation: i64) -> Result<String> {
+        let c = self.conversation(conversation).await?;
+        let mut out = format!("# {}\n\n", if c.title.is_empty() { "Untitled conversation" } else { &c.title });
+        if let Some(model) = &c.model {
+            out.push_str(&format!("_Model: {model}_\n\n"));
+        }
+        if let Some(system) = c.system_prompt.as_deref().filter(|s| !s.trim().is_empty()) {
+            out.push_str(&format!("> **System:** {}\n\n", system.replace('\n', "\n> ")));
+        }
+        for m in self.current_path(conversation).await? {
+            let who = match m.role {
+                Role::System => "System",
+                Role::User => "User",
+                Role::Assistant => "Assistant",
+            };
+            let note = match m.status {
+                Status::Done | Status::Streaming => String::new(),
+                other => format!(" _({})_", serde_json::to_value(other).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()),
+            };
+            out.push_str(&format!("## {who}{note}\n\n{}\n\n", m.content.trim_end()));
+        }
+        Ok(out)
+    }
+}
