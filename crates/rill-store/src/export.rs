@@ -67,7 +67,11 @@ impl Store {
     pub async fn export_json(&self, conversation: i64) -> Result<String> {
         let c = self.conversation(conversation).await?;
         let messages = self.all_messages(conversation).await?;
-        let position: HashMap<i64, usize> = messages.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
+        let position: HashMap<i64, usize> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.id, i))
+            .collect();
         let file = ExportFile {
             format: FORMAT.into(),
             version: EXPORT_VERSION,
@@ -109,9 +113,12 @@ impl Store {
 
     /// Imports a JSON export as a new conversation; returns its id. All or nothing.
     pub async fn import_json(&self, json: &str) -> Result<i64> {
-        let raw: Value = serde_json::from_str(json).map_err(|e| Error::Import(format!("not JSON: {e}")))?;
+        let raw: Value =
+            serde_json::from_str(json).map_err(|e| Error::Import(format!("not JSON: {e}")))?;
         if raw.get("format").and_then(Value::as_str) != Some(FORMAT) {
-            return Err(Error::Import("not a Rill conversation export (no \"format\": \"rill-conversation\")".into()));
+            return Err(Error::Import(
+                "not a Rill conversation export (no \"format\": \"rill-conversation\")".into(),
+            ));
         }
         let version = raw.get("version").and_then(Value::as_u64).unwrap_or(0);
         if version > EXPORT_VERSION as u64 {
@@ -119,15 +126,21 @@ impl Store {
                 "made by a newer Rill (format version {version}; this one reads up to {EXPORT_VERSION})"
             )));
         }
-        let file: ExportFile = serde_json::from_value(raw).map_err(|e| Error::Import(format!("malformed export: {e}")))?;
+        let file: ExportFile = serde_json::from_value(raw)
+            .map_err(|e| Error::Import(format!("malformed export: {e}")))?;
         for (i, m) in file.messages.iter().enumerate() {
             if m.id != i || m.parent.is_some_and(|p| p >= i) {
-                return Err(Error::Import(format!("malformed export: message {i} has id {} and parent {:?}", m.id, m.parent)));
+                return Err(Error::Import(format!(
+                    "malformed export: message {i} has id {} and parent {:?}",
+                    m.id, m.parent
+                )));
             }
         }
         let c = &file.conversation;
         if c.current_leaf.is_some_and(|l| l >= file.messages.len()) {
-            return Err(Error::Import("malformed export: current_leaf points past the messages".into()));
+            return Err(Error::Import(
+                "malformed export: current_leaf points past the messages".into(),
+            ));
         }
 
         let mut tx = self.write_tx().await?;
@@ -185,12 +198,22 @@ impl Store {
     /// The current branch as Markdown, for reading and sharing.
     pub async fn export_markdown(&self, conversation: i64) -> Result<String> {
         let c = self.conversation(conversation).await?;
-        let mut out = format!("# {}\n\n", if c.title.is_empty() { "Untitled conversation" } else { &c.title });
+        let mut out = format!(
+            "# {}\n\n",
+            if c.title.is_empty() {
+                "Untitled conversation"
+            } else {
+                &c.title
+            }
+        );
         if let Some(model) = &c.model {
             out.push_str(&format!("_Model: {model}_\n\n"));
         }
         if let Some(system) = c.system_prompt.as_deref().filter(|s| !s.trim().is_empty()) {
-            out.push_str(&format!("> **System:** {}\n\n", system.replace('\n', "\n> ")));
+            out.push_str(&format!(
+                "> **System:** {}\n\n",
+                system.replace('\n', "\n> ")
+            ));
         }
         for m in self.current_path(conversation).await? {
             let who = match m.role {
@@ -200,7 +223,13 @@ impl Store {
             };
             let note = match m.status {
                 Status::Done | Status::Streaming => String::new(),
-                other => format!(" _({})_", serde_json::to_value(other).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()),
+                other => format!(
+                    " _({})_",
+                    serde_json::to_value(other)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default()
+                ),
             };
             out.push_str(&format!("## {who}{note}\n\n{}\n\n", m.content.trim_end()));
         }

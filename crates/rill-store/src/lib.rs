@@ -28,7 +28,10 @@ use sqlx::{SqliteConnection, SqlitePool};
 
 pub use error::{Error, Result};
 pub use export::EXPORT_VERSION;
-pub use types::{Conversation, Message, MessageStats, NewConversation, NewMessage, Preset, Role, SearchHit, Status};
+pub use types::{
+    Conversation, Message, MessageStats, NewConversation, NewMessage, Preset, Role, SearchHit,
+    Status,
+};
 pub use writer::StreamWriter;
 
 /// Longest title taken from a first message.
@@ -42,12 +45,19 @@ pub struct Store {
 }
 
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// A title from the first user message: its first line, trimmed, at most 60 characters.
 pub fn title_from(text: &str) -> String {
-    let line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
     let mut title: String = line.chars().take(TITLE_CHARS).collect();
     if line.chars().count() > TITLE_CHARS {
         title.push('…');
@@ -60,7 +70,8 @@ impl Store {
     /// exactly as it was.
     pub async fn open(path: impl AsRef<Path>) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
-        if let Ok(bytes) = std::fs::read(&path).map(|b| b.into_iter().take(16).collect::<Vec<u8>>()) {
+        if let Ok(bytes) = std::fs::read(&path).map(|b| b.into_iter().take(16).collect::<Vec<u8>>())
+        {
             if !bytes.is_empty() && bytes != b"SQLite format 3\0" {
                 return Err(Error::NotADatabase { path });
             }
@@ -75,24 +86,38 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await.map_err(|e| match e {
-            sqlx::Error::Database(d) if d.message().contains("not a database") => Error::NotADatabase { path: path.clone() },
-            e => Error::Db(e),
-        })?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .map_err(|e| match e {
+                sqlx::Error::Database(d) if d.message().contains("not a database") => {
+                    Error::NotADatabase { path: path.clone() }
+                }
+                e => Error::Db(e),
+            })?;
         match sqlx::migrate!("./migrations").run(&pool).await {
             Ok(()) => {}
-            Err(sqlx::migrate::MigrateError::VersionMissing(_)) => return Err(Error::NewerSchema { path }),
-            Err(sqlx::migrate::MigrateError::Execute(sqlx::Error::Database(d))) if d.message().contains("not a database") => {
+            Err(sqlx::migrate::MigrateError::VersionMissing(_)) => {
+                return Err(Error::NewerSchema { path })
+            }
+            Err(sqlx::migrate::MigrateError::Execute(sqlx::Error::Database(d)))
+                if d.message().contains("not a database") =>
+            {
                 return Err(Error::NotADatabase { path });
             }
             Err(e) => return Err(e.into()),
         }
-        let recovered = sqlx::query("UPDATE messages SET status = 'interrupted' WHERE status = 'streaming'")
-            .execute(&pool)
-            .await?
-            .rows_affected();
+        let recovered =
+            sqlx::query("UPDATE messages SET status = 'interrupted' WHERE status = 'streaming'")
+                .execute(&pool)
+                .await?
+                .rows_affected();
         if recovered > 0 {
-            tracing::info!(recovered, "answers left streaming by a crash marked interrupted");
+            tracing::info!(
+                recovered,
+                "answers left streaming by a crash marked interrupted"
+            );
         }
         Ok(Store { pool, path })
     }
@@ -147,8 +172,18 @@ impl Store {
         .await?)
     }
 
-    async fn update_conversation(&self, id: i64, sql: &'static str, value: impl for<'q> sqlx::Encode<'q, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite> + Send) -> Result<()> {
-        let done = sqlx::query(sql).bind(value).bind(now_ms()).bind(id).execute(&self.pool).await?;
+    async fn update_conversation(
+        &self,
+        id: i64,
+        sql: &'static str,
+        value: impl for<'q> sqlx::Encode<'q, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite> + Send,
+    ) -> Result<()> {
+        let done = sqlx::query(sql)
+            .bind(value)
+            .bind(now_ms())
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
         if done.rows_affected() == 0 {
             return Err(Error::ConversationNotFound(id));
         }
@@ -157,33 +192,66 @@ impl Store {
 
     /// Renames; the title no longer follows the first message.
     pub async fn rename(&self, id: i64, title: &str) -> Result<()> {
-        self.update_conversation(id, "UPDATE conversations SET title = ?, title_by_user = 1, updated_at = ? WHERE id = ?", title.trim().to_owned()).await
+        self.update_conversation(
+            id,
+            "UPDATE conversations SET title = ?, title_by_user = 1, updated_at = ? WHERE id = ?",
+            title.trim().to_owned(),
+        )
+        .await
     }
 
     pub async fn set_pinned(&self, id: i64, pinned: bool) -> Result<()> {
-        self.update_conversation(id, "UPDATE conversations SET pinned = ?, updated_at = ? WHERE id = ?", pinned).await
+        self.update_conversation(
+            id,
+            "UPDATE conversations SET pinned = ?, updated_at = ? WHERE id = ?",
+            pinned,
+        )
+        .await
     }
 
     pub async fn set_archived(&self, id: i64, archived: bool) -> Result<()> {
-        self.update_conversation(id, "UPDATE conversations SET archived = ?, updated_at = ? WHERE id = ?", archived).await
+        self.update_conversation(
+            id,
+            "UPDATE conversations SET archived = ?, updated_at = ? WHERE id = ?",
+            archived,
+        )
+        .await
     }
 
     /// The sampling settings this conversation uses from now on.
     pub async fn set_settings(&self, id: i64, settings: &Value) -> Result<()> {
-        self.update_conversation(id, "UPDATE conversations SET settings = ?, updated_at = ? WHERE id = ?", settings.to_string()).await
+        self.update_conversation(
+            id,
+            "UPDATE conversations SET settings = ?, updated_at = ? WHERE id = ?",
+            settings.to_string(),
+        )
+        .await
     }
 
     pub async fn set_system_prompt(&self, id: i64, prompt: Option<&str>) -> Result<()> {
-        self.update_conversation(id, "UPDATE conversations SET system_prompt = ?, updated_at = ? WHERE id = ?", prompt.map(str::to_owned)).await
+        self.update_conversation(
+            id,
+            "UPDATE conversations SET system_prompt = ?, updated_at = ? WHERE id = ?",
+            prompt.map(str::to_owned),
+        )
+        .await
     }
 
     pub async fn set_model(&self, id: i64, model: Option<&str>) -> Result<()> {
-        self.update_conversation(id, "UPDATE conversations SET model = ?, updated_at = ? WHERE id = ?", model.map(str::to_owned)).await
+        self.update_conversation(
+            id,
+            "UPDATE conversations SET model = ?, updated_at = ? WHERE id = ?",
+            model.map(str::to_owned),
+        )
+        .await
     }
 
     /// Deletes a conversation and all its messages.
     pub async fn delete_conversation(&self, id: i64) -> Result<()> {
-        let done = sqlx::query("DELETE FROM conversations WHERE id = ?").bind(id).execute(&self.pool).await?;
+        let done = sqlx::query("DELETE FROM conversations WHERE id = ?")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
         if done.rows_affected() == 0 {
             return Err(Error::ConversationNotFound(id));
         }
@@ -200,7 +268,12 @@ impl Store {
 
     /// Adds a message under `parent` (`None`: a new root) and makes it the current leaf. A
     /// second child of the same parent is a new branch; the old one stays.
-    pub async fn add_child(&self, conversation: i64, parent: Option<i64>, message: NewMessage) -> Result<Message> {
+    pub async fn add_child(
+        &self,
+        conversation: i64,
+        parent: Option<i64>,
+        message: NewMessage,
+    ) -> Result<Message> {
         let mut tx = self.write_tx().await?;
         let id = insert_message(&mut tx, conversation, parent, &message).await?;
         tx.commit().await?;
@@ -217,10 +290,12 @@ impl Store {
 
     /// Every message of the conversation, every branch, in the order they were written.
     pub async fn all_messages(&self, conversation: i64) -> Result<Vec<Message>> {
-        Ok(sqlx::query_as("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id")
-            .bind(conversation)
-            .fetch_all(&self.pool)
-            .await?)
+        Ok(
+            sqlx::query_as("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id")
+                .bind(conversation)
+                .fetch_all(&self.pool)
+                .await?,
+        )
     }
 
     /// The conversation as shown and continued: root to current leaf.
@@ -287,12 +362,25 @@ impl Store {
     /// it stay, on their own branch). The new message becomes the leaf.
     pub async fn edit(&self, message: i64, content: &str) -> Result<Message> {
         let m = self.message(message).await?;
-        let new = NewMessage { role: m.role, content: content.to_owned(), status: Status::Done, model: m.model, settings: m.settings };
+        let new = NewMessage {
+            role: m.role,
+            content: content.to_owned(),
+            status: Status::Done,
+            model: m.model,
+            settings: m.settings,
+        };
         self.add_child(m.conversation_id, m.parent_id, new).await
     }
 
     /// Replaces a message's text, status and stats (used while an answer streams).
-    pub async fn update_message(&self, id: i64, content: &str, status: Status, stats: &MessageStats, error: Option<&str>) -> Result<()> {
+    pub async fn update_message(
+        &self,
+        id: i64,
+        content: &str,
+        status: Status,
+        stats: &MessageStats,
+        error: Option<&str>,
+    ) -> Result<()> {
         let done = sqlx::query(
             "UPDATE messages SET content = ?, status = ?, prompt_tokens = COALESCE(?, prompt_tokens),
                  completion_tokens = COALESCE(?, completion_tokens), ttft_ms = COALESCE(?, ttft_ms),
@@ -316,9 +404,25 @@ impl Store {
     }
 
     /// Starts an answer under `parent` (status `streaming`), written as it grows.
-    pub async fn begin_answer(&self, conversation: i64, parent: Option<i64>, model: Option<String>, settings: Option<Value>) -> Result<StreamWriter> {
+    pub async fn begin_answer(
+        &self,
+        conversation: i64,
+        parent: Option<i64>,
+        model: Option<String>,
+        settings: Option<Value>,
+    ) -> Result<StreamWriter> {
         let message = self
-            .add_child(conversation, parent, NewMessage { role: Role::Assistant, content: String::new(), status: Status::Streaming, model, settings })
+            .add_child(
+                conversation,
+                parent,
+                NewMessage {
+                    role: Role::Assistant,
+                    content: String::new(),
+                    status: Status::Streaming,
+                    model,
+                    settings,
+                },
+            )
             .await?;
         Ok(StreamWriter::start(self.clone(), message.id, String::new()))
     }
@@ -326,14 +430,23 @@ impl Store {
     /// Continues an interrupted or stopped answer in place: the text grows from what it has.
     pub async fn resume_answer(&self, message: i64) -> Result<StreamWriter> {
         let m = self.message(message).await?;
-        self.update_message(message, &m.content, Status::Streaming, &MessageStats::default(), None).await?;
+        self.update_message(
+            message,
+            &m.content,
+            Status::Streaming,
+            &MessageStats::default(),
+            None,
+        )
+        .await?;
         Ok(StreamWriter::start(self.clone(), message, m.content))
     }
 
     // ---- presets and settings -----------------------------------------------------------
 
     pub async fn presets(&self) -> Result<Vec<Preset>> {
-        Ok(sqlx::query_as("SELECT * FROM presets ORDER BY name").fetch_all(&self.pool).await?)
+        Ok(sqlx::query_as("SELECT * FROM presets ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     /// Saves (or replaces) a named preset.
@@ -347,12 +460,19 @@ impl Store {
     }
 
     pub async fn delete_preset(&self, name: &str) -> Result<()> {
-        sqlx::query("DELETE FROM presets WHERE name = ?").bind(name).execute(&self.pool).await?;
+        sqlx::query("DELETE FROM presets WHERE name = ?")
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
     pub async fn setting(&self, key: &str) -> Result<Option<Value>> {
-        let raw: Option<String> = sqlx::query_scalar("SELECT value FROM app_settings WHERE key = ?").bind(key).fetch_optional(&self.pool).await?;
+        let raw: Option<String> =
+            sqlx::query_scalar("SELECT value FROM app_settings WHERE key = ?")
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await?;
         Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
     }
 
@@ -368,14 +488,26 @@ impl Store {
 
 /// Inserts a message inside a write transaction: makes it the leaf, bumps the conversation,
 /// and titles the conversation from its first user message unless the user named it.
-pub(crate) async fn insert_message(conn: &mut SqliteConnection, conversation: i64, parent: Option<i64>, m: &NewMessage) -> Result<i64> {
+pub(crate) async fn insert_message(
+    conn: &mut SqliteConnection,
+    conversation: i64,
+    parent: Option<i64>,
+    m: &NewMessage,
+) -> Result<i64> {
     let now = now_ms();
-    let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM conversations WHERE id = ?").bind(conversation).fetch_optional(&mut *conn).await?;
+    let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM conversations WHERE id = ?")
+        .bind(conversation)
+        .fetch_optional(&mut *conn)
+        .await?;
     if exists.is_none() {
         return Err(Error::ConversationNotFound(conversation));
     }
     if let Some(p) = parent {
-        let owner: Option<i64> = sqlx::query_scalar("SELECT conversation_id FROM messages WHERE id = ?").bind(p).fetch_optional(&mut *conn).await?;
+        let owner: Option<i64> =
+            sqlx::query_scalar("SELECT conversation_id FROM messages WHERE id = ?")
+                .bind(p)
+                .fetch_optional(&mut *conn)
+                .await?;
         if owner != Some(conversation) {
             return Err(Error::MessageNotFound(p));
         }
@@ -403,11 +535,13 @@ pub(crate) async fn insert_message(conn: &mut SqliteConnection, conversation: i6
         .execute(&mut *conn)
         .await?;
     if m.role == Role::User {
-        sqlx::query("UPDATE conversations SET title = ? WHERE id = ? AND title_by_user = 0 AND title = ''")
-            .bind(title_from(&m.content))
-            .bind(conversation)
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(
+            "UPDATE conversations SET title = ? WHERE id = ? AND title_by_user = 0 AND title = ''",
+        )
+        .bind(title_from(&m.content))
+        .bind(conversation)
+        .execute(&mut *conn)
+        .await?;
     }
     Ok(id)
 }

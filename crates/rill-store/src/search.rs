@@ -6,7 +6,10 @@ use crate::{Result, SearchHit, Store};
 /// `AND` or `:` in the text are words, not syntax), and the last one may be a prefix, for
 /// search-as-you-type.
 pub fn fts_query(input: &str) -> Option<String> {
-    let words: Vec<String> = input.split_whitespace().map(|w| format!("\"{}\"", w.replace('"', "\"\""))).collect();
+    let words: Vec<String> = input
+        .split_whitespace()
+        .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
+        .collect();
     if words.is_empty() {
         return None;
     }
@@ -18,7 +21,9 @@ pub fn fts_query(input: &str) -> Option<String> {
 impl Store {
     /// The best `limit` messages matching `query`, best first.
     pub async fn search(&self, query: &str, limit: u32) -> Result<Vec<SearchHit>> {
-        let Some(q) = fts_query(query) else { return Ok(Vec::new()) };
+        let Some(q) = fts_query(query) else {
+            return Ok(Vec::new());
+        };
         Ok(sqlx::query_as(
             "SELECT m.conversation_id, m.id AS message_id, c.title, m.role,
                     snippet(messages_fts, 0, '[', ']', '…', 12) AS snippet,
@@ -44,7 +49,13 @@ mod tests {
     #[test]
     fn user_text_never_becomes_fts_syntax() {
         assert_eq!(fts_query("  "), None);
-        assert_eq!(fts_query("rust borrow").as_deref(), Some("\"rust\" \"borrow\"*"));
-        assert_eq!(fts_query("a\"b NOT c:").as_deref(), Some("\"a\"\"b\" \"NOT\" \"c:\"*"));
+        assert_eq!(
+            fts_query("rust borrow").as_deref(),
+            Some("\"rust\" \"borrow\"*")
+        );
+        assert_eq!(
+            fts_query("a\"b NOT c:").as_deref(),
+            Some("\"a\"\"b\" \"NOT\" \"c:\"*")
+        );
     }
 }

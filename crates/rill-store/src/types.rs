@@ -95,11 +95,23 @@ pub struct NewMessage {
 
 impl NewMessage {
     pub fn user(content: impl Into<String>) -> Self {
-        NewMessage { role: Role::User, content: content.into(), status: Status::Done, model: None, settings: None }
+        NewMessage {
+            role: Role::User,
+            content: content.into(),
+            status: Status::Done,
+            model: None,
+            settings: None,
+        }
     }
 
     pub fn assistant(content: impl Into<String>) -> Self {
-        NewMessage { role: Role::Assistant, content: content.into(), status: Status::Done, model: None, settings: None }
+        NewMessage {
+            role: Role::Assistant,
+            content: content.into(),
+            status: Status::Done,
+            model: None,
+            settings: None,
+        }
     }
 }
 

@@ -19,7 +19,12 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(250);
 
 enum Cmd {
     Text(String),
-    Finish { status: Status, stats: MessageStats, error: Option<String>, done: oneshot::Sender<Result<Message>> },
+    Finish {
+        status: Status,
+        stats: MessageStats,
+        error: Option<String>,
+        done: oneshot::Sender<Result<Message>>,
+    },
 }
 
 /// Streams an answer's text into its message row.
@@ -47,12 +52,24 @@ impl StreamWriter {
     }
 
     /// Writes the final text with its status (`done`, `stopped`, `error`) and stats.
-    pub async fn finish(self, status: Status, stats: MessageStats, error: Option<String>) -> Result<Message> {
+    pub async fn finish(
+        self,
+        status: Status,
+        stats: MessageStats,
+        error: Option<String>,
+    ) -> Result<Message> {
         let (done, result) = oneshot::channel();
-        let _ = self.tx.send(Cmd::Finish { status, stats, error, done });
+        let _ = self.tx.send(Cmd::Finish {
+            status,
+            stats,
+            error,
+            done,
+        });
         match result.await {
             Ok(r) => r,
-            Err(_) => Err(crate::Error::Io(std::io::Error::other("the answer writer stopped"))),
+            Err(_) => Err(crate::Error::Io(std::io::Error::other(
+                "the answer writer stopped",
+            ))),
         }
     }
 }
@@ -75,8 +92,15 @@ async fn run(store: Store, id: i64, mut text: String, mut rx: mpsc::UnboundedRec
                 text.push_str(&t);
                 dirty_since.get_or_insert_with(Instant::now);
             }
-            Some(Cmd::Finish { status, stats, error, done }) => {
-                let r = store.update_message(id, &text, status, &stats, error.as_deref()).await;
+            Some(Cmd::Finish {
+                status,
+                stats,
+                error,
+                done,
+            }) => {
+                let r = store
+                    .update_message(id, &text, status, &stats, error.as_deref())
+                    .await;
                 let _ = done.send(match r {
                     Ok(()) => store.message(id).await,
                     Err(e) => Err(e),
@@ -93,7 +117,10 @@ async fn run(store: Store, id: i64, mut text: String, mut rx: mpsc::UnboundedRec
 }
 
 async fn flush(store: &Store, id: i64, text: &str, status: Status) {
-    if let Err(e) = store.update_message(id, text, status, &MessageStats::default(), None).await {
+    if let Err(e) = store
+        .update_message(id, text, status, &MessageStats::default(), None)
+        .await
+    {
         // The text is still in memory and the next flush retries; the UI keeps showing it.
         tracing::warn!(message = id, error = %e, "could not write the streaming answer");
     }
