@@ -5,6 +5,7 @@
 //! imports GGUF files. Errors end the process with status 1 and one `error: …` line.
 
 mod bench;
+mod conversations;
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -39,6 +40,13 @@ enum Command {
     Models {
         #[command(subcommand)]
         command: ModelsCommand,
+    },
+    /// Saved conversations: list, show, search, export, import, delete.
+    Conversations {
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(subcommand)]
+        command: conversations::Command,
     },
 }
 
@@ -163,9 +171,37 @@ struct ChatArgs {
     model: ModelArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
-    /// System prompt.
+    /// System prompt (for a new conversation).
     #[arg(long)]
     system: Option<String>,
+    #[command(flatten)]
+    db: DbArgs,
+    /// Continue conversation ID (an interrupted answer is finished first).
+    #[arg(long = "continue", value_name = "ID")]
+    continue_id: Option<i64>,
+}
+
+/// Where conversations are kept.
+#[derive(Args)]
+struct DbArgs {
+    /// The conversation database (default: rill.db in the platform data dir).
+    #[arg(long, env = "RILL_DB")]
+    db: Option<PathBuf>,
+}
+
+impl DbArgs {
+    fn path(&self) -> PathBuf {
+        self.db.clone().unwrap_or_else(|| {
+            dirs::data_dir()
+                .unwrap_or_else(|| PathBuf::from("."))
+                .join("rill")
+                .join("rill.db")
+        })
+    }
+
+    async fn open(&self) -> Result<rill_store::Store> {
+        Ok(rill_store::Store::open(self.path()).await?)
+    }
 }
 
 #[derive(Subcommand)]
@@ -216,6 +252,9 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Chat(a) => chat(a),
         Command::Bench(a) => bench::bench(a),
         Command::Models { command } => models(command),
+        Command::Conversations { db, command } => {
+            runtime()?.block_on(conversations::run(db, command))
+        }
     }
 }
 
@@ -310,21 +349,78 @@ fn run(a: RunArgs) -> Result<()> {
     Ok(())
 }
 
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+/// Prints an answer's tokens as they come.
+fn print_tokens(event: &Event) {
+    if let Event::Token { text, .. } = event {
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "{text}");
+        let _ = out.flush();
+    }
+}
+
 fn chat(a: ChatArgs) -> Result<()> {
     a.sampling.params().validate()?;
+    let rt = runtime()?;
+    let store = rt.block_on(a.db.open())?;
     let engine = a.model.start()?;
     let handle = engine.handle();
+    let options = || rill_chat::AnswerOptions {
+        params: a.sampling.params(),
+        stop: a.sampling.stop.clone(),
+        max_tokens: a.sampling.max_tokens,
+    };
+    let conversation = match a.continue_id {
+        Some(id) => {
+            let conv = rt.block_on(store.conversation(id))?;
+            let path = rt.block_on(store.current_path(id))?;
+            for m in &path {
+                println!("{}: {}", role_name(m.role), m.content);
+            }
+            // Finish an answer that a crash or a stop cut short.
+            if let Some(last) = path.last().filter(|m| {
+                m.role == rill_store::Role::Assistant
+                    && matches!(
+                        m.status,
+                        rill_store::Status::Interrupted | rill_store::Status::Stopped
+                    )
+            }) {
+                print!("{}", last.content);
+                rt.block_on(rill_chat::continue_answer(
+                    &handle,
+                    &store,
+                    last.id,
+                    options(),
+                    print_tokens,
+                ))?;
+                println!();
+            }
+            conv.id
+        }
+        None => {
+            let new = rill_store::NewConversation {
+                model: Some(handle.model_info().name.clone()),
+                system_prompt: a.system.clone(),
+                settings: Some(a.sampling.params().to_json()),
+            };
+            rt.block_on(store.create_conversation(new))?.id
+        }
+    };
     let interactive = std::io::stdin().is_terminal();
-    let mut history: Vec<Message> = a
-        .system
-        .iter()
-        .map(|s| Message::system(s.clone()))
-        .collect();
     if interactive {
         eprintln!(
-            "Chatting with {} — empty line or Ctrl-D to quit, /reset to start over.",
-            handle.model_info().name
+            "Chatting with {} — conversation {conversation} in {}. Empty line or Ctrl-D to quit.",
+            handle.model_info().name,
+            store.path().display()
         );
+    } else {
+        eprintln!("conversation {conversation}");
     }
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
@@ -342,16 +438,25 @@ fn chat(a: ChatArgs) -> Result<()> {
             }
             continue;
         }
-        if line == "/reset" {
-            history.retain(|m| m.role == rill_engine::Role::System);
-            continue;
-        }
-        history.push(Message::user(line));
-        let gen = handle.generate(a.sampling.request(Prompt::Messages(history.clone())))?;
-        let answer = stream(gen, false)?;
-        history.push(Message::assistant(answer));
+        rt.block_on(store.append(conversation, rill_store::NewMessage::user(line)))?;
+        rt.block_on(rill_chat::answer(
+            &handle,
+            &store,
+            conversation,
+            options(),
+            print_tokens,
+        ))?;
+        println!();
     }
     Ok(())
+}
+
+fn role_name(role: rill_store::Role) -> &'static str {
+    match role {
+        rill_store::Role::System => "system",
+        rill_store::Role::User => "user",
+        rill_store::Role::Assistant => "assistant",
+    }
 }
 
 struct Bar {

@@ -188,8 +188,10 @@ fn run_stop_strings_and_seeds() {
 }
 
 #[test]
-fn chat_keeps_the_conversation_and_ends_at_end_of_input() {
+fn chat_keeps_the_conversation_saves_it_and_ends_at_end_of_input() {
     let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rill.db");
     let mut child = rill()
         .args([
             "chat",
@@ -200,6 +202,7 @@ fn chat_keeps_the_conversation_and_ends_at_end_of_input() {
             "--max-tokens",
             "24",
         ])
+        .args(["--db", db.to_str().unwrap()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -224,6 +227,188 @@ fn chat_keeps_the_conversation_and_ends_at_end_of_input() {
     assert!(
         text.contains("Rome"),
         "the second turn sees the first: {text}"
+    );
+
+    // Saved: the store holds the four turns, and `conversations` reads them back.
+    let db = db.to_str().unwrap();
+    let shown = run_ok(&["conversations", "--db", db, "show", "1"]);
+    assert_eq!(shown.lines().count(), 4, "{shown}");
+    assert!(
+        shown.starts_with("user: What is the capital of France?"),
+        "{shown}"
+    );
+    assert!(run_ok(&["conversations", "--db", db, "search", "rome"]).contains("[Rome]"));
+    let list: serde_json::Value =
+        serde_json::from_str(&run_ok(&["conversations", "--db", db, "list", "--json"])).unwrap();
+    assert_eq!(
+        list[0]["title"],
+        "What is the capital of France? Answer in one word."
+    );
+
+    // Export → import → export is lossless; Markdown reads well; delete removes it.
+    let json_path = dir.path().join("conv.json");
+    run_ok(&[
+        "conversations",
+        "--db",
+        db,
+        "export",
+        "1",
+        "--format",
+        "json",
+        "--output",
+        json_path.to_str().unwrap(),
+    ]);
+    assert!(run_ok(&[
+        "conversations",
+        "--db",
+        db,
+        "import",
+        json_path.to_str().unwrap()
+    ])
+    .contains("conversation 2"));
+    assert_eq!(
+        run_ok(&["conversations", "--db", db, "export", "2"]).trim_end(),
+        std::fs::read_to_string(&json_path).unwrap().trim_end()
+    );
+    assert!(
+        run_ok(&["conversations", "--db", db, "export", "1", "--format", "md"])
+            .contains("## Assistant\n\nThe capital of Italy is Rome.")
+    );
+    run_ok(&["conversations", "--db", db, "delete", "2"]);
+    let out = rill()
+        .args(["conversations", "--db", db, "show", "2"])
+        .output()
+        .unwrap();
+    assert_clean_error(&out, "conversation 2 not found");
+}
+
+/// Issue 5: a process killed with SIGKILL mid-answer loses at most the last 250 ms of it.
+#[test]
+fn an_answer_killed_mid_stream_is_saved_up_to_the_last_250_ms_and_can_be_continued() {
+    use std::io::Read;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rill.db");
+    let mut child = rill()
+        .args([
+            "chat",
+            "--model",
+            m.to_str().unwrap(),
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "400",
+        ])
+        .args(["--db", db.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap(); // kept open: the chat waits for more
+    stdin
+        .write_all(b"Write a long story about a dragon who learns to bake bread.\n")
+        .unwrap();
+    let received: Arc<Mutex<Vec<(Instant, u8)>>> = Arc::default();
+    let mut stdout = child.stdout.take().unwrap();
+    let sink = received.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let now = Instant::now();
+            sink.lock()
+                .unwrap()
+                .extend(buf[..n].iter().map(|&b| (now, b)));
+        }
+    });
+    let started = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let got = received.lock().unwrap();
+        if got
+            .first()
+            .is_some_and(|(t, _)| t.elapsed() > Duration::from_millis(1500))
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no answer streamed"
+        );
+    }
+    let killed_at = Instant::now();
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    drop(stdin);
+    reader.join().unwrap();
+
+    let received = received.lock().unwrap();
+    let printed =
+        String::from_utf8_lossy(&received.iter().map(|(_, b)| *b).collect::<Vec<_>>()).into_owned();
+    // Everything printed 250 ms (plus 150 ms for pipes and scheduling) before the kill is saved.
+    let cutoff = killed_at - Duration::from_millis(400);
+    let must: Vec<u8> = received
+        .iter()
+        .filter(|(t, _)| *t <= cutoff)
+        .map(|(_, b)| *b)
+        .collect();
+    let must = String::from_utf8_lossy(&must).into_owned();
+    assert!(must.len() > 20, "enough streamed before the kill: {must:?}");
+
+    let db = db.to_str().unwrap();
+    let shown = run_ok(&["conversations", "--db", db, "show", "1"]);
+    let saved = shown
+        .split_once("assistant [interrupted]: ")
+        .expect("an interrupted answer")
+        .1
+        .trim_end();
+    assert!(
+        printed.starts_with(saved),
+        "saved text is what was printed:\n{saved}\n---\n{printed}"
+    );
+    assert!(
+        saved.starts_with(must.trim_end()),
+        "lost more than 250 ms:\nsaved {saved:?}\nmust {must:?}"
+    );
+
+    // `--continue` finishes the interrupted answer in place.
+    let out = rill()
+        .args([
+            "chat",
+            "--model",
+            m.to_str().unwrap(),
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "8",
+        ])
+        .args(["--db", db, "--continue", "1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = run_ok(&["conversations", "--db", db, "show", "1"]);
+    let last = shown
+        .lines()
+        .filter(|l| l.starts_with("assistant"))
+        .last()
+        .unwrap()
+        .to_owned();
+    assert!(!shown.contains("[interrupted]"), "{shown}");
+    let continued = shown.split_once("assistant: ").unwrap().1;
+    assert!(
+        continued.starts_with(saved) && continued.trim_end().len() > saved.len(),
+        "{last}"
     );
 }
 

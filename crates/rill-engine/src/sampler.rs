@@ -123,6 +123,15 @@ impl SamplingParams {
         Ok(())
     }
 
+    /// The settings as JSON, with the `f32` fields written as the user set them (0.05, not
+    /// the 0.05000000074505806 a widening to `f64` would give).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_string(self)
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default()
+    }
+
     fn is_greedy(&self) -> bool {
         self.temperature == 0.0
     }

@@ -1,0 +1,176 @@
+//! # rill-chat
+//!
+//! The one place where the engine and the store meet: answering a stored conversation, with
+//! every token persisted as it streams. The desktop app, the API server and the `rill` CLI
+//! all call [`answer`] (or [`continue_answer`] for an interrupted one), so a generation is
+//! started, streamed and saved the same way everywhere.
+
+use rill_engine::{
+    Event, GenerateRequest, Handle, Message, Prompt, Role, SamplingParams, StopReason,
+};
+use rill_store::{MessageStats, Status, Store};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Engine(#[from] rill_engine::Error),
+    #[error(transparent)]
+    Store(#[from] rill_store::Error),
+    #[error("{0}")]
+    Generation(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How to answer (the sampling panel's values and limits).
+#[derive(Clone, Debug, Default)]
+pub struct AnswerOptions {
+    pub params: SamplingParams,
+    pub stop: Vec<String>,
+    pub max_tokens: Option<usize>,
+}
+
+/// A saved answer and why it ended.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub message: rill_store::Message,
+    pub reason: StopReason,
+}
+
+/// The engine's view of a stored branch: the conversation's system prompt, then its messages.
+pub fn history(system_prompt: Option<&str>, path: &[rill_store::Message]) -> Vec<Message> {
+    let system = system_prompt
+        .filter(|s| !s.trim().is_empty())
+        .map(Message::system);
+    system
+        .into_iter()
+        .chain(path.iter().map(|m| {
+            let role = match m.role {
+                rill_store::Role::System => Role::System,
+                rill_store::Role::User => Role::User,
+                rill_store::Role::Assistant => Role::Assistant,
+            };
+            Message::new(role, m.content.clone())
+        }))
+        .collect()
+}
+
+/// Answers the conversation's current branch: a new assistant message under its leaf, written
+/// as it streams. `on_event` sees every event (to print or forward tokens).
+pub async fn answer(
+    handle: &Handle,
+    store: &Store,
+    conversation: i64,
+    options: AnswerOptions,
+    on_event: impl FnMut(&Event),
+) -> Result<Answer> {
+    let conv = store.conversation(conversation).await?;
+    let path = store.current_path(conversation).await?;
+    let messages = history(conv.system_prompt.as_deref(), &path);
+    let settings = Some(options.params.to_json());
+    let writer = store
+        .begin_answer(
+            conversation,
+            conv.current_leaf_id,
+            Some(handle.model_info().name.clone()),
+            settings,
+        )
+        .await?;
+    run(
+        handle,
+        writer,
+        Prompt::Messages(messages),
+        options,
+        on_event,
+    )
+    .await
+}
+
+/// Continues an `interrupted` (or `stopped`) answer in place: the model picks up after the
+/// text it already has.
+pub async fn continue_answer(
+    handle: &Handle,
+    store: &Store,
+    message: i64,
+    options: AnswerOptions,
+    on_event: impl FnMut(&Event),
+) -> Result<Answer> {
+    let partial = store.message(message).await?;
+    let conv = store.conversation(partial.conversation_id).await?;
+    let path = store.path_to(message).await?;
+    let before = history(conv.system_prompt.as_deref(), &path[..path.len() - 1]);
+    // The template opens the assistant's turn; the partial answer follows it verbatim.
+    let prompt = handle.render(&before)? + &partial.content;
+    let writer = store.resume_answer(message).await?;
+    run(handle, writer, Prompt::Text(prompt), options, on_event).await
+}
+
+async fn run(
+    handle: &Handle,
+    writer: rill_store::StreamWriter,
+    prompt: Prompt,
+    options: AnswerOptions,
+    mut on_event: impl FnMut(&Event),
+) -> Result<Answer> {
+    let request = GenerateRequest {
+        params: options.params,
+        stop: options.stop,
+        max_tokens: options.max_tokens,
+        ..GenerateRequest::new(prompt)
+    };
+    let mut gen = match handle.generate(request) {
+        Ok(gen) => gen,
+        Err(e) => {
+            writer
+                .finish(Status::Error, MessageStats::default(), Some(e.to_string()))
+                .await?;
+            return Err(e.into());
+        }
+    };
+    while let Some(event) = gen.next_event().await {
+        on_event(&event);
+        match event {
+            Event::Token { text, .. } => writer.push(&text),
+            Event::Done {
+                reason,
+                usage,
+                timings,
+            } => {
+                let status = if reason == StopReason::Cancelled {
+                    Status::Stopped
+                } else {
+                    Status::Done
+                };
+                let stats = MessageStats {
+                    prompt_tokens: Some(usage.prompt_tokens as i64),
+                    completion_tokens: Some(usage.completion_tokens as i64),
+                    ttft_ms: Some(timings.ttft_ms),
+                    decode_tps: Some(timings.decode_tps),
+                };
+                let message = writer.finish(status, stats, None).await?;
+                return Ok(Answer { message, reason });
+            }
+            Event::Error { message } => {
+                writer
+                    .finish(
+                        Status::Error,
+                        MessageStats::default(),
+                        Some(message.clone()),
+                    )
+                    .await?;
+                return Err(Error::Generation(message));
+            }
+            Event::Queued { .. } | Event::Started { .. } | Event::Stats { .. } => {}
+        }
+    }
+    writer
+        .finish(
+            Status::Error,
+            MessageStats::default(),
+            Some("the engine stopped".into()),
+        )
+        .await?;
+    Err(Error::Generation(
+        "the engine stopped before the answer ended".into(),
+    ))
+}
