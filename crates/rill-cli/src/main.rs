@@ -34,6 +34,8 @@ enum Command {
     Run(RunArgs),
     /// Chat in the terminal: one user turn per line of stdin.
     Chat(ChatArgs),
+    /// Serve an OpenAI-compatible API on localhost.
+    Serve(ServeArgs),
     /// Measure prefill and decode speed, time to first token and peak memory.
     Bench(bench::BenchArgs),
     /// List, download and import models.
@@ -62,7 +64,7 @@ enum DeviceArg {
 pub(crate) struct ModelArgs {
     /// Path to a GGUF model file.
     #[arg(long, env = "RILL_MODEL")]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// Compute threads (default: one per physical core).
     #[arg(long)]
     threads: Option<usize>,
@@ -76,6 +78,9 @@ pub(crate) struct ModelArgs {
 
 impl ModelArgs {
     fn start(&self) -> Result<Engine> {
+        let Some(model) = &self.model else {
+            bail!("--model PATH is required (or set RILL_MODEL)")
+        };
         let device = match self.device {
             DeviceArg::Cpu => DeviceKind::Cpu,
             DeviceArg::Cuda => DeviceKind::Cuda,
@@ -85,7 +90,7 @@ impl ModelArgs {
             device,
             threads: self.threads,
             context_size: self.ctx_size,
-            ..EngineConfig::new(&self.model)
+            ..EngineConfig::new(model)
         };
         Ok(Engine::start(config)?)
     }
@@ -163,6 +168,32 @@ struct RunArgs {
     /// One JSON object per line: token events, then a done event.
     #[arg(long)]
     json: bool,
+    /// Ask a remote OpenAI-compatible server (vLLM, TGI, Ollama, llama.cpp, Rill) instead.
+    #[arg(long, value_name = "URL", requires = "remote_model")]
+    remote: Option<String>,
+    /// The model's name on the remote server.
+    #[arg(long, value_name = "NAME")]
+    remote_model: Option<String>,
+    /// Bearer key for the remote server.
+    #[arg(long, env = "RILL_API_KEY")]
+    api_key: Option<String>,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to listen on; anything but loopback needs --api-key.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: std::net::IpAddr,
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Require `Authorization: Bearer KEY`.
+    #[arg(long, env = "RILL_API_KEY")]
+    api_key: Option<String>,
+    /// Requests generating at once; more are answered 503 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    max_concurrent: usize,
 }
 
 #[derive(Args)]
@@ -250,6 +281,7 @@ fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run(a) => run(a),
         Command::Chat(a) => chat(a),
+        Command::Serve(a) => serve(a),
         Command::Bench(a) => bench::bench(a),
         Command::Models { command } => models(command),
         Command::Conversations { db, command } => {
@@ -294,42 +326,39 @@ fn read_messages(a: &RunArgs) -> Result<Vec<Message>> {
     Ok(messages)
 }
 
+/// Writes one event as `run` prints it: the text, or with `--json` one object per line.
+fn print_event(out: &mut impl Write, event: &Event, json: bool) -> std::io::Result<()> {
+    match event {
+        Event::Token { id, text } if json => writeln!(
+            out,
+            "{}",
+            serde_json::json!({"event": "token", "id": id, "text": text})
+        )?,
+        Event::Token { text, .. } => write!(out, "{text}")?,
+        Event::Done {
+            reason,
+            usage,
+            timings,
+        } if json => writeln!(
+            out,
+            "{}",
+            serde_json::json!({"event": "done", "reason": reason, "usage": usage, "timings": timings})
+        )?,
+        Event::Done { .. } => writeln!(out)?,
+        _ => return Ok(()),
+    }
+    out.flush()
+}
+
 /// Streams one generation to stdout; returns the answer text.
 fn stream(gen: rill_engine::Generation, json: bool) -> Result<String> {
     let mut out = std::io::stdout().lock();
     let mut answer = String::new();
     for event in gen {
+        print_event(&mut out, &event, json)?;
         match event {
-            Event::Token { id, text } => {
-                if json {
-                    writeln!(
-                        out,
-                        "{}",
-                        serde_json::json!({"event": "token", "id": id, "text": text})
-                    )?;
-                } else {
-                    write!(out, "{text}")?;
-                }
-                out.flush()?;
-                answer.push_str(&text);
-            }
-            Event::Done {
-                reason,
-                usage,
-                timings,
-            } => {
-                if json {
-                    writeln!(
-                        out,
-                        "{}",
-                        serde_json::json!({"event": "done", "reason": reason, "usage": usage, "timings": timings})
-                    )?;
-                } else {
-                    writeln!(out)?;
-                }
-                out.flush()?;
-                return Ok(answer);
-            }
+            Event::Token { text, .. } => answer.push_str(&text),
+            Event::Done { .. } => return Ok(answer),
             Event::Error { message } => bail!("{message}"),
             Event::Queued { .. } | Event::Started { .. } | Event::Stats { .. } => {}
         }
@@ -337,10 +366,52 @@ fn stream(gen: rill_engine::Generation, json: bool) -> Result<String> {
     bail!("the engine stopped before the answer ended")
 }
 
+fn serve(a: ServeArgs) -> Result<()> {
+    let engine = a.model.start()?;
+    let config = rill_server::ServerConfig {
+        api_key: a.api_key.clone(),
+        max_concurrent: a.max_concurrent,
+        ..Default::default()
+    };
+    let addr = std::net::SocketAddr::new(a.host, a.port);
+    let rt = runtime()?;
+    eprintln!(
+        "serving {} at http://{addr}/v1",
+        rill_server::model_id(&engine.handle())
+    );
+    rt.block_on(rill_server::serve(engine.handle(), config, addr))
+        .with_context(|| format!("serving on {addr}"))?;
+    Ok(())
+}
+
+/// `run --remote`: the same answer, streamed from a remote OpenAI-compatible server.
+fn run_remote(a: &RunArgs, url: &str, messages: Vec<Message>) -> Result<()> {
+    let client = rill_server::remote::RemoteClient::new(
+        url,
+        a.remote_model.as_deref().unwrap_or_default(),
+        a.api_key.clone(),
+    );
+    let request = rill_server::remote::RemoteRequest {
+        messages,
+        params: a.sampling.params(),
+        stop: a.sampling.stop.clone(),
+        max_tokens: a.sampling.max_tokens,
+    };
+    let mut out = std::io::stdout().lock();
+    let json = a.json;
+    runtime()?.block_on(client.generate(&request, |event| {
+        let _ = print_event(&mut out, &event, json);
+    }))?;
+    Ok(())
+}
+
 fn run(a: RunArgs) -> Result<()> {
     // Check the request before loading the model: bad flags fail fast.
     a.sampling.params().validate()?;
     let messages = read_messages(&a)?;
+    if let Some(url) = &a.remote {
+        return run_remote(&a, url, messages);
+    }
     let engine = a.model.start()?;
     let gen = engine
         .handle()

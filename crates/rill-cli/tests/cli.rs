@@ -331,15 +331,17 @@ fn an_answer_killed_mid_stream_is_saved_up_to_the_last_250_ms_and_can_be_continu
     loop {
         std::thread::sleep(Duration::from_millis(20));
         let got = received.lock().unwrap();
-        if got
-            .first()
-            .is_some_and(|(t, _)| t.elapsed() > Duration::from_millis(1500))
+        // Well into the answer: some text out, and for a while (machines under load are slow).
+        if got.len() >= 120
+            && got
+                .first()
+                .is_some_and(|(t, _)| t.elapsed() > Duration::from_millis(1000))
         {
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no answer streamed"
+            started.elapsed() < Duration::from_secs(120),
+            "the answer did not stream"
         );
     }
     let killed_at = Instant::now();

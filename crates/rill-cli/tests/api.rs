@@ -1,0 +1,497 @@
+//! The OpenAI-compatible API with a real HTTP client against `rill serve` on loopback, on the
+//! real model; and `rill run --remote` against it.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::Client;
+use serde_json::{json, Value};
+
+fn model() -> PathBuf {
+    let p = std::env::var_os("RILL_TEST_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        });
+    assert!(
+        p.is_file(),
+        "test model missing at {}: run scripts/fetch-test-model.sh",
+        p.display()
+    );
+    p
+}
+
+/// `rill serve` on a free loopback port, stopped when dropped.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(env!("CARGO_BIN_EXE_rill"))
+            .args([
+                "serve",
+                "--model",
+                model().to_str().unwrap(),
+                "--port",
+                &port.to_string(),
+            ])
+            .args(extra)
+            .env("RILL_LOG", "off")
+            .env_remove("RILL_API_KEY")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = Server {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let t = Instant::now();
+        while Client::new()
+            .get(format!("{}/health", server.base))
+            .send()
+            .is_err()
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "rill serve did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn health(&self) -> Value {
+        Client::new()
+            .get(self.url("/health"))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const Q: &str = "What is the capital of France? Answer in one word.";
+
+fn chat_body(stream: bool) -> Value {
+    json!({"model": "SmolLM2-135M-Instruct.Q4_1", "messages": [{"role": "user", "content": Q}], "temperature": 0, "stream": stream})
+}
+
+/// Reads an SSE response: the concatenated deltas, the finish reason, the usage chunk.
+fn read_stream(resp: reqwest::blocking::Response) -> (String, Option<String>, Option<Value>) {
+    let (mut text, mut finish, mut usage) = (String::new(), None, None);
+    let mut done = false;
+    for line in BufReader::new(resp).lines() {
+        let line = line.unwrap();
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if data == "[DONE]" {
+            done = true;
+            break;
+        }
+        let chunk: Value = serde_json::from_str(data).unwrap();
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+        if let Some(c) = chunk["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(c);
+        }
+        if let Some(f) = chunk["choices"][0]["finish_reason"].as_str() {
+            finish = Some(f.to_owned());
+        }
+        if chunk["usage"].is_object() {
+            usage = Some(chunk["usage"].clone());
+        }
+    }
+    assert!(done, "the stream ends with [DONE]");
+    (text, finish, usage)
+}
+
+fn rill_run_answer() -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args([
+            "run",
+            "--model",
+            model().to_str().unwrap(),
+            "--temperature",
+            "0",
+            "--prompt",
+            Q,
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim_end().to_owned()
+}
+
+#[test]
+fn streamed_and_whole_answers_equal_rill_run_with_the_right_usage() {
+    let server = Server::start(&[]);
+    let http = Client::new();
+    let expected = rill_run_answer();
+    assert!(expected.contains("Paris"));
+
+    let whole: Value = http
+        .post(server.url("/v1/chat/completions"))
+        .json(&chat_body(false))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["choices"][0]["message"]["content"], expected.as_str());
+    assert_eq!(whole["choices"][0]["finish_reason"], "stop");
+    assert_eq!(
+        whole["usage"],
+        json!({"prompt_tokens": 42, "completion_tokens": 7, "total_tokens": 49})
+    );
+
+    let mut body = chat_body(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let resp = http
+        .post(server.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let (text, finish, usage) = read_stream(resp);
+    assert_eq!(text, expected);
+    assert_eq!(finish.as_deref(), Some("stop"));
+    assert_eq!(usage.unwrap()["completion_tokens"], 7);
+
+    // Text-part content, max_completion_tokens, the raw completions endpoint, the model list.
+    let parts = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": Q}]}], "temperature": 0, "max_completion_tokens": 3});
+    let r: Value = http
+        .post(server.url("/v1/chat/completions"))
+        .json(&parts)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(r["choices"][0]["finish_reason"], "length");
+    assert_eq!(r["usage"]["completion_tokens"], 3);
+    let raw: Value = http
+        .post(server.url("/v1/completions"))
+        .json(&json!({"prompt": "The capital of France is", "temperature": 0, "max_tokens": 4}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(raw["object"], "text_completion");
+    assert!(
+        raw["choices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Paris"),
+        "{raw}"
+    );
+    let models: Value = http
+        .get(server.url("/v1/models"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "SmolLM2-135M-Instruct.Q4_1");
+}
+
+/// Solo means alone in a fresh process (`rill run`), so neither batching nor a cached prefix
+/// from another request is involved; the server starts fresh too.
+#[test]
+fn eight_concurrent_streams_all_finish_with_their_solo_text() {
+    let questions: Vec<String> = (0..8)
+        .map(|i| format!("Name one thing about the number {i}."))
+        .collect();
+    let solo: Vec<String> = questions
+        .iter()
+        .map(|q| {
+            let out = Command::new(env!("CARGO_BIN_EXE_rill"))
+                .args([
+                    "run",
+                    "--model",
+                    model().to_str().unwrap(),
+                    "--temperature",
+                    "0",
+                    "--max-tokens",
+                    "24",
+                    "--prompt",
+                    q,
+                ])
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .trim_end_matches('\n')
+                .to_owned()
+        })
+        .collect();
+    let server = Server::start(&[]);
+    let url = server.url("/v1/chat/completions");
+    let together: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = questions
+            .iter()
+            .map(|q| {
+                let body = json!({"messages": [{"role": "user", "content": q}], "temperature": 0, "max_tokens": 24, "stream": true});
+                let url = url.clone();
+                s.spawn(move || read_stream(Client::new().post(url).json(&body).send().unwrap()).0)
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // Batched decode reads the weights once for all streams; candle's quantised matmul rounds a
+    // many-row product slightly differently from a one-row product, so a greedy near-tie can fall
+    // the other way (measured: 1 of these 8 answers, at token 19; the engine's flow tests check
+    // that every such token is a near-tie). Everything else must be identical.
+    let same = together.iter().zip(&solo).filter(|(a, b)| a == b).count();
+    eprintln!("{same} of 8 concurrent answers equal their solo runs exactly");
+    assert!(same >= 6, "{together:?}\nvs\n{solo:?}");
+    for (a, b) in together.iter().zip(&solo) {
+        let common = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+        assert!(common * 2 >= b.chars().count(), "parted early:\n{a}\n{b}");
+    }
+}
+
+#[test]
+fn bad_requests_get_openai_shaped_errors_and_the_server_keeps_serving() {
+    let server = Server::start(&[]);
+    let http = Client::new();
+    let post = |body: String| {
+        http.post(server.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .unwrap()
+    };
+    let check = |resp: reqwest::blocking::Response, status: u16, param: Option<&str>| {
+        assert_eq!(resp.status().as_u16(), status);
+        let v: Value = resp.json().unwrap();
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{v}"
+        );
+        assert!(v["error"]["type"].is_string(), "{v}");
+        if let Some(p) = param {
+            assert_eq!(v["error"]["param"], p, "{v}");
+        }
+    };
+    check(post("{\"messages\": [".into()), 400, None);
+    check(
+        post(
+            json!({"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"})
+                .to_string(),
+        ),
+        400,
+        None,
+    );
+    check(
+        post(
+            json!({"messages": [{"role": "user", "content": "hi"}], "temperature": -1}).to_string(),
+        ),
+        400,
+        Some("temperature"),
+    );
+    check(
+        post(json!({"messages": [{"role": "user", "content": "hi"}], "top_p": 2}).to_string()),
+        400,
+        Some("top_p"),
+    );
+    check(
+        post(json!({"messages": [{"role": "user", "content": "hi"}], "n": 2}).to_string()),
+        400,
+        Some("n"),
+    );
+    check(
+        post(
+            json!({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}).to_string(),
+        ),
+        400,
+        Some("model"),
+    );
+    check(
+        post(json!({"messages": [{"role": "wizard", "content": "hi"}]}).to_string()),
+        400,
+        Some("messages[0].role"),
+    );
+    check(
+        post(json!({"messages": []}).to_string()),
+        400,
+        Some("messages"),
+    );
+    check(
+        post(json!({"messages": [{"role": "user", "content": "x".repeat(5 << 20)}]}).to_string()),
+        413,
+        None,
+    );
+    assert_eq!(server.health()["status"], "ok");
+    let ok: Value = http
+        .post(server.url("/v1/chat/completions"))
+        .json(&chat_body(false))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert!(ok["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .contains("Paris"));
+
+    let keyed = Server::start(&["--api-key", "s3cret"]);
+    let r = http
+        .post(keyed.url("/v1/chat/completions"))
+        .json(&chat_body(false))
+        .send()
+        .unwrap();
+    check(r, 401, None);
+    let r = http
+        .post(keyed.url("/v1/chat/completions"))
+        .bearer_auth("wrong")
+        .json(&chat_body(false))
+        .send()
+        .unwrap();
+    check(r, 401, None);
+    let r = http
+        .post(keyed.url("/v1/chat/completions"))
+        .bearer_auth("s3cret")
+        .json(&chat_body(false))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+
+    // Beyond loopback without a key: refused at start.
+    let out = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args([
+            "serve",
+            "--model",
+            model().to_str().unwrap(),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+        ])
+        .env_remove("RILL_API_KEY")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs an API key"));
+}
+
+#[test]
+fn a_client_that_leaves_mid_stream_cancels_its_generation_and_frees_its_cache() {
+    let server = Server::start(&[]);
+    let body = json!({"messages": [{"role": "user", "content": "Write a very long story."}], "temperature": 0, "max_tokens": 400, "stream": true});
+    let resp = Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .unwrap();
+    let mut lines = BufReader::new(resp).lines();
+    let mut chunks = 0;
+    while chunks < 5 {
+        if lines.next().unwrap().unwrap().starts_with("data: ") {
+            chunks += 1;
+        }
+    }
+    let during = server.health();
+    assert_eq!(during["live_generations"], 1);
+    assert!(during["cache_bytes"].as_u64().unwrap() > 0);
+    drop(lines); // the client hangs up
+    let t = Instant::now();
+    loop {
+        let h = server.health();
+        if h["live_generations"] == 0 && h["cache_bytes"] == 0 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "generation still alive: {h}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn run_remote_streams_the_same_answer_from_a_rill_server() {
+    let server = Server::start(&["--api-key", "k"]);
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_rill"))
+            .args([
+                "run",
+                "--remote",
+                &server.base,
+                "--remote-model",
+                "SmolLM2-135M-Instruct.Q4_1",
+                "--temperature",
+                "0",
+            ])
+            .args(["--prompt", Q])
+            .args(extra)
+            .env_remove("RILL_API_KEY")
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--api-key", "k"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim_end(),
+        rill_run_answer()
+    );
+
+    let out = run(&["--api-key", "k", "--json"]);
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.last().unwrap()["event"], "done");
+    assert_eq!(lines.last().unwrap()["usage"]["completion_tokens"], 7);
+
+    let out = run(&["--api-key", "nope"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error: ") && err.contains("API key"),
+        "{err}"
+    );
+    drop(server);
+    let out = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args([
+            "run",
+            "--remote",
+            "http://127.0.0.1:9",
+            "--remote-model",
+            "m",
+            "--prompt",
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with("error: cannot reach"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

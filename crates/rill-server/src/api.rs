@@ -1,0 +1,201 @@
+//! OpenAI's wire types, and their one conversion into engine types ("parse, don't validate":
+//! after [`ChatCompletionRequest::into_generate`], nothing downstream checks a field again).
+
+use rill_engine::{GenerateRequest, Message, Prompt, Role, SamplingParams, StopReason};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+
+/// `content` is a string or a list of parts; only text parts are understood.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: Option<Content>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// The sampling fields shared by both completion endpoints.
+#[derive(Debug, Default, Deserialize)]
+pub struct Sampling {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<usize>,
+    pub min_p: Option<f32>,
+    pub max_tokens: Option<usize>,
+    pub max_completion_tokens: Option<usize>,
+    pub stop: Option<Stop>,
+    pub seed: Option<u64>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    pub n: Option<u32>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<u32>,
+    #[serde(default)]
+    pub stream: bool,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ChatCompletionRequest {
+    pub model: Option<String>,
+    pub messages: Vec<ChatMessage>,
+    #[serde(flatten)]
+    pub sampling: Sampling,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CompletionRequest {
+    pub model: Option<String>,
+    pub prompt: String,
+    #[serde(flatten)]
+    pub sampling: Sampling,
+}
+
+impl Sampling {
+    /// Checks what the engine cannot express and builds the request around `prompt`.
+    pub fn into_generate(self, prompt: Prompt) -> Result<GenerateRequest, ApiError> {
+        if let Some(n) = self.n.filter(|&n| n != 1) {
+            return Err(ApiError::invalid(
+                "n",
+                format!("only n = 1 is supported, got {n}"),
+            ));
+        }
+        if self.logprobs == Some(true) || self.top_logprobs.is_some_and(|n| n > 0) {
+            return Err(ApiError::invalid(
+                "logprobs",
+                "logprobs are not supported yet",
+            ));
+        }
+        // OpenAI's defaults (temperature 1, top-p 1, no top-k or min-p) unless the client says.
+        let params = SamplingParams {
+            temperature: self.temperature.unwrap_or(1.0),
+            top_p: self.top_p.unwrap_or(1.0),
+            top_k: self.top_k,
+            min_p: self.min_p.unwrap_or(0.0),
+            repeat_penalty: self.repetition_penalty.unwrap_or(1.0),
+            presence_penalty: self.presence_penalty.unwrap_or(0.0),
+            frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
+            seed: self.seed,
+            ..SamplingParams::default()
+        };
+        params.validate().map_err(ApiError::from)?;
+        let stop = match self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s],
+            Some(Stop::Many(v)) if v.len() > 4 => {
+                return Err(ApiError::invalid("stop", "at most 4 stop sequences"))
+            }
+            Some(Stop::Many(v)) => v,
+        };
+        Ok(GenerateRequest {
+            params,
+            stop,
+            max_tokens: self.max_completion_tokens.or(self.max_tokens),
+            ..GenerateRequest::new(prompt)
+        })
+    }
+}
+
+impl ChatCompletionRequest {
+    pub fn messages(&self) -> Result<Vec<Message>, ApiError> {
+        if self.messages.is_empty() {
+            return Err(ApiError::invalid(
+                "messages",
+                "at least one message is needed",
+            ));
+        }
+        self.messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let role = match m.role.as_str() {
+                    "system" | "developer" => Role::System,
+                    "user" => Role::User,
+                    "assistant" => Role::Assistant,
+                    other => {
+                        return Err(ApiError::invalid(
+                            format!("messages[{i}].role"),
+                            format!("unknown role `{other}`"),
+                        ))
+                    }
+                };
+                let content = match &m.content {
+                    None => String::new(),
+                    Some(Content::Text(t)) => t.clone(),
+                    Some(Content::Parts(parts)) => {
+                        let mut text = String::new();
+                        for p in parts {
+                            match (p.kind.as_str(), &p.text) {
+                                ("text", Some(t)) => text.push_str(t),
+                                (kind, _) => {
+                                    return Err(ApiError::invalid(
+                                        format!("messages[{i}].content"),
+                                        format!(
+                                            "content part `{kind}` is not supported (text only)"
+                                        ),
+                                    ));
+                                }
+                            }
+                        }
+                        text
+                    }
+                };
+                Ok(Message::new(role, content))
+            })
+            .collect()
+    }
+}
+
+/// OpenAI's `finish_reason` for an engine stop.
+pub fn finish_reason(r: StopReason) -> &'static str {
+    match r {
+        StopReason::Stop | StopReason::StopString | StopReason::Cancelled => "stop",
+        StopReason::Length | StopReason::ContextFull => "length",
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+}
+
+impl From<rill_engine::Usage> for Usage {
+    fn from(u: rill_engine::Usage) -> Self {
+        Usage {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            total_tokens: u.prompt_tokens + u.completion_tokens,
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! A client for remote OpenAI-compatible servers (vLLM, TGI, Ollama, llama.cpp's server,
+//! another Rill), for when one machine is not enough. It streams `/v1/chat/completions` and turns
+//! the server-sent chunks into the engine's own [`Event`]s, so the rest of the app (and the
+//! CLI) treats a remote answer like a local one.
+
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use rill_engine::{Event, Message, SamplingParams, StopReason, Timings, Usage};
+use serde_json::{json, Value};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error("cannot reach {url}: {reason}")]
+    Connect { url: String, reason: String },
+    #[error("{url} refused the API key (HTTP 401); check --api-key")]
+    Unauthorized { url: String },
+    #[error("{url} answered HTTP {status}: {message}")]
+    Status {
+        url: String,
+        status: u16,
+        message: String,
+    },
+    #[error("{url}: {message}")]
+    Protocol { url: String, message: String },
+}
+
+/// A remote server and the model to ask for there.
+#[derive(Clone, Debug)]
+pub struct RemoteClient {
+    base: String,
+    model: String,
+    api_key: Option<String>,
+    http: reqwest::Client,
+}
+
+/// What to ask the remote model.
+#[derive(Clone, Debug, Default)]
+pub struct RemoteRequest {
+    pub messages: Vec<Message>,
+    pub params: SamplingParams,
+    pub stop: Vec<String>,
+    pub max_tokens: Option<usize>,
+}
+
+impl RemoteClient {
+    /// `base` is the server's address, with or without the trailing `/v1`.
+    pub fn new(base: &str, model: &str, api_key: Option<String>) -> Self {
+        let base = base
+            .trim_end_matches('/')
+            .trim_end_matches("/v1")
+            .to_owned();
+        RemoteClient {
+            base,
+            model: model.to_owned(),
+            api_key,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Streams one answer; `on_event` gets `Token`s, then `Done` (or the call fails).
+    pub async fn generate(
+        &self,
+        req: &RemoteRequest,
+        mut on_event: impl FnMut(Event),
+    ) -> Result<(), RemoteError> {
+        let url = format!("{}/v1/chat/completions", self.base);
+        let p = &req.params;
+        let mut body = json!({
+            "model": self.model,
+            "messages": req.messages,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "temperature": p.temperature,
+            "top_p": p.top_p,
+            "presence_penalty": p.presence_penalty,
+            "frequency_penalty": p.frequency_penalty,
+        });
+        // Fields beyond OpenAI's own are sent only when they change something: strict servers
+        // reject unknown ones.
+        if let Some(k) = p.top_k {
+            body["top_k"] = json!(k);
+        }
+        if p.min_p > 0.0 {
+            body["min_p"] = json!(p.min_p);
+        }
+        if p.repeat_penalty != 1.0 {
+            body["repetition_penalty"] = json!(p.repeat_penalty);
+        }
+        if let Some(seed) = p.seed {
+            body["seed"] = json!(seed);
+        }
+        if let Some(m) = req.max_tokens {
+            body["max_tokens"] = json!(m);
+        }
+        if !req.stop.is_empty() {
+            body["stop"] = json!(req.stop);
+        }
+        let mut call = self.http.post(&url).json(&body);
+        if let Some(key) = &self.api_key {
+            call = call.bearer_auth(key);
+        }
+        let started = Instant::now();
+        let response = call.send().await.map_err(|e| RemoteError::Connect {
+            url: url.clone(),
+            reason: e.to_string(),
+        })?;
+        let status = response.status();
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            return Err(RemoteError::Unauthorized { url });
+        }
+        if !status.is_success() {
+            let text = response.text().await.unwrap_or_default();
+            let message = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                .unwrap_or(text);
+            return Err(RemoteError::Status {
+                url,
+                status: status.as_u16(),
+                message,
+            });
+        }
+
+        let protocol = |message: String| RemoteError::Protocol {
+            url: url.clone(),
+            message,
+        };
+        let mut body = response.bytes_stream();
+        let mut buf = String::new();
+        let (mut first, mut last) = (None::<Instant>, None::<Instant>);
+        let (mut reason, mut usage, mut tokens) = (None, None, 0usize);
+        while let Some(bytes) = body.next().await {
+            let bytes = bytes.map_err(|e| protocol(format!("stream broke off: {e}")))?;
+            buf.push_str(&String::from_utf8_lossy(&bytes));
+            while let Some(nl) = buf.find('\n') {
+                let line = buf[..nl].trim_end_matches('\r').to_owned();
+                buf.drain(..=nl);
+                let Some(data) = line.strip_prefix("data:").map(str::trim) else {
+                    continue;
+                };
+                if data == "[DONE]" {
+                    let now = last.unwrap_or_else(Instant::now);
+                    let decode_s = first.map_or(0.0, |f| now.duration_since(f).as_secs_f64());
+                    let usage = usage.unwrap_or(Usage {
+                        prompt_tokens: 0,
+                        completion_tokens: tokens,
+                    });
+                    on_event(Event::Done {
+                        reason: reason.unwrap_or(StopReason::Stop),
+                        usage,
+                        timings: Timings {
+                            ttft_ms: first
+                                .map_or(0.0, |f| f.duration_since(started).as_secs_f64() * 1000.0),
+                            prefill_tps: 0.0,
+                            decode_tps: if decode_s > 0.0 {
+                                tokens.saturating_sub(1) as f64 / decode_s
+                            } else {
+                                0.0
+                            },
+                        },
+                    });
+                    return Ok(());
+                }
+                let chunk: Value =
+                    serde_json::from_str(data).map_err(|e| protocol(format!("bad chunk: {e}")))?;
+                if let Some(message) = chunk["error"]["message"].as_str() {
+                    return Err(protocol(message.to_owned()));
+                }
+                if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
+                    usage = Some(Usage {
+                        prompt_tokens: u["prompt_tokens"].as_u64().unwrap_or(0) as usize,
+                        completion_tokens: u["completion_tokens"].as_u64().unwrap_or(0) as usize,
+                    });
+                }
+                let choice = &chunk["choices"][0];
+                if let Some(text) = choice["delta"]["content"]
+                    .as_str()
+                    .filter(|t| !t.is_empty())
+                {
+                    let now = Instant::now();
+                    first.get_or_insert(now);
+                    last = Some(now);
+                    tokens += 1;
+                    // Remote servers do not send token ids; 0 stands for "unknown".
+                    on_event(Event::Token {
+                        id: 0,
+                        text: text.to_owned(),
+                    });
+                }
+                match choice["finish_reason"].as_str() {
+                    Some("length") => reason = Some(StopReason::Length),
+                    Some(_) => reason = Some(StopReason::Stop),
+                    None => {}
+                }
+            }
+        }
+        Err(protocol("the stream ended without [DONE]".into()))
+    }
+}
