@@ -70,6 +70,33 @@ struct Report {
     turn_reused_tokens: Option<Vec<usize>>,
 }
 
+impl Report {
+    /// The figures of `results`, streams measured side by side.
+    fn new(a: &BenchArgs, prompt_tokens: usize, results: &[StreamResult]) -> Report {
+        Report {
+            streams: a.streams,
+            background: a.background,
+            prompt_tokens,
+            gen_tokens: a.gen_tokens,
+            prefill_tps: results.iter().map(|r| r.prefill_tps).sum::<f64>()
+                / results.len().max(1) as f64,
+            decode_tps: results.iter().map(|r| r.decode_tps).sum(),
+            ttft_ms: percentiles(results.iter().map(|r| r.ttft_ms).collect()),
+            itl_ms: percentiles(
+                results
+                    .iter()
+                    .flat_map(|r| r.gaps_ms.iter().copied())
+                    .collect(),
+            ),
+            peak_rss_mb: peak_rss_mb(),
+            per_stream_decode_tps: results.iter().map(|r| r.decode_tps).collect(),
+            aggregate_tps: aggregate_tps(results),
+            turn_ttft_ms: None,
+            turn_reused_tokens: None,
+        }
+    }
+}
+
 fn percentiles(mut v: Vec<f64>) -> Percentiles {
     if v.is_empty() {
         return Percentiles { p50: 0.0, p95: 0.0 };
@@ -190,26 +217,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         let _ = drain.join();
     }
 
-    let report = Report {
-        streams: a.streams,
-        background: a.background,
-        prompt_tokens: a.prompt_tokens,
-        gen_tokens: a.gen_tokens,
-        prefill_tps: results.iter().map(|r| r.prefill_tps).sum::<f64>() / results.len() as f64,
-        decode_tps: results.iter().map(|r| r.decode_tps).sum(),
-        ttft_ms: percentiles(results.iter().map(|r| r.ttft_ms).collect()),
-        itl_ms: percentiles(
-            results
-                .iter()
-                .flat_map(|r| r.gaps_ms.iter().copied())
-                .collect(),
-        ),
-        peak_rss_mb: peak_rss_mb(),
-        per_stream_decode_tps: results.iter().map(|r| r.decode_tps).collect(),
-        aggregate_tps: aggregate_tps(&results),
-        turn_ttft_ms: None,
-        turn_reused_tokens: None,
-    };
+    let report = Report::new(&a, a.prompt_tokens, &results);
     debug_assert!(results.iter().all(|r| r.tokens == a.gen_tokens));
     print_report(&a, &handle, &report)
 }
@@ -325,26 +333,15 @@ fn bench_turns(a: &BenchArgs, handle: &rill_engine::Handle, turns: usize) -> Res
         ttft.push(r.ttft_ms);
         results.push(r);
     }
+    let prompt_tokens = handle.tokenize_prompt(&Prompt::Messages(messages))?.len();
     let report = Report {
         streams: 1,
-        background: 0,
-        prompt_tokens: handle.tokenize_prompt(&Prompt::Messages(messages))?.len(),
-        gen_tokens: a.gen_tokens,
-        prefill_tps: results.iter().map(|r| r.prefill_tps).sum::<f64>()
-            / results.len().max(1) as f64,
+        // One stream at a time: the mean over turns, not the sum.
         decode_tps: results.iter().map(|r| r.decode_tps).sum::<f64>() / results.len().max(1) as f64,
-        ttft_ms: percentiles(ttft.clone()),
-        itl_ms: percentiles(
-            results
-                .iter()
-                .flat_map(|r| r.gaps_ms.iter().copied())
-                .collect(),
-        ),
-        peak_rss_mb: peak_rss_mb(),
-        per_stream_decode_tps: results.iter().map(|r| r.decode_tps).collect(),
         aggregate_tps: 0.0,
         turn_ttft_ms: Some(ttft),
         turn_reused_tokens: Some(reused),
+        ..Report::new(a, prompt_tokens, &results)
     };
     print_report(a, handle, &report)
 }
