@@ -427,13 +427,9 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// Prints an answer's tokens as they come.
+/// Prints an answer's tokens as they come, and a newline at its end.
 fn print_tokens(event: &Event) {
-    if let Event::Token { text, .. } = event {
-        let mut out = std::io::stdout().lock();
-        let _ = write!(out, "{text}");
-        let _ = out.flush();
-    }
+    let _ = print_event(&mut std::io::stdout().lock(), event, false);
 }
 
 fn chat(a: ChatArgs) -> Result<()> {
@@ -470,7 +466,6 @@ fn chat(a: ChatArgs) -> Result<()> {
                     options(),
                     print_tokens,
                 ))?;
-                println!();
             }
             conv.id
         }
@@ -517,7 +512,6 @@ fn chat(a: ChatArgs) -> Result<()> {
             options(),
             print_tokens,
         ))?;
-        println!();
     }
     Ok(())
 }
