@@ -706,6 +706,36 @@ impl Worker {
         true
     }
 
+    /// Over budget with only running answers left: the lowest-priority, most recently admitted
+    /// one gives its cache up and waits in the queue, to be recomputed when memory frees. The
+    /// last running answer is never preempted, so the engine always makes progress.
+    fn preempt(&mut self) {
+        while self.used() > self.budget {
+            let running: Vec<usize> = (0..self.seqs.len())
+                .filter(|&i| {
+                    matches!(
+                        self.seqs[i].state(),
+                        SequenceState::Prefilling | SequenceState::Decoding
+                    ) && self.seqs[i].cache_bytes() > 0
+                })
+                .collect();
+            if running.len() <= 1 {
+                return;
+            }
+            let Some(&victim) = running
+                .iter()
+                .min_by_key(|&&i| (self.seqs[i].priority, std::cmp::Reverse(i)))
+            else {
+                return;
+            };
+            tracing::info!(
+                seq = self.seqs[victim].id,
+                "KV budget full: preempting, to be recomputed"
+            );
+            self.seqs[victim].evict();
+        }
+    }
+
     /// Admits queued sequences in order while their prompts fit the budget; tells the others
     /// their place. A sequence alone is always admitted, so a small budget slows, never blocks.
     fn admit(&mut self) {
@@ -847,8 +877,11 @@ impl Worker {
                 }
             }
         }
-        // Keep within the budget: kept prefixes give way first.
-        while self.used() > self.budget && self.prefixes.evict_lru() {}
+        // Keep within the budget as caches grow: kept prefixes give way first, then paused
+        // caches, then running answers (see `preempt`).
+        if !self.make_room(0) {
+            self.preempt();
+        }
         self.shared.cache_bytes.store(
             self.seqs.iter().map(Sequence::cache_bytes).sum(),
             Ordering::Relaxed,

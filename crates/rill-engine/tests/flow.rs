@@ -418,3 +418,54 @@ fn eight_batched_answers_are_greedy_up_to_near_ties() {
     }
     assert!(same >= 6);
 }
+
+/// Answers that outgrow the KV budget while streaming: the newest gives its cache up, waits,
+/// and is recomputed; both finish whole, and memory stays within the budget plus one answer.
+#[test]
+fn answers_that_outgrow_the_budget_are_preempted_and_recomputed_not_aborted() {
+    let per_token = 2 * 30 * 3 * 64 * 4;
+    let budget = 700 * per_token;
+    let e = engine(|c| EngineConfig {
+        kv_budget: Some(budget),
+        ..c
+    });
+    let h = e.handle();
+    let first = h.generate(greedy(LONG, 300)).unwrap();
+    let mut second = h.generate(greedy(SHORT, 300)).unwrap();
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let watch = {
+        let (h, peak) = (h.clone(), peak.clone());
+        std::thread::spawn(move || {
+            for _ in 0..6000 {
+                peak.fetch_max(h.cache_bytes(), std::sync::atomic::Ordering::Relaxed);
+                if h.live_ids().is_empty() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let first = first.collect_blocking().unwrap();
+    let (mut started, mut requeued, mut tokens, mut reason) = (false, false, 0, None);
+    while let Some(ev) = second.blocking_next() {
+        match ev {
+            Event::Started { .. } => started = true,
+            Event::Queued { .. } if started => requeued = true,
+            Event::Token { .. } => tokens += 1,
+            Event::Done { reason: r, .. } => reason = Some(r),
+            _ => {}
+        }
+    }
+    watch.join().unwrap();
+    assert!(
+        requeued,
+        "the newer answer was preempted back into the queue"
+    );
+    assert_eq!(
+        (first.usage.completion_tokens, first.reason),
+        (300, Some(StopReason::Length))
+    );
+    assert_eq!((tokens, reason), (300, Some(StopReason::Length)));
+    let one_answer = 512 * per_token;
+    assert!(peak.load(std::sync::atomic::Ordering::Relaxed) <= budget + one_answer);
+}
