@@ -126,17 +126,21 @@ struct SamplingArgs {
 
 impl SamplingArgs {
     fn params(&self) -> SamplingParams {
-        let d = SamplingParams::default();
+        self.over(SamplingParams::default())
+    }
+
+    /// The flags that were given, over `base`.
+    fn over(&self, base: SamplingParams) -> SamplingParams {
         SamplingParams {
-            temperature: self.temperature.unwrap_or(d.temperature),
-            top_k: self.top_k.or(d.top_k),
-            top_p: self.top_p.unwrap_or(d.top_p),
-            min_p: self.min_p.unwrap_or(d.min_p),
-            repeat_penalty: self.repeat_penalty.unwrap_or(d.repeat_penalty),
-            presence_penalty: self.presence_penalty.unwrap_or(d.presence_penalty),
-            frequency_penalty: self.frequency_penalty.unwrap_or(d.frequency_penalty),
-            seed: self.seed,
-            ..d
+            temperature: self.temperature.unwrap_or(base.temperature),
+            top_k: self.top_k.or(base.top_k),
+            top_p: self.top_p.unwrap_or(base.top_p),
+            min_p: self.min_p.unwrap_or(base.min_p),
+            repeat_penalty: self.repeat_penalty.unwrap_or(base.repeat_penalty),
+            presence_penalty: self.presence_penalty.unwrap_or(base.presence_penalty),
+            frequency_penalty: self.frequency_penalty.unwrap_or(base.frequency_penalty),
+            seed: self.seed.or(base.seed),
+            ..base
         }
     }
 
@@ -194,6 +198,14 @@ struct ServeArgs {
     /// Requests generating at once; more are answered 503 with Retry-After.
     #[arg(long, default_value_t = 64)]
     max_concurrent: usize,
+    /// Defaults for the sampling fields a request leaves out (else OpenAI's).
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Save every chat completion as a conversation in the store (off by default).
+    #[arg(long)]
+    save: bool,
+    #[command(flatten)]
+    db: DbArgs,
 }
 
 #[derive(Args)]
@@ -367,14 +379,23 @@ fn stream(gen: rill_engine::Generation, json: bool) -> Result<String> {
 }
 
 fn serve(a: ServeArgs) -> Result<()> {
+    let defaults = a.sampling.over(rill_server::api::openai_defaults());
+    defaults.validate()?;
+    let rt = runtime()?;
+    let store = if a.save {
+        Some(rt.block_on(a.db.open())?)
+    } else {
+        None
+    };
     let engine = a.model.start()?;
     let config = rill_server::ServerConfig {
         api_key: a.api_key.clone(),
         max_concurrent: a.max_concurrent,
+        defaults,
+        store,
         ..Default::default()
     };
     let addr = std::net::SocketAddr::new(a.host, a.port);
-    let rt = runtime()?;
     eprintln!(
         "serving {} at http://{addr}/v1",
         rill_server::model_id(&engine.handle())

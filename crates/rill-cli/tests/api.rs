@@ -495,3 +495,57 @@ fn run_remote_streams_the_same_answer_from_a_rill_server() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn chat_completions_are_saved_as_conversations_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("api.db");
+    let db = db.to_str().unwrap();
+    let quiet = Server::start(&["--db", db]);
+    let http = Client::new();
+    http.post(quiet.url("/v1/chat/completions"))
+        .json(&chat_body(false))
+        .send()
+        .unwrap();
+    drop(quiet);
+    let saving = Server::start(&["--db", db, "--save", "--temperature", "0"]);
+    let body = json!({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": Q}], "stream": true});
+    let (text, _, _) = read_stream(
+        http.post(saving.url("/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .unwrap(),
+    );
+    assert!(
+        text.contains("Paris"),
+        "the server's --temperature 0 default applied: {text}"
+    );
+    let t = Instant::now();
+    let shown = loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_rill"))
+            .args(["conversations", "--db", db, "show", "1"])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break String::from_utf8(out.stdout).unwrap();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "not saved: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(shown.trim_end(), format!("user: {Q}\nassistant: {text}"));
+    let list = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args(["conversations", "--db", db, "list", "--json"])
+        .output()
+        .unwrap();
+    let list: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(
+        list.as_array().unwrap().len(),
+        1,
+        "nothing was saved without --save"
+    );
+    assert_eq!(list[0]["system_prompt"], "Be brief.");
+}

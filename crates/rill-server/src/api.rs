@@ -81,8 +81,13 @@ pub struct CompletionRequest {
 }
 
 impl Sampling {
-    /// Checks what the engine cannot express and builds the request around `prompt`.
-    pub fn into_generate(self, prompt: Prompt) -> Result<GenerateRequest, ApiError> {
+    /// Checks what the engine cannot express and builds the request around `prompt`; fields the
+    /// client leaves out take the server's `defaults`.
+    pub fn into_generate(
+        self,
+        prompt: Prompt,
+        defaults: &SamplingParams,
+    ) -> Result<GenerateRequest, ApiError> {
         if let Some(n) = self.n.filter(|&n| n != 1) {
             return Err(ApiError::invalid(
                 "n",
@@ -95,17 +100,17 @@ impl Sampling {
                 "logprobs are not supported yet",
             ));
         }
-        // OpenAI's defaults (temperature 1, top-p 1, no top-k or min-p) unless the client says.
+        let d = defaults;
         let params = SamplingParams {
-            temperature: self.temperature.unwrap_or(1.0),
-            top_p: self.top_p.unwrap_or(1.0),
-            top_k: self.top_k,
-            min_p: self.min_p.unwrap_or(0.0),
-            repeat_penalty: self.repetition_penalty.unwrap_or(1.0),
-            presence_penalty: self.presence_penalty.unwrap_or(0.0),
-            frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
-            seed: self.seed,
-            ..SamplingParams::default()
+            temperature: self.temperature.unwrap_or(d.temperature),
+            top_p: self.top_p.unwrap_or(d.top_p),
+            top_k: self.top_k.or(d.top_k),
+            min_p: self.min_p.unwrap_or(d.min_p),
+            repeat_penalty: self.repetition_penalty.unwrap_or(d.repeat_penalty),
+            presence_penalty: self.presence_penalty.unwrap_or(d.presence_penalty),
+            frequency_penalty: self.frequency_penalty.unwrap_or(d.frequency_penalty),
+            seed: self.seed.or(d.seed),
+            ..d.clone()
         };
         params.validate().map_err(ApiError::from)?;
         let stop = match self.stop {
@@ -172,6 +177,17 @@ impl ChatCompletionRequest {
                 Ok(Message::new(role, content))
             })
             .collect()
+    }
+}
+
+/// OpenAI's defaults: temperature 1, top-p 1, no top-k, min-p or penalties.
+pub fn openai_defaults() -> SamplingParams {
+    SamplingParams {
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: None,
+        min_p: 0.0,
+        ..SamplingParams::default()
     }
 }
 

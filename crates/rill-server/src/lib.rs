@@ -30,7 +30,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::stream::{self, Stream};
-use rill_engine::{Event, Generation, Handle, Prompt};
+use rill_engine::{Event, Generation, Handle, Message, Prompt, SamplingParams};
+use rill_store::Store;
 use serde_json::{json, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -46,6 +47,11 @@ pub struct ServerConfig {
     pub max_concurrent: usize,
     /// Largest request body, in bytes; larger gets 413.
     pub body_limit: usize,
+    /// Sampling settings for fields a request leaves out (OpenAI's by default).
+    pub defaults: SamplingParams,
+    /// When set, every chat completion is saved there as a conversation. Off by default: API
+    /// traffic is never stored silently.
+    pub store: Option<Store>,
 }
 
 impl Default for ServerConfig {
@@ -54,6 +60,8 @@ impl Default for ServerConfig {
             api_key: None,
             max_concurrent: 64,
             body_limit: 4 << 20,
+            defaults: api::openai_defaults(),
+            store: None,
         }
     }
 }
@@ -64,6 +72,8 @@ struct AppState {
     model_id: String,
     api_key: Option<Arc<str>>,
     slots: Arc<Semaphore>,
+    defaults: Arc<SamplingParams>,
+    store: Option<Store>,
 }
 
 /// The API's routes over an engine handle (testable in process with `oneshot`).
@@ -74,6 +84,8 @@ pub fn router(handle: Handle, config: ServerConfig) -> Router {
         model_id,
         api_key: config.api_key.map(Arc::from),
         slots: Arc::new(Semaphore::new(config.max_concurrent.max(1))),
+        defaults: Arc::new(config.defaults),
+        store: config.store,
     };
     let v1 = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
@@ -227,8 +239,15 @@ async fn chat_completions(
             .as_ref()
             .is_some_and(|o| o.include_usage),
     );
-    let generate = req.sampling.into_generate(Prompt::Messages(messages))?;
-    respond(s, Kind::Chat, generate, stream, usage).await
+    let generate = req
+        .sampling
+        .into_generate(Prompt::Messages(messages.clone()), &s.defaults)?;
+    let save = s.store.clone().map(|store| Save {
+        store,
+        messages,
+        params: generate.params.clone(),
+    });
+    respond(s, Kind::Chat, generate, stream, usage, save).await
 }
 
 async fn completions(
@@ -244,8 +263,10 @@ async fn completions(
             .as_ref()
             .is_some_and(|o| o.include_usage),
     );
-    let generate = req.sampling.into_generate(Prompt::Text(req.prompt))?;
-    respond(s, Kind::Text, generate, stream, usage).await
+    let generate = req
+        .sampling
+        .into_generate(Prompt::Text(req.prompt), &s.defaults)?;
+    respond(s, Kind::Text, generate, stream, usage, None).await
 }
 
 async fn respond(
@@ -254,6 +275,7 @@ async fn respond(
     request: rill_engine::GenerateRequest,
     stream: bool,
     include_usage: bool,
+    save: Option<Save>,
 ) -> Result<Response, ApiError> {
     let permit = s
         .slots
@@ -271,7 +293,15 @@ async fn respond(
         gen.control().id()
     );
     if stream {
-        let events = sse_stream(gen, permit, kind, id, s.model_id.clone(), include_usage);
+        let events = sse_stream(
+            gen,
+            permit,
+            kind,
+            id,
+            s.model_id.clone(),
+            include_usage,
+            save,
+        );
         return Ok(Sse::new(events).into_response());
     }
     let mut gen = gen;
@@ -279,8 +309,15 @@ async fn respond(
     while let Some(event) = gen.next_event().await {
         match event {
             Event::Token { text: t, .. } => text.push_str(&t),
-            Event::Done { reason, usage, .. } => {
+            Event::Done {
+                reason,
+                usage,
+                timings,
+            } => {
                 drop(permit);
+                if let Some(save) = save {
+                    save.spawn(s.model_id.clone(), text.clone(), reason, usage, timings);
+                }
                 return Ok(Json(json!({
                     "id": id, "object": kind.object(false), "created": now(), "model": s.model_id,
                     "choices": [kind.choice(Some(&text), Some(finish_reason(reason)), false, false)],
@@ -307,13 +344,17 @@ fn sse_stream(
     id: String,
     model: String,
     include_usage: bool,
+    save: Option<Save>,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     struct St {
         gen: Option<Generation>,
         _permit: OwnedSemaphorePermit,
         first: bool,
         tail: Vec<SseEvent>,
+        text: String,
+        save: Option<Save>,
     }
+    let model_id = model.clone();
     let created = now();
     let chunk = move |choices: Value, usage: Option<Usage>| {
         let mut v = json!({"id": id, "object": kind.object(true), "created": created, "model": model, "choices": choices});
@@ -328,9 +369,12 @@ fn sse_stream(
             _permit: permit,
             first: true,
             tail: Vec::new(),
+            text: String::new(),
+            save,
         },
         move |mut st| {
             let chunk = chunk.clone();
+            let model_id = model_id.clone();
             async move {
                 loop {
                     if !st.tail.is_empty() {
@@ -347,11 +391,20 @@ fn sse_stream(
                                 json!([kind.choice(Some(&text), None, true, st.first)]),
                                 None,
                             );
+                            st.text.push_str(&text);
                             st.first = false;
                             return Some((Ok(ev), st));
                         }
-                        Some(Event::Done { reason, usage, .. }) => {
+                        Some(Event::Done {
+                            reason,
+                            usage,
+                            timings,
+                        }) => {
                             st.gen = None;
+                            if let Some(save) = st.save.take() {
+                                let text = std::mem::take(&mut st.text);
+                                save.spawn(model_id.clone(), text, reason, usage, timings);
+                            }
                             st.tail.push(chunk(
                                 json!([kind.choice(
                                     None,
@@ -379,4 +432,104 @@ fn sse_stream(
             }
         },
     )
+}
+
+/// A chat completion to keep as a conversation (`ServerConfig::store`).
+struct Save {
+    store: Store,
+    messages: Vec<Message>,
+    params: SamplingParams,
+}
+
+impl Save {
+    /// Writes the conversation in the background; the response does not wait for the disk.
+    fn spawn(
+        self,
+        model: String,
+        answer: String,
+        reason: rill_engine::StopReason,
+        usage: rill_engine::Usage,
+        timings: rill_engine::Timings,
+    ) {
+        tokio::spawn(async move {
+            if let Err(e) = self.write(model, answer, reason, usage, timings).await {
+                tracing::warn!(error = %e, "could not save the API conversation");
+            }
+        });
+    }
+
+    async fn write(
+        self,
+        model: String,
+        answer: String,
+        reason: rill_engine::StopReason,
+        usage: rill_engine::Usage,
+        timings: rill_engine::Timings,
+    ) -> rill_store::Result<()> {
+        use rill_store::{NewConversation, NewMessage, Role as R, Status};
+        let system = self
+            .messages
+            .iter()
+            .find(|m| m.role == rill_engine::Role::System)
+            .map(|m| m.content.clone());
+        let settings = self.params.to_json();
+        let c = self
+            .store
+            .create_conversation(NewConversation {
+                model: Some(model.clone()),
+                system_prompt: system,
+                settings: Some(settings.clone()),
+            })
+            .await?;
+        for m in self
+            .messages
+            .iter()
+            .filter(|m| m.role != rill_engine::Role::System)
+        {
+            let role = if m.role == rill_engine::Role::User {
+                R::User
+            } else {
+                R::Assistant
+            };
+            self.store
+                .append(
+                    c.id,
+                    NewMessage {
+                        role,
+                        content: m.content.clone(),
+                        status: Status::Done,
+                        model: None,
+                        settings: None,
+                    },
+                )
+                .await?;
+        }
+        let status = if reason == rill_engine::StopReason::Cancelled {
+            Status::Stopped
+        } else {
+            Status::Done
+        };
+        let message = self
+            .store
+            .append(
+                c.id,
+                NewMessage {
+                    role: R::Assistant,
+                    content: answer.clone(),
+                    status,
+                    model: Some(model),
+                    settings: Some(settings),
+                },
+            )
+            .await?;
+        let stats = rill_store::MessageStats {
+            prompt_tokens: Some(usage.prompt_tokens as i64),
+            completion_tokens: Some(usage.completion_tokens as i64),
+            ttft_ms: Some(timings.ttft_ms),
+            decode_tps: Some(timings.decode_tps),
+        };
+        self.store
+            .update_message(message.id, &answer, status, &stats, None)
+            .await
+    }
 }
