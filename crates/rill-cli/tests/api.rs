@@ -24,6 +24,15 @@ fn model() -> PathBuf {
     p
 }
 
+/// An HTTP client without reqwest's 30 s default timeout: on a loaded 2-core machine a long
+/// stream can take longer than that, and a hang is caught by the test harness anyway.
+fn client() -> Client {
+    Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .unwrap()
+}
+
 /// `rill serve` on a free loopback port, stopped when dropped.
 struct Server {
     child: Child,
@@ -57,7 +66,7 @@ impl Server {
             base: format!("http://127.0.0.1:{port}"),
         };
         let t = Instant::now();
-        while Client::new()
+        while client()
             .get(format!("{}/health", server.base))
             .send()
             .is_err()
@@ -76,7 +85,7 @@ impl Server {
     }
 
     fn health(&self) -> Value {
-        Client::new()
+        client()
             .get(self.url("/health"))
             .send()
             .unwrap()
@@ -146,7 +155,7 @@ fn rill_run_answer() -> String {
 #[test]
 fn streamed_and_whole_answers_equal_rill_run_with_the_right_usage() {
     let server = Server::start(&[]);
-    let http = Client::new();
+    let http = client();
     let expected = rill_run_answer();
     assert!(expected.contains("Paris"));
 
@@ -251,7 +260,7 @@ fn eight_concurrent_streams_all_finish_with_their_solo_text() {
             .map(|q| {
                 let body = json!({"messages": [{"role": "user", "content": q}], "temperature": 0, "max_tokens": 24, "stream": true});
                 let url = url.clone();
-                s.spawn(move || read_stream(Client::new().post(url).json(&body).send().unwrap()).0)
+                s.spawn(move || read_stream(client().post(url).json(&body).send().unwrap()).0)
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -272,7 +281,7 @@ fn eight_concurrent_streams_all_finish_with_their_solo_text() {
 #[test]
 fn bad_requests_get_openai_shaped_errors_and_the_server_keeps_serving() {
     let server = Server::start(&[]);
-    let http = Client::new();
+    let http = client();
     let post = |body: String| {
         http.post(server.url("/v1/chat/completions"))
             .header("content-type", "application/json")
@@ -399,7 +408,7 @@ fn bad_requests_get_openai_shaped_errors_and_the_server_keeps_serving() {
 fn a_client_that_leaves_mid_stream_cancels_its_generation_and_frees_its_cache() {
     let server = Server::start(&[]);
     let body = json!({"messages": [{"role": "user", "content": "Write a very long story."}], "temperature": 0, "max_tokens": 400, "stream": true});
-    let resp = Client::new()
+    let resp = client()
         .post(server.url("/v1/chat/completions"))
         .json(&body)
         .send()
@@ -502,7 +511,7 @@ fn chat_completions_are_saved_as_conversations_only_when_asked() {
     let db = dir.path().join("api.db");
     let db = db.to_str().unwrap();
     let quiet = Server::start(&["--db", db]);
-    let http = Client::new();
+    let http = client();
     http.post(quiet.url("/v1/chat/completions"))
         .json(&chat_body(false))
         .send()
