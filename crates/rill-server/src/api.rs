@@ -81,6 +81,16 @@ pub struct CompletionRequest {
 }
 
 impl Sampling {
+    /// Whether to stream, and whether to end the stream with a usage chunk.
+    pub fn streaming(&self) -> (bool, bool) {
+        (
+            self.stream,
+            self.stream_options
+                .as_ref()
+                .is_some_and(|o| o.include_usage),
+        )
+    }
+
     /// Checks what the engine cannot express and builds the request around `prompt`; fields the
     /// client leaves out take the server's `defaults`.
     pub fn into_generate(

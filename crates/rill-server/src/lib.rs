@@ -232,13 +232,7 @@ async fn chat_completions(
     let Json(req) = body.map_err(rejected)?;
     check_model(&s, req.model.as_deref())?;
     let messages = req.messages()?;
-    let (stream, usage) = (
-        req.sampling.stream,
-        req.sampling
-            .stream_options
-            .as_ref()
-            .is_some_and(|o| o.include_usage),
-    );
+    let (stream, usage) = req.sampling.streaming();
     let generate = req
         .sampling
         .into_generate(Prompt::Messages(messages.clone()), &s.defaults)?;
@@ -256,13 +250,7 @@ async fn completions(
 ) -> Result<Response, ApiError> {
     let Json(req) = body.map_err(rejected)?;
     check_model(&s, req.model.as_deref())?;
-    let (stream, usage) = (
-        req.sampling.stream,
-        req.sampling
-            .stream_options
-            .as_ref()
-            .is_some_and(|o| o.include_usage),
-    );
+    let (stream, usage) = req.sampling.streaming();
     let generate = req
         .sampling
         .into_generate(Prompt::Text(req.prompt), &s.defaults)?;
