@@ -187,27 +187,34 @@ fn run_stop_strings_and_seeds() {
     assert_eq!(sampled("5"), sampled("5"));
 }
 
-#[test]
-fn chat_keeps_the_conversation_saves_it_and_ends_at_end_of_input() {
-    let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("rill.db");
-    let mut child = rill()
+/// `rill chat` on the test model, greedy, saving into `db`, stdin and stdout piped.
+fn spawn_chat(db: &Path, max_tokens: usize) -> std::process::Child {
+    rill()
         .args([
             "chat",
             "--model",
-            m.to_str().unwrap(),
+            model().to_str().unwrap(),
             "--temperature",
             "0",
-            "--max-tokens",
-            "24",
         ])
-        .args(["--db", db.to_str().unwrap()])
+        .args([
+            "--max-tokens",
+            &max_tokens.to_string(),
+            "--db",
+            db.to_str().unwrap(),
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn chat_keeps_the_conversation_saves_it_and_ends_at_end_of_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rill.db");
+    let mut child = spawn_chat(&db, 24);
     child
         .stdin
         .take()
@@ -292,22 +299,7 @@ fn an_answer_killed_mid_stream_is_saved_up_to_the_last_250_ms_and_can_be_continu
     let m = model();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("rill.db");
-    let mut child = rill()
-        .args([
-            "chat",
-            "--model",
-            m.to_str().unwrap(),
-            "--temperature",
-            "0",
-            "--max-tokens",
-            "400",
-        ])
-        .args(["--db", db.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_chat(&db, 400);
     let mut stdin = child.stdin.take().unwrap(); // kept open: the chat waits for more
     stdin
         .write_all(b"Write a long story about a dragon who learns to bake bread.\n")
