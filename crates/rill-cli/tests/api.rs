@@ -365,26 +365,20 @@ fn bad_requests_get_openai_shaped_errors_and_the_server_keeps_serving() {
         .contains("Paris"));
 
     let keyed = Server::start(&["--api-key", "s3cret"]);
-    let r = http
-        .post(keyed.url("/v1/chat/completions"))
-        .json(&chat_body(false))
+    let with_key = |key: Option<&str>| {
+        let r = http
+            .post(keyed.url("/v1/chat/completions"))
+            .json(&chat_body(false));
+        match key {
+            Some(k) => r.bearer_auth(k),
+            None => r,
+        }
         .send()
-        .unwrap();
-    check(r, 401, None);
-    let r = http
-        .post(keyed.url("/v1/chat/completions"))
-        .bearer_auth("wrong")
-        .json(&chat_body(false))
-        .send()
-        .unwrap();
-    check(r, 401, None);
-    let r = http
-        .post(keyed.url("/v1/chat/completions"))
-        .bearer_auth("s3cret")
-        .json(&chat_body(false))
-        .send()
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
+        .unwrap()
+    };
+    check(with_key(None), 401, None);
+    check(with_key(Some("wrong")), 401, None);
+    assert_eq!(with_key(Some("s3cret")).status().as_u16(), 200);
 
     // Beyond loopback without a key: refused at start.
     let out = Command::new(env!("CARGO_BIN_EXE_rill"))
