@@ -461,63 +461,47 @@ impl Save {
             .find(|m| m.role == rill_engine::Role::System)
             .map(|m| m.content.clone());
         let settings = self.params.to_json();
-        let c = self
-            .store
-            .create_conversation(NewConversation {
-                model: Some(model.clone()),
-                system_prompt: system,
-                settings: Some(settings.clone()),
-            })
-            .await?;
-        for m in self
+        let mut messages: Vec<NewMessage> = self
             .messages
             .iter()
             .filter(|m| m.role != rill_engine::Role::System)
-        {
-            let role = if m.role == rill_engine::Role::User {
-                R::User
-            } else {
-                R::Assistant
-            };
-            self.store
-                .append(
-                    c.id,
-                    NewMessage {
-                        role,
-                        content: m.content.clone(),
-                        status: Status::Done,
-                        model: None,
-                        settings: None,
-                    },
-                )
-                .await?;
-        }
-        let status = if reason == rill_engine::StopReason::Cancelled {
-            Status::Stopped
-        } else {
-            Status::Done
-        };
-        let message = self
-            .store
-            .append(
-                c.id,
-                NewMessage {
-                    role: R::Assistant,
-                    content: answer.clone(),
-                    status,
-                    model: Some(model),
-                    settings: Some(settings),
+            .map(|m| NewMessage {
+                role: if m.role == rill_engine::Role::User {
+                    R::User
+                } else {
+                    R::Assistant
                 },
-            )
-            .await?;
+                content: m.content.clone(),
+                status: Status::Done,
+                model: None,
+                settings: None,
+            })
+            .collect();
+        messages.push(NewMessage {
+            role: R::Assistant,
+            content: answer,
+            status: if reason == rill_engine::StopReason::Cancelled {
+                Status::Stopped
+            } else {
+                Status::Done
+            },
+            model: Some(model.clone()),
+            settings: Some(settings.clone()),
+        });
         let stats = rill_store::MessageStats {
             prompt_tokens: Some(usage.prompt_tokens as i64),
             completion_tokens: Some(usage.completion_tokens as i64),
             ttft_ms: Some(timings.ttft_ms),
             decode_tps: Some(timings.decode_tps),
         };
+        let conversation = NewConversation {
+            model: Some(model),
+            system_prompt: system,
+            settings: Some(settings),
+        };
         self.store
-            .update_message(message.id, &answer, status, &stats, None)
+            .save_conversation(conversation, &messages, &stats)
             .await
+            .map(drop)
     }
 }

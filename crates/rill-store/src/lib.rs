@@ -154,6 +154,48 @@ impl Store {
         self.conversation(id).await
     }
 
+    /// Writes a whole conversation in one transaction: a reader sees all of it or none of it.
+    /// `messages` form one branch in order; the last one's `stats` are kept (an answer's
+    /// token counts and speed). Returns the new conversation's id.
+    pub async fn save_conversation(
+        &self,
+        new: NewConversation,
+        messages: &[NewMessage],
+        last_stats: &MessageStats,
+    ) -> Result<i64> {
+        let now = now_ms();
+        let mut tx = self.write_tx().await?;
+        let id = sqlx::query(
+            "INSERT INTO conversations (created_at, updated_at, model, system_prompt, settings) VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(now)
+        .bind(now)
+        .bind(&new.model)
+        .bind(&new.system_prompt)
+        .bind(new.settings.unwrap_or_else(|| Value::Object(Default::default())).to_string())
+        .execute(&mut *tx)
+        .await?
+        .last_insert_rowid();
+        let mut parent = None;
+        for m in messages {
+            parent = Some(insert_message(&mut tx, id, parent, m).await?);
+        }
+        if let Some(last) = parent {
+            sqlx::query(
+                "UPDATE messages SET prompt_tokens = ?, completion_tokens = ?, ttft_ms = ?, decode_tps = ? WHERE id = ?",
+            )
+            .bind(last_stats.prompt_tokens)
+            .bind(last_stats.completion_tokens)
+            .bind(last_stats.ttft_ms)
+            .bind(last_stats.decode_tps)
+            .bind(last)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(id)
+    }
+
     pub async fn conversation(&self, id: i64) -> Result<Conversation> {
         sqlx::query_as("SELECT * FROM conversations WHERE id = ?")
             .bind(id)

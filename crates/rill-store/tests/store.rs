@@ -496,3 +496,48 @@ async fn a_database_from_a_newer_rill_is_refused_clearly() {
         other => panic!("expected NewerSchema, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_saved_whole_is_never_seen_half_written() {
+    let (_dir, path) = db();
+    let store = Store::open(&path).await.unwrap();
+    let reader = Store::open(&path).await.unwrap();
+    let writes = tokio::spawn(async move {
+        for i in 0..30 {
+            let messages = [
+                NewMessage::user(format!("question {i}")),
+                NewMessage::assistant("one"),
+                NewMessage::user("and then?"),
+                NewMessage::assistant(format!("answer {i}")),
+            ];
+            let stats = MessageStats {
+                prompt_tokens: Some(40),
+                completion_tokens: Some(i),
+                ttft_ms: Some(12.5),
+                decode_tps: Some(30.0),
+            };
+            store
+                .save_conversation(NewConversation::default(), &messages, &stats)
+                .await
+                .unwrap();
+        }
+    });
+    let mut checked = 0;
+    while !writes.is_finished() || checked == 0 {
+        for c in reader.list_conversations(false).await.unwrap() {
+            let path = reader.current_path(c.id).await.unwrap();
+            assert_eq!(path.len(), 4, "conversation {} seen half written", c.id);
+            checked += 1;
+        }
+    }
+    writes.await.unwrap();
+    let all = reader.list_conversations(false).await.unwrap();
+    assert_eq!(all.len(), 30);
+    let first = all.iter().find(|c| c.title == "question 0").unwrap();
+    let path = reader.current_path(first.id).await.unwrap();
+    let texts: Vec<&str> = path.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(texts, ["question 0", "one", "and then?", "answer 0"]);
+    assert_eq!(path[3].stats.completion_tokens, Some(0));
+    assert_eq!(path[3].stats.decode_tps, Some(30.0));
+    assert_eq!(path[1].stats, MessageStats::default(), "only the last answer has stats");
+}
