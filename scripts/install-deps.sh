@@ -3,7 +3,13 @@
 # Safe to run again: present packages are skipped.
 set -euo pipefail
 
-need_apt=(build-essential pkg-config curl ca-certificates python3 python3-pip)
+need_apt=(build-essential pkg-config curl wget file ca-certificates python3 python3-pip
+  # the desktop app (Tauri 2 on WebKitGTK)
+  libwebkit2gtk-4.1-dev libgtk-3-dev libxdo-dev libssl-dev libayatana-appindicator3-dev librsvg2-dev
+  # the UI build and its tests
+  nodejs chromium
+  # the real window under test: a virtual display and WebKitWebDriver
+  xvfb xauth webkit2gtk-driver)
 
 sudo_cmd=()
 if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
@@ -13,6 +19,8 @@ if command -v dpkg >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   for p in "${need_apt[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
   done
+  # Debian's nodejs comes without npm; NodeSource's brings its own (and conflicts with Debian's).
+  command -v npm >/dev/null 2>&1 || missing+=(npm)
   if ((${#missing[@]})); then
     echo "install-deps: installing Debian packages: ${missing[*]}"
     "${sudo_cmd[@]}" apt-get update -qq

@@ -6,7 +6,8 @@
 //! started, streamed and saved the same way everywhere.
 
 use rill_engine::{
-    Event, GenerateRequest, Handle, Message, Prompt, Role, SamplingParams, StopReason,
+    Control, Event, GenerateRequest, Generation, Handle, Message, Prompt, Role, SamplingParams,
+    StopReason,
 };
 use rill_store::{MessageStats, Status, Store};
 
@@ -64,26 +65,11 @@ pub async fn answer(
     options: AnswerOptions,
     on_event: impl FnMut(&Event),
 ) -> Result<Answer> {
-    let conv = store.conversation(conversation).await?;
-    let path = store.current_path(conversation).await?;
-    let messages = history(conv.system_prompt.as_deref(), &path);
-    let settings = Some(options.params.to_json());
-    let writer = store
-        .begin_answer(
-            conversation,
-            conv.current_leaf_id,
-            Some(handle.model_info().name.clone()),
-            settings,
-        )
-        .await?;
-    run(
-        handle,
-        writer,
-        Prompt::Messages(messages),
-        options,
-        on_event,
-    )
-    .await
+    let leaf = store.conversation(conversation).await?.current_leaf_id;
+    begin(handle, store, conversation, leaf, options)
+        .await?
+        .finish(on_event)
+        .await
 }
 
 /// Continues an `interrupted` (or `stopped`) answer in place: the model picks up after the
@@ -95,6 +81,47 @@ pub async fn continue_answer(
     options: AnswerOptions,
     on_event: impl FnMut(&Event),
 ) -> Result<Answer> {
+    begin_continue(handle, store, message, options)
+        .await?
+        .finish(on_event)
+        .await
+}
+
+/// Starts an answer under `parent` (the conversation's leaf for a new answer, the question
+/// for a regenerate, which makes a sibling branch). The answer's message exists, with status
+/// `streaming`, when this returns; [`Answering::finish`] streams and saves the rest.
+pub async fn begin(
+    handle: &Handle,
+    store: &Store,
+    conversation: i64,
+    parent: Option<i64>,
+    options: AnswerOptions,
+) -> Result<Answering> {
+    let conv = store.conversation(conversation).await?;
+    let path = match parent {
+        Some(p) => store.path_to(p).await?,
+        None => Vec::new(),
+    };
+    let messages = history(conv.system_prompt.as_deref(), &path);
+    let settings = Some(options.params.to_json());
+    let writer = store
+        .begin_answer(
+            conversation,
+            parent,
+            Some(handle.model_info().name.clone()),
+            settings,
+        )
+        .await?;
+    start(handle, writer, Prompt::Messages(messages), options).await
+}
+
+/// Starts continuing a stopped or interrupted answer (see [`continue_answer`]).
+pub async fn begin_continue(
+    handle: &Handle,
+    store: &Store,
+    message: i64,
+    options: AnswerOptions,
+) -> Result<Answering> {
     let partial = store.message(message).await?;
     let conv = store.conversation(partial.conversation_id).await?;
     let path = store.path_to(message).await?;
@@ -102,75 +129,102 @@ pub async fn continue_answer(
     // The template opens the assistant's turn; the partial answer follows it verbatim.
     let prompt = handle.render(&before)? + &partial.content;
     let writer = store.resume_answer(message).await?;
-    run(handle, writer, Prompt::Text(prompt), options, on_event).await
+    start(handle, writer, Prompt::Text(prompt), options).await
 }
 
-async fn run(
+/// An answer on its way: the stored message it grows into, the controls of its generation
+/// (stop, pause, resume, live settings, priority), and [`finish`](Self::finish).
+pub struct Answering {
+    generation: Generation,
+    writer: rill_store::StreamWriter,
+}
+
+async fn start(
     handle: &Handle,
     writer: rill_store::StreamWriter,
     prompt: Prompt,
     options: AnswerOptions,
-    mut on_event: impl FnMut(&Event),
-) -> Result<Answer> {
+) -> Result<Answering> {
     let request = GenerateRequest {
         params: options.params,
         stop: options.stop,
         max_tokens: options.max_tokens,
         ..GenerateRequest::new(prompt)
     };
-    let mut gen = match handle.generate(request) {
-        Ok(gen) => gen,
+    match handle.generate(request) {
+        Ok(generation) => Ok(Answering { generation, writer }),
         Err(e) => {
             writer
                 .finish(Status::Error, MessageStats::default(), Some(e.to_string()))
                 .await?;
-            return Err(e.into());
-        }
-    };
-    while let Some(event) = gen.next_event().await {
-        on_event(&event);
-        match event {
-            Event::Token { text, .. } => writer.push(&text),
-            Event::Done {
-                reason,
-                usage,
-                timings,
-            } => {
-                let status = if reason == StopReason::Cancelled {
-                    Status::Stopped
-                } else {
-                    Status::Done
-                };
-                let stats = MessageStats {
-                    prompt_tokens: Some(usage.prompt_tokens as i64),
-                    completion_tokens: Some(usage.completion_tokens as i64),
-                    ttft_ms: Some(timings.ttft_ms),
-                    decode_tps: Some(timings.decode_tps),
-                };
-                let message = writer.finish(status, stats, None).await?;
-                return Ok(Answer { message, reason });
-            }
-            Event::Error { message } => {
-                writer
-                    .finish(
-                        Status::Error,
-                        MessageStats::default(),
-                        Some(message.clone()),
-                    )
-                    .await?;
-                return Err(Error::Generation(message));
-            }
-            Event::Queued { .. } | Event::Started { .. } | Event::Stats { .. } => {}
+            Err(e.into())
         }
     }
-    writer
-        .finish(
-            Status::Error,
-            MessageStats::default(),
-            Some("the engine stopped".into()),
-        )
-        .await?;
-    Err(Error::Generation(
-        "the engine stopped before the answer ended".into(),
-    ))
+}
+
+impl Answering {
+    /// The stored message's id.
+    pub fn message_id(&self) -> i64 {
+        self.writer.message_id()
+    }
+
+    /// Steers the generation while it runs.
+    pub fn control(&self) -> Control {
+        self.generation.control().clone()
+    }
+
+    /// Streams the answer to its end, saving it as it grows, and returns the saved message.
+    /// `on_event` sees every event. A stopped answer is kept with status `stopped`.
+    pub async fn finish(self, mut on_event: impl FnMut(&Event)) -> Result<Answer> {
+        let Answering {
+            mut generation,
+            writer,
+        } = self;
+        while let Some(event) = generation.next_event().await {
+            on_event(&event);
+            match event {
+                Event::Token { text, .. } => writer.push(&text),
+                Event::Done {
+                    reason,
+                    usage,
+                    timings,
+                } => {
+                    let status = if reason == StopReason::Cancelled {
+                        Status::Stopped
+                    } else {
+                        Status::Done
+                    };
+                    let stats = MessageStats {
+                        prompt_tokens: Some(usage.prompt_tokens as i64),
+                        completion_tokens: Some(usage.completion_tokens as i64),
+                        ttft_ms: Some(timings.ttft_ms),
+                        decode_tps: Some(timings.decode_tps),
+                    };
+                    let message = writer.finish(status, stats, None).await?;
+                    return Ok(Answer { message, reason });
+                }
+                Event::Error { message } => {
+                    writer
+                        .finish(
+                            Status::Error,
+                            MessageStats::default(),
+                            Some(message.clone()),
+                        )
+                        .await?;
+                    return Err(Error::Generation(message));
+                }
+                Event::Queued { .. } | Event::Started { .. } | Event::Stats { .. } => {}
+            }
+        }
+        writer
+            .finish(
+                Status::Error,
+                MessageStats::default(),
+                Some("the engine stopped".into()),
+            )
+            .await?;
+        Err(Error::Generation(
+            "the engine stopped before the answer ended".into(),
+        ))
+    }
 }

@@ -217,6 +217,7 @@ enum Command {
     Resume(u64),
     Cancel(u64),
     SetPriority(u64, u8),
+    SetMaxTokens(u64, Option<usize>),
     Shutdown,
 }
 
@@ -521,6 +522,15 @@ impl Control {
     /// Decode steps per round relative to others (1 = equal share).
     pub fn set_priority(&self, priority: u8) -> Result<()> {
         self.send(Command::SetPriority(self.id, priority.max(1)))
+    }
+
+    /// A new cap on answer tokens (`None`: until the model stops or the context is full). An
+    /// answer already past it ends now with `StopReason::Length`.
+    pub fn set_max_tokens(&self, max_tokens: Option<usize>) -> Result<()> {
+        if max_tokens == Some(0) {
+            return Err(Error::param("max_tokens", "must be ≥ 1"));
+        }
+        self.send(Command::SetMaxTokens(self.id, max_tokens))
     }
 }
 
@@ -927,6 +937,11 @@ impl Worker {
             Command::SetPriority(id, p) => {
                 if let Some(i) = find(seqs, id) {
                     seqs[i].priority = p;
+                }
+            }
+            Command::SetMaxTokens(id, m) => {
+                if let Some(i) = find(seqs, id) {
+                    seqs[i].set_max_tokens(m);
                 }
             }
             Command::Shutdown => {

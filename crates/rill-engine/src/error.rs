@@ -48,6 +48,10 @@ pub enum Error {
     #[error("download failed: {0}")]
     Download(String),
 
+    /// The user cancelled a download; its partial file stays, and the next try resumes it.
+    #[error("download cancelled")]
+    DownloadCancelled,
+
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }

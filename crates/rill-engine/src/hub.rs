@@ -125,7 +125,16 @@ pub trait DownloadProgress {
     fn start(&mut self, file: &str, total_bytes: usize);
     fn advance(&mut self, bytes: usize);
     fn finish(&mut self);
+    /// Polled as bytes arrive: true stops the download (the partial file is kept to resume).
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
+
+/// Unwinds out of hf-hub's copy loop when the user cancels. hf-hub offers no cancellation,
+/// and its progress callback is the only code of ours inside the loop; `resume_unwind` does
+/// not run the panic hook (nothing is printed) and [`pull`] catches exactly this payload.
+struct Cancel;
 
 struct Adapter<'a, P: DownloadProgress>(&'a mut P);
 
@@ -134,6 +143,9 @@ impl<P: DownloadProgress> hf_hub::api::Progress for Adapter<'_, P> {
         self.0.start(filename, size);
     }
     fn update(&mut self, size: usize) {
+        if self.0.cancelled() {
+            std::panic::resume_unwind(Box::new(Cancel));
+        }
         self.0.advance(size);
     }
     fn finish(&mut self) {
@@ -156,9 +168,19 @@ pub fn choose_gguf(files: &[String]) -> Option<String> {
     ggufs.first().map(|f| (*f).clone())
 }
 
-/// Downloads `REPO` or `REPO:FILE` from Hugging Face into the HF cache (resuming is hf-hub's
-/// cache check: a complete file is not fetched again) and returns its path.
+/// Downloads `REPO` or `REPO:FILE` from Hugging Face into the HF cache and returns its path.
+/// hf-hub retries a broken connection (3 times, with backoff), resumes a partial file left by
+/// an earlier try or an earlier run, and skips a file already complete in the cache.
+/// `progress.cancelled()` stops it with [`Error::DownloadCancelled`].
 pub fn pull(spec: &str, progress: &mut impl DownloadProgress) -> Result<PathBuf> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pull_inner(spec, progress))) {
+        Ok(result) => result,
+        Err(payload) if payload.is::<Cancel>() => Err(Error::DownloadCancelled),
+        Err(payload) => std::panic::resume_unwind(payload),
+    }
+}
+
+fn pull_inner(spec: &str, progress: &mut impl DownloadProgress) -> Result<PathBuf> {
     let (repo, file) = match spec.split_once(':') {
         Some((r, f)) => (r, Some(f.to_owned())),
         None => (spec, None),

@@ -136,6 +136,14 @@ impl Sequence {
         self.cache.bytes()
     }
 
+    /// Changes the answer-length cap while the answer runs; past it, the answer ends now.
+    pub fn set_max_tokens(&mut self, max_tokens: Option<usize>) {
+        self.max_tokens = max_tokens;
+        if max_tokens.is_some_and(|m| self.completion_tokens >= m) {
+            self.finish(StopReason::Length);
+        }
+    }
+
     pub fn sampler_mut(&mut self) -> &mut Sampler {
         &mut self.sampler
     }

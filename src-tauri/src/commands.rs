@@ -1,0 +1,706 @@
+//! The page's commands. Each is a few typed lines over the engine handle, the store and
+//! `rill_chat` (which answers and saves, the same way the CLI and the API do). Tokens reach the
+//! page through a `Channel<ChatEvent>` per answer.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rill_engine::hub::{self, DownloadProgress, LocalModel};
+use rill_engine::{Event, ModelInfo, Prompt, SamplingParams};
+use rill_store::{Conversation, Message, NewConversation, NewMessage, SearchHit};
+use serde::{Deserialize, Serialize};
+use tauri::ipc::Channel;
+use tauri::{AppHandle, Manager, State};
+
+use crate::error::{CommandError, Result};
+use crate::state::{AppState, LiveAnswer};
+
+// ---- wire types ---------------------------------------------------------------------------
+
+/// The sampling panel: the engine's parameters plus the answer-length cap. Stored per
+/// conversation (and as the default for new ones).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PanelSettings {
+    #[serde(flatten)]
+    pub params: SamplingParams,
+    pub max_tokens: Option<usize>,
+}
+
+impl PanelSettings {
+    fn from_json(v: &serde_json::Value) -> Self {
+        serde_json::from_value(v.clone()).unwrap_or_default()
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+
+    fn options(&self) -> rill_chat::AnswerOptions {
+        rill_chat::AnswerOptions {
+            params: self.params.clone(),
+            stop: Vec::new(),
+            max_tokens: self.max_tokens,
+        }
+    }
+}
+
+/// What an answer's channel carries, in order: maybe `queued`, `started`, `token`s with
+/// `stats` now and then, then `done` (the saved message) or `error`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "event", content = "data", rename_all = "snake_case")]
+pub enum ChatEvent {
+    Queued {
+        position: usize,
+    },
+    Started {
+        prompt_tokens: usize,
+        reused_tokens: usize,
+        dropped_messages: usize,
+    },
+    Token {
+        text: String,
+    },
+    Stats {
+        completion_tokens: usize,
+        tokens_per_second: f64,
+    },
+    Done {
+        message: Message,
+    },
+    Error {
+        message: String,
+    },
+}
+
+/// A message on the shown branch, with its siblings (for the "2/3" arrows).
+#[derive(Serialize)]
+pub struct ViewMessage {
+    #[serde(flatten)]
+    pub message: Message,
+    /// Ids of this message and its siblings, oldest first.
+    pub siblings: Vec<i64>,
+}
+
+#[derive(Serialize)]
+pub struct ConversationView {
+    pub conversation: Conversation,
+    pub settings: PanelSettings,
+    pub messages: Vec<ViewMessage>,
+}
+
+#[derive(Serialize)]
+pub struct Sent {
+    pub user: Message,
+    pub answer_id: i64,
+}
+
+#[derive(Serialize)]
+pub struct AppStatus {
+    pub model: Option<ModelInfo>,
+    pub models_dir: PathBuf,
+    pub database: PathBuf,
+    pub live: Vec<i64>,
+    pub version: &'static str,
+}
+
+#[derive(Serialize)]
+pub struct ContextUsage {
+    pub used_tokens: usize,
+    pub context_length: usize,
+    /// What happens when it is full: the oldest turns are left out (the system prompt stays).
+    pub overflow: &'static str,
+}
+
+/// A recommended model (assets/catalogue.json).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CatalogueEntry {
+    pub name: String,
+    pub spec: String,
+    pub description: String,
+    pub size_bytes: u64,
+    pub ram_bytes: u64,
+    #[serde(default)]
+    pub recommended: bool,
+}
+
+#[derive(Serialize)]
+pub struct Models {
+    pub loaded: Option<ModelInfo>,
+    pub local: Vec<LocalModel>,
+    pub catalogue: Vec<CatalogueEntry>,
+}
+
+#[derive(Clone, Serialize)]
+#[serde(tag = "event", content = "data", rename_all = "snake_case")]
+pub enum DownloadEvent {
+    Progress {
+        file: String,
+        done_bytes: u64,
+        total_bytes: u64,
+        bytes_per_second: f64,
+    },
+    Done {
+        path: PathBuf,
+    },
+    Error {
+        kind: &'static str,
+        message: String,
+    },
+}
+
+// ---- app ----------------------------------------------------------------------------------
+
+#[tauri::command]
+pub fn status(state: State<'_, AppState>) -> AppStatus {
+    AppStatus {
+        model: state.model(),
+        models_dir: state.models_dir.clone(),
+        database: state.store.path().to_path_buf(),
+        live: state.live_ids(),
+        version: env!("CARGO_PKG_VERSION"),
+    }
+}
+
+// ---- conversations ------------------------------------------------------------------------
+
+#[tauri::command]
+pub async fn list_conversations(state: State<'_, AppState>) -> Result<Vec<Conversation>> {
+    Ok(state.store.list_conversations(false).await?)
+}
+
+#[tauri::command]
+pub async fn create_conversation(state: State<'_, AppState>) -> Result<Conversation> {
+    let defaults = state.store.setting("panel").await?;
+    let settings = defaults.map(|v| PanelSettings::from_json(&v)).unwrap_or_default();
+    let system_prompt = state
+        .store
+        .setting("system_prompt")
+        .await?
+        .and_then(|v| v.as_str().map(str::to_owned));
+    Ok(state
+        .store
+        .create_conversation(NewConversation {
+            model: state.model().map(|m| m.name),
+            system_prompt,
+            settings: Some(settings.to_json()),
+        })
+        .await?)
+}
+
+#[tauri::command]
+pub async fn rename_conversation(state: State<'_, AppState>, id: i64, title: String) -> Result<()> {
+    Ok(state.store.rename(id, &title).await?)
+}
+
+#[tauri::command]
+pub async fn set_pinned(state: State<'_, AppState>, id: i64, pinned: bool) -> Result<()> {
+    Ok(state.store.set_pinned(id, pinned).await?)
+}
+
+#[tauri::command]
+pub async fn delete_conversation(state: State<'_, AppState>, id: i64) -> Result<()> {
+    for control in state.live_in(id) {
+        let _ = control.cancel(); // it may have just finished: nothing left to stop
+    }
+    Ok(state.store.delete_conversation(id).await?)
+}
+
+#[tauri::command]
+pub async fn search_conversations(
+    state: State<'_, AppState>,
+    query: String,
+) -> Result<Vec<SearchHit>> {
+    Ok(state.store.search(&query, 50).await?)
+}
+
+#[tauri::command]
+pub async fn export_conversation(
+    state: State<'_, AppState>,
+    id: i64,
+    format: String,
+    path: PathBuf,
+) -> Result<()> {
+    let text = match format.as_str() {
+        "json" => state.store.export_json(id).await?,
+        "markdown" => state.store.export_markdown(id).await?,
+        other => return Err(CommandError::Invalid(format!("unknown export format `{other}`"))),
+    };
+    // Write-then-rename: a full disk never leaves half a file under the chosen name.
+    let tmp = path.with_extension("rill-tmp");
+    tokio::fs::write(&tmp, text).await?;
+    tokio::fs::rename(&tmp, &path).await?;
+    Ok(())
+}
+
+#[tauri::command]
+pub async fn import_conversation(state: State<'_, AppState>, path: PathBuf) -> Result<i64> {
+    let text = tokio::fs::read_to_string(&path).await?;
+    Ok(state.store.import_json(&text).await?)
+}
+
+#[tauri::command]
+pub async fn open_conversation(state: State<'_, AppState>, id: i64) -> Result<ConversationView> {
+    view(&state, id).await
+}
+
+async fn view(state: &AppState, id: i64) -> Result<ConversationView> {
+    let conversation = state.store.conversation(id).await?;
+    // One query for the whole tree; the branch and the sibling lists are worked out here, so a
+    // conversation of 10,000 messages opens in one round trip.
+    let all = state.store.all_messages(id).await?;
+    let mut children: HashMap<Option<i64>, Vec<i64>> = HashMap::new();
+    let mut by_id: HashMap<i64, &Message> = HashMap::new();
+    for m in &all {
+        children.entry(m.parent_id).or_default().push(m.id);
+        by_id.insert(m.id, m);
+    }
+    let mut path = Vec::new();
+    let mut at = conversation.current_leaf_id;
+    while let Some(m) = at.and_then(|id| by_id.get(&id)) {
+        path.push(ViewMessage {
+            message: (*m).clone(),
+            siblings: children.get(&m.parent_id).cloned().unwrap_or_default(),
+        });
+        at = m.parent_id;
+    }
+    path.reverse();
+    Ok(ConversationView {
+        settings: PanelSettings::from_json(&conversation.settings),
+        conversation,
+        messages: path,
+    })
+}
+
+#[tauri::command]
+pub async fn set_system_prompt(
+    state: State<'_, AppState>,
+    id: i64,
+    prompt: Option<String>,
+) -> Result<()> {
+    let prompt = prompt.filter(|p| !p.trim().is_empty());
+    state.store.set_system_prompt(id, prompt.as_deref()).await?;
+    let value = prompt.map_or(serde_json::Value::Null, serde_json::Value::String);
+    Ok(state.store.set_setting("system_prompt", &value).await?)
+}
+
+/// The panel moved: checks the values, keeps them for the conversation (and as the default
+/// for new ones), and hands them to its running answer, which uses them from the next token.
+#[tauri::command]
+pub async fn set_params(
+    state: State<'_, AppState>,
+    conversation: i64,
+    settings: PanelSettings,
+) -> Result<()> {
+    settings.params.validate()?;
+    for control in state.live_in(conversation) {
+        control.set_params(settings.params.clone())?;
+        control.set_max_tokens(settings.max_tokens)?;
+    }
+    let json = settings.to_json();
+    state.store.set_settings(conversation, &json).await?;
+    Ok(state.store.set_setting("panel", &json).await?)
+}
+
+#[tauri::command]
+pub async fn presets(state: State<'_, AppState>) -> Result<Vec<rill_store::Preset>> {
+    Ok(state.store.presets().await?)
+}
+
+#[tauri::command]
+pub async fn save_preset(
+    state: State<'_, AppState>,
+    name: String,
+    settings: PanelSettings,
+) -> Result<()> {
+    if name.trim().is_empty() {
+        return Err(CommandError::Invalid("a preset needs a name".into()));
+    }
+    settings.params.validate()?;
+    Ok(state.store.save_preset(name.trim(), &settings.to_json()).await?)
+}
+
+#[tauri::command]
+pub async fn delete_preset(state: State<'_, AppState>, name: String) -> Result<()> {
+    Ok(state.store.delete_preset(&name).await?)
+}
+
+#[tauri::command]
+pub async fn context_usage(state: State<'_, AppState>, conversation: i64) -> Result<ContextUsage> {
+    let handle = state.handle()?;
+    let conv = state.store.conversation(conversation).await?;
+    let path = state.store.current_path(conversation).await?;
+    let messages = rill_chat::history(conv.system_prompt.as_deref(), &path);
+    let used_tokens = handle.tokenize_prompt(&Prompt::Messages(messages))?.len();
+    Ok(ContextUsage {
+        used_tokens,
+        context_length: handle.context_length(),
+        overflow: "drop_oldest",
+    })
+}
+
+// ---- messages -----------------------------------------------------------------------------
+
+#[tauri::command]
+pub async fn send_message(
+    app: AppHandle,
+    state: State<'_, AppState>,
+    conversation: i64,
+    text: String,
+    on_event: Channel<ChatEvent>,
+) -> Result<Sent> {
+    let handle = state.handle()?;
+    if text.trim().is_empty() {
+        return Err(CommandError::Invalid("the message is empty".into()));
+    }
+    let user = state
+        .store
+        .append(conversation, NewMessage::user(text))
+        .await?;
+    let answer_id = answer(app, &state, &handle, conversation, Some(user.id), on_event).await?;
+    Ok(Sent { user, answer_id })
+}
+
+/// A new answer to the same question, as a sibling branch of `message` (an assistant message).
+#[tauri::command]
+pub async fn regenerate(
+    app: AppHandle,
+    state: State<'_, AppState>,
+    message: i64,
+    on_event: Channel<ChatEvent>,
+) -> Result<i64> {
+    let handle = state.handle()?;
+    let m = state.store.message(message).await?;
+    answer(app, &state, &handle, m.conversation_id, m.parent_id, on_event).await
+}
+
+/// Edits a user message: the new text is a sibling branch, answered at once.
+#[tauri::command]
+pub async fn edit_message(
+    app: AppHandle,
+    state: State<'_, AppState>,
+    message: i64,
+    text: String,
+    on_event: Channel<ChatEvent>,
+) -> Result<Sent> {
+    let handle = state.handle()?;
+    let user = state.store.edit(message, &text).await?;
+    let answer_id = answer(app, &state, &handle, user.conversation_id, Some(user.id), on_event).await?;
+    Ok(Sent { user, answer_id })
+}
+
+#[tauri::command]
+pub async fn switch_branch(state: State<'_, AppState>, message: i64) -> Result<ConversationView> {
+    let m = state.store.message(message).await?;
+    state.store.switch_branch(message).await?;
+    view(&state, m.conversation_id).await
+}
+
+/// Continues a stopped or interrupted answer in place.
+#[tauri::command]
+pub async fn continue_answer(
+    app: AppHandle,
+    state: State<'_, AppState>,
+    message: i64,
+    on_event: Channel<ChatEvent>,
+) -> Result<i64> {
+    let handle = state.handle()?;
+    let m = state.store.message(message).await?;
+    let conv = state.store.conversation(m.conversation_id).await?;
+    let settings = PanelSettings::from_json(&conv.settings);
+    let answering =
+        rill_chat::begin_continue(&handle, &state.store, message, settings.options()).await?;
+    Ok(stream(app, &state, m.conversation_id, answering, on_event))
+}
+
+async fn answer(
+    app: AppHandle,
+    state: &AppState,
+    handle: &rill_engine::Handle,
+    conversation: i64,
+    parent: Option<i64>,
+    on_event: Channel<ChatEvent>,
+) -> Result<i64> {
+    let conv = state.store.conversation(conversation).await?;
+    let settings = PanelSettings::from_json(&conv.settings);
+    let answering =
+        rill_chat::begin(handle, &state.store, conversation, parent, settings.options()).await?;
+    Ok(stream(app, state, conversation, answering, on_event))
+}
+
+/// Runs the answer to its end in the background, forwarding its events to the page.
+fn stream(
+    app: AppHandle,
+    state: &AppState,
+    conversation: i64,
+    answering: rill_chat::Answering,
+    on_event: Channel<ChatEvent>,
+) -> i64 {
+    let id = answering.message_id();
+    state.track(
+        id,
+        LiveAnswer {
+            conversation,
+            control: answering.control(),
+        },
+    );
+    tauri::async_runtime::spawn(async move {
+        // A page that went away (reload, closed window) does not stop the answer: it is
+        // saved, and shown when the conversation is opened again.
+        let forward = |e: &Event| {
+            let event = match e {
+                Event::Queued { position } => ChatEvent::Queued {
+                    position: *position,
+                },
+                Event::Started {
+                    prompt_tokens,
+                    reused_tokens,
+                    dropped_messages,
+                } => ChatEvent::Started {
+                    prompt_tokens: *prompt_tokens,
+                    reused_tokens: *reused_tokens,
+                    dropped_messages: *dropped_messages,
+                },
+                Event::Token { text, .. } if !text.is_empty() => ChatEvent::Token { text: text.clone() },
+                Event::Stats {
+                    completion_tokens,
+                    tokens_per_second,
+                    ..
+                } => ChatEvent::Stats {
+                    completion_tokens: *completion_tokens,
+                    tokens_per_second: *tokens_per_second,
+                },
+                _ => return,
+            };
+            let _ = on_event.send(event);
+        };
+        let result = answering.finish(forward).await;
+        let state = app.state::<AppState>();
+        state.untrack(id);
+        let last = match result {
+            Ok(answer) => ChatEvent::Done {
+                message: answer.message,
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, answer = id, "answer failed");
+                match state.store.message(id).await {
+                    Ok(message) if message.status != rill_store::Status::Streaming => {
+                        ChatEvent::Done { message }
+                    }
+                    _ => ChatEvent::Error {
+                        message: e.to_string(),
+                    },
+                }
+            }
+        };
+        let _ = on_event.send(last);
+    });
+    id
+}
+
+// ---- generation control -------------------------------------------------------------------
+
+#[tauri::command]
+pub fn stop(state: State<'_, AppState>, message: i64) -> Result<()> {
+    Ok(state.live(message)?.cancel()?)
+}
+
+#[tauri::command]
+pub fn pause(state: State<'_, AppState>, message: i64) -> Result<()> {
+    Ok(state.live(message)?.pause()?)
+}
+
+#[tauri::command]
+pub fn resume(state: State<'_, AppState>, message: i64) -> Result<()> {
+    Ok(state.live(message)?.resume()?)
+}
+
+/// Decode steps per round relative to other answers (1 = an equal share).
+#[tauri::command]
+pub fn set_priority(state: State<'_, AppState>, message: i64, priority: u8) -> Result<()> {
+    Ok(state.live(message)?.set_priority(priority)?)
+}
+
+// ---- models -------------------------------------------------------------------------------
+
+pub fn catalogue() -> Vec<CatalogueEntry> {
+    // Built in at compile time; a parse error fails the crate's tests, never the app.
+    serde_json::from_str(include_str!("../../assets/catalogue.json")).unwrap_or_default()
+}
+
+#[tauri::command]
+pub async fn models(state: State<'_, AppState>) -> Result<Models> {
+    let dir = state.models_dir.clone();
+    let local = tauri::async_runtime::spawn_blocking(move || hub::list(&dir))
+        .await
+        .map_err(|e| CommandError::Invalid(e.to_string()))?;
+    Ok(Models {
+        loaded: state.model(),
+        local,
+        catalogue: catalogue(),
+    })
+}
+
+#[tauri::command]
+pub async fn select_model(app: AppHandle, path: PathBuf) -> Result<ModelInfo> {
+    load(&app, path).await
+}
+
+/// Registers a GGUF file where it lies (never copied) and loads it.
+#[tauri::command]
+pub async fn import_model(app: AppHandle, path: PathBuf) -> Result<ModelInfo> {
+    let dir = app.state::<AppState>().models_dir.clone();
+    let info = blocking(move || hub::import(&dir, &path)).await??;
+    load(&app, info.path).await
+}
+
+pub async fn load(app: &AppHandle, path: PathBuf) -> Result<ModelInfo> {
+    let app2 = app.clone();
+    let p = path.clone();
+    let info = blocking(move || app2.state::<AppState>().load(p)).await??;
+    let state = app.state::<AppState>();
+    let value = serde_json::Value::String(path.to_string_lossy().into_owned());
+    state.store.set_setting("model", &value).await?;
+    Ok(info)
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    tauri::async_runtime::spawn_blocking(f)
+        .await
+        .map_err(|e| CommandError::Invalid(e.to_string()))
+}
+
+struct ChannelProgress {
+    channel: Channel<DownloadEvent>,
+    cancel: Arc<AtomicBool>,
+    file: String,
+    total: u64,
+    done: u64,
+    started: Instant,
+    last_sent: Instant,
+}
+
+impl DownloadProgress for ChannelProgress {
+    fn start(&mut self, file: &str, total_bytes: usize) {
+        self.file = file.to_owned();
+        self.total = total_bytes as u64;
+        self.done = 0;
+        self.started = Instant::now();
+    }
+
+    fn advance(&mut self, bytes: usize) {
+        self.done += bytes as u64;
+        // A few updates a second is smooth for a progress bar and cheap for the page.
+        if self.last_sent.elapsed() >= Duration::from_millis(150) {
+            self.last_sent = Instant::now();
+            self.send();
+        }
+    }
+
+    fn finish(&mut self) {
+        self.send();
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+impl ChannelProgress {
+    fn send(&self) {
+        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+        let _ = self.channel.send(DownloadEvent::Progress {
+            file: self.file.clone(),
+            done_bytes: self.done,
+            total_bytes: self.total,
+            bytes_per_second: self.done as f64 / secs,
+        });
+    }
+}
+
+/// Downloads `OWNER/REPO` or `OWNER/REPO:FILE.gguf` from Hugging Face (retried, resumed after
+/// an interruption or a restart), then loads it. Progress goes to `on_progress`.
+#[tauri::command]
+pub async fn download_model(
+    app: AppHandle,
+    spec: String,
+    on_progress: Channel<DownloadEvent>,
+) -> Result<ModelInfo> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    if !app.state::<AppState>().start_download(&spec, cancel.clone()) {
+        return Err(CommandError::Invalid(format!("{spec} is already downloading")));
+    }
+    let mut progress = ChannelProgress {
+        channel: on_progress.clone(),
+        cancel,
+        file: String::new(),
+        total: 0,
+        done: 0,
+        started: Instant::now(),
+        last_sent: Instant::now(),
+    };
+    let spec2 = spec.clone();
+    let result = blocking(move || hub::pull(&spec2, &mut progress)).await;
+    app.state::<AppState>().end_download(&spec);
+    let result = match result {
+        Ok(Ok(path)) => load(&app, path).await,
+        Ok(Err(e)) => Err(e.into()),
+        Err(e) => Err(e),
+    };
+    let _ = on_progress.send(match &result {
+        Ok(info) => DownloadEvent::Done {
+            path: info.path.clone(),
+        },
+        Err(e) => DownloadEvent::Error {
+            kind: if matches!(e, CommandError::Engine(rill_engine::Error::DownloadCancelled)) {
+                "cancelled"
+            } else {
+                "failed"
+            },
+            message: e.to_string(),
+        },
+    });
+    result
+}
+
+#[tauri::command]
+pub fn cancel_download(state: State<'_, AppState>, spec: String) -> bool {
+    state.cancel_download(&spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_built_in_catalogue_parses_and_names_one_recommended_model() {
+        let c = catalogue();
+        assert!(c.len() >= 3, "{c:?}");
+        assert_eq!(c.iter().filter(|e| e.recommended).count(), 1);
+        for e in &c {
+            assert!(e.spec.contains('/'), "{}", e.spec);
+            assert!(e.ram_bytes >= e.size_bytes, "{}", e.name);
+        }
+    }
+
+    #[test]
+    fn panel_settings_round_trip_through_the_stored_json() {
+        let s = PanelSettings {
+            params: SamplingParams {
+                temperature: 0.2,
+                top_p: 0.5,
+                seed: Some(7),
+                ..Default::default()
+            },
+            max_tokens: Some(64),
+        };
+        assert_eq!(PanelSettings::from_json(&s.to_json()), s);
+        // Settings stored by an older Rill, or none at all, give the defaults.
+        assert_eq!(
+            PanelSettings::from_json(&serde_json::json!({})),
+            PanelSettings::default()
+        );
+    }
+}

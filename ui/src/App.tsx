@@ -1,0 +1,196 @@
+import { useCallback, useEffect, useRef, useState } from "react";
+import { api, errorText, type AppStatus, type Conversation, type ConversationView, type PanelSettings } from "./lib/ipc";
+import { live } from "./lib/live";
+import Sidebar from "./components/Sidebar";
+import ChatView from "./components/ChatView";
+import SamplingPanel from "./components/SamplingPanel";
+import ModelManager from "./components/ModelManager";
+
+export default function App() {
+  const [status, setStatus] = useState<AppStatus | null>(null);
+  const [conversations, setConversations] = useState<Conversation[]>([]);
+  const [current, setCurrent] = useState<number | null>(null);
+  const [view, setView] = useState<ConversationView | null>(null);
+  const [showModels, setShowModels] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+  const searchRef = useRef<HTMLInputElement>(null);
+  const composerRef = useRef<HTMLTextAreaElement>(null);
+
+  const refreshList = useCallback(async () => {
+    try {
+      setConversations(await api.listConversations());
+    } catch (e) {
+      setError(errorText(e));
+    }
+  }, []);
+
+  const refreshStatus = useCallback(async () => {
+    try {
+      setStatus(await api.status());
+    } catch (e) {
+      setError(errorText(e));
+    }
+  }, []);
+
+  const openConversation = useCallback(async (id: number) => {
+    setCurrent(id);
+    try {
+      setView(await api.openConversation(id));
+    } catch (e) {
+      setError(errorText(e));
+    }
+  }, []);
+
+  const reloadCurrent = useCallback(async () => {
+    if (current !== null) {
+      try {
+        const v = await api.openConversation(current);
+        setView((old) => (old && old.conversation.id !== current ? old : v));
+      } catch (e) {
+        setError(errorText(e));
+      }
+    }
+  }, [current]);
+
+  useEffect(() => {
+    refreshStatus();
+    refreshList();
+  }, [refreshStatus, refreshList]);
+
+  // The model loads in the background at start: ask again until it is there.
+  useEffect(() => {
+    if (status?.model) return;
+    const t = setInterval(refreshStatus, 1000);
+    return () => clearInterval(t);
+  }, [status?.model, refreshStatus]);
+
+  // An answer that ends changes its conversation (title, order, final text).
+  useEffect(
+    () =>
+      live.onDone((a) => {
+        refreshList();
+        if (a.conversationId === current) reloadCurrent();
+      }),
+    [current, refreshList, reloadCurrent],
+  );
+
+  const newChat = useCallback(async () => {
+    try {
+      const c = await api.createConversation();
+      await refreshList();
+      await openConversation(c.id);
+      composerRef.current?.focus();
+    } catch (e) {
+      setError(errorText(e));
+    }
+  }, [refreshList, openConversation]);
+
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent) => {
+      const mod = e.ctrlKey || e.metaKey;
+      if (mod && e.key.toLowerCase() === "n") {
+        e.preventDefault();
+        newChat();
+      } else if (mod && e.key.toLowerCase() === "k") {
+        e.preventDefault();
+        searchRef.current?.focus();
+      }
+    };
+    window.addEventListener("keydown", onKey);
+    return () => window.removeEventListener("keydown", onKey);
+  }, [newChat]);
+
+  const onSettings = useCallback(
+    (settings: PanelSettings) => {
+      if (!view) return;
+      setView({ ...view, settings });
+      api.setParams(view.conversation.id, settings).catch((e) => setError(errorText(e)));
+    },
+    [view],
+  );
+
+  const noModel = status !== null && !status.model;
+
+  return (
+    <div className="app">
+      <Sidebar
+        conversations={conversations}
+        current={current}
+        searchRef={searchRef}
+        onOpen={openConversation}
+        onNew={newChat}
+        onChanged={async (deleted) => {
+          await refreshList();
+          if (deleted !== undefined && deleted === current) {
+            setCurrent(null);
+            setView(null);
+          }
+        }}
+        onError={setError}
+      />
+      <main className="main">
+        <header className="topbar">
+          <button
+            type="button"
+            className="model-picker"
+            data-testid="model-picker"
+            aria-label="Choose a model"
+            onClick={() => setShowModels(true)}
+          >
+            {status?.model ? `${status.model.name} · ${status.model.quantization}` : "No model loaded"}
+          </button>
+          {error && (
+            <div className="error-banner" role="alert">
+              {error}
+              <button type="button" aria-label="Dismiss the error" onClick={() => setError(null)}>
+                ×
+              </button>
+            </div>
+          )}
+        </header>
+        {showModels || noModel ? (
+          <ModelManager
+            welcome={noModel}
+            loaded={status?.model ?? null}
+            onClose={() => setShowModels(false)}
+            onLoaded={async () => {
+              setShowModels(false);
+              await refreshStatus();
+            }}
+          />
+        ) : view ? (
+          <ChatView
+            key={view.conversation.id}
+            view={view}
+            composerRef={composerRef}
+            onView={setView}
+            onSent={refreshList}
+            onError={setError}
+          />
+        ) : (
+          <div className="empty">
+            <p>Start a conversation.</p>
+            <button type="button" className="primary" onClick={newChat}>
+              New chat <kbd>Ctrl+N</kbd>
+            </button>
+          </div>
+        )}
+      </main>
+      {view && !showModels && !noModel && (
+        <SamplingPanel
+          key={view.conversation.id}
+          conversation={view.conversation}
+          settings={view.settings}
+          onChange={onSettings}
+          onSystemPrompt={(prompt) =>
+            api
+              .setSystemPrompt(view.conversation.id, prompt)
+              .then(reloadCurrent)
+              .catch((e) => setError(errorText(e)))
+          }
+          onError={setError}
+        />
+      )}
+    </div>
+  );
+}

@@ -1,0 +1,147 @@
+import { memo, useMemo, useState } from "react";
+import type { ViewMessage } from "../lib/ipc";
+import type { LiveAnswer } from "../lib/live";
+import { renderMarkdown } from "../lib/markdown";
+
+interface Props {
+  message: ViewMessage;
+  live: LiveAnswer | undefined;
+  isLast: boolean;
+  onStop: (id: number) => void;
+  onPause: (id: number) => void;
+  onResume: (id: number) => void;
+  onRegenerate: (id: number) => void;
+  onContinue: (id: number) => void;
+  onEdit: (id: number, text: string) => void;
+  onBranch: (id: number) => void;
+}
+
+/** Copy buttons and links inside rendered markdown, handled by delegation: sanitised HTML
+ * carries no handlers of its own, and links never navigate the app's window. */
+function onMarkdownClick(e: React.MouseEvent<HTMLDivElement>) {
+  const target = e.target as HTMLElement;
+  const copy = target.closest("button[data-copy]");
+  if (copy) {
+    const code = copy.parentElement?.querySelector("code")?.textContent ?? "";
+    navigator.clipboard?.writeText(code).then(() => {
+      copy.textContent = "Copied";
+      setTimeout(() => (copy.textContent = "Copy"), 1200);
+    });
+    return;
+  }
+  if (target.closest("a")) e.preventDefault();
+}
+
+function Stats({ m, live }: { m: ViewMessage; live: LiveAnswer | undefined }) {
+  const tokens = live && !live.final ? live.completionTokens : m.stats.completion_tokens;
+  const tps = live && !live.final ? live.tokensPerSecond : m.stats.decode_tps;
+  const ttft = m.stats.ttft_ms;
+  if (tokens == null && tps == null) return null;
+  return (
+    <span className="stats" data-testid="stats">
+      {tokens != null && `${tokens} tokens`}
+      {tps != null && tps > 0 && ` · ${tps.toFixed(1)} tok/s`}
+      {ttft != null && ` · TTFT ${Math.round(ttft)} ms`}
+    </span>
+  );
+}
+
+function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegenerate, onContinue, onEdit, onBranch }: Props) {
+  const m = message;
+  const text = live ? live.text : m.content;
+  const status = live && !live.final ? live.status : live?.final?.status ?? m.status;
+  const running = status === "streaming" || status === "queued" || status === "paused";
+  const html = useMemo(() => (m.role === "assistant" ? renderMarkdown(text) : ""), [m.role, text]);
+  const [editing, setEditing] = useState(false);
+  const [draft, setDraft] = useState(m.content);
+  const index = m.siblings.indexOf(m.id);
+
+  return (
+    <article
+      className={`message ${m.role} ${status}`}
+      data-testid="message"
+      data-role={m.role}
+      data-status={status}
+      data-id={m.id}
+      aria-label={`${m.role === "user" ? "You" : "Assistant"}${running ? " (writing)" : ""}`}
+    >
+      {editing ? (
+        <div className="edit">
+          <textarea aria-label="Edit message" value={draft} onChange={(e) => setDraft(e.target.value)} />
+          <button type="button" className="primary" onClick={() => (setEditing(false), onEdit(m.id, draft))}>
+            Save & send
+          </button>
+          <button type="button" onClick={() => setEditing(false)}>
+            Cancel
+          </button>
+        </div>
+      ) : m.role === "assistant" ? (
+        <div className="md" onClick={onMarkdownClick} dangerouslySetInnerHTML={{ __html: html }} />
+      ) : (
+        <div className="plain">{text}</div>
+      )}
+      {status === "queued" && <div className="muted">Waiting for memory… (position {(live?.queuePosition ?? 0) + 1})</div>}
+      {(m.error || live?.error) && status === "error" && <div className="error">{live?.error ?? m.error}</div>}
+      <footer className="message-bar">
+        {m.siblings.length > 1 && (
+          <span className="branches" aria-label="Branches">
+            <button type="button" aria-label="Previous branch" disabled={index <= 0} onClick={() => onBranch(m.siblings[index - 1])}>
+              ‹
+            </button>
+            {index + 1}/{m.siblings.length}
+            <button
+              type="button"
+              aria-label="Next branch"
+              disabled={index >= m.siblings.length - 1}
+              onClick={() => onBranch(m.siblings[index + 1])}
+            >
+              ›
+            </button>
+          </span>
+        )}
+        {m.role === "assistant" && <Stats m={live?.final ? { ...m, ...live.final, siblings: m.siblings } : m} live={live} />}
+        {status === "stopped" && <span className="muted">stopped</span>}
+        {status === "interrupted" && <span className="muted">interrupted</span>}
+        <span className="spacer" />
+        {running && (
+          <>
+            {status === "paused" ? (
+              <button type="button" data-testid="resume" aria-label="Resume" onClick={() => onResume(m.id)}>
+                Resume
+              </button>
+            ) : (
+              <button type="button" data-testid="pause" aria-label="Pause" onClick={() => onPause(m.id)}>
+                Pause
+              </button>
+            )}
+            <button type="button" data-testid="stop" aria-label="Stop" onClick={() => onStop(m.id)}>
+              Stop
+            </button>
+          </>
+        )}
+        {!running && m.role === "assistant" && (status === "stopped" || status === "interrupted") && (
+          <button type="button" aria-label="Continue" onClick={() => onContinue(m.id)}>
+            Continue
+          </button>
+        )}
+        {!running && m.role === "assistant" && isLast && (
+          <button type="button" data-testid="regenerate" aria-label="Regenerate" onClick={() => onRegenerate(m.id)}>
+            Regenerate
+          </button>
+        )}
+        {!running && m.role === "user" && (
+          <button type="button" aria-label="Edit" onClick={() => (setDraft(m.content), setEditing(true))}>
+            Edit
+          </button>
+        )}
+        {!running && (
+          <button type="button" aria-label="Copy message" onClick={() => navigator.clipboard?.writeText(text)}>
+            Copy
+          </button>
+        )}
+      </footer>
+    </article>
+  );
+}
+
+export default memo(MessageView);

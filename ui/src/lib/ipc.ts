@@ -1,0 +1,203 @@
+// The app's commands, typed. Every call goes through Tauri's invoke; an answer's tokens come
+// back through a Channel (see live.ts). Errors arrive as { kind, message }.
+import { Channel, invoke } from "@tauri-apps/api/core";
+
+export type Status = "streaming" | "done" | "stopped" | "interrupted" | "error";
+export type Role = "system" | "user" | "assistant";
+
+export interface Conversation {
+  id: number;
+  title: string;
+  title_by_user: boolean;
+  created_at: number;
+  updated_at: number;
+  model: string | null;
+  system_prompt: string | null;
+  settings: Record<string, unknown>;
+  pinned: boolean;
+  archived: boolean;
+  current_leaf_id: number | null;
+}
+
+export interface MessageStats {
+  prompt_tokens: number | null;
+  completion_tokens: number | null;
+  ttft_ms: number | null;
+  decode_tps: number | null;
+}
+
+export interface Message {
+  id: number;
+  conversation_id: number;
+  parent_id: number | null;
+  role: Role;
+  content: string;
+  status: Status;
+  model: string | null;
+  stats: MessageStats;
+  error: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface ViewMessage extends Message {
+  siblings: number[];
+}
+
+export interface PanelSettings {
+  temperature: number;
+  top_k: number | null;
+  top_p: number;
+  min_p: number;
+  repeat_penalty: number;
+  repeat_last_n: number;
+  presence_penalty: number;
+  frequency_penalty: number;
+  seed: number | null;
+  max_tokens: number | null;
+}
+
+export const DEFAULT_SETTINGS: PanelSettings = {
+  temperature: 0.8,
+  top_k: 40,
+  top_p: 0.95,
+  min_p: 0.05,
+  repeat_penalty: 1.0,
+  repeat_last_n: 64,
+  presence_penalty: 0,
+  frequency_penalty: 0,
+  seed: null,
+  max_tokens: null,
+};
+
+export interface ConversationView {
+  conversation: Conversation;
+  settings: PanelSettings;
+  messages: ViewMessage[];
+}
+
+export interface SearchHit {
+  conversation_id: number;
+  message_id: number;
+  title: string;
+  role: Role;
+  snippet: string;
+}
+
+export interface ModelInfo {
+  path: string;
+  name: string;
+  architecture: string;
+  quantization: string;
+  parameters: number;
+  file_bytes: number;
+  context_length: number;
+  has_chat_template: boolean;
+}
+
+export interface LocalModel extends ModelInfo {
+  source: "models" | "imported" | "hf-cache";
+}
+
+export interface CatalogueEntry {
+  name: string;
+  spec: string;
+  description: string;
+  size_bytes: number;
+  ram_bytes: number;
+  recommended: boolean;
+}
+
+export interface Models {
+  loaded: ModelInfo | null;
+  local: LocalModel[];
+  catalogue: CatalogueEntry[];
+}
+
+export interface AppStatus {
+  model: ModelInfo | null;
+  models_dir: string;
+  database: string;
+  live: number[];
+  version: string;
+}
+
+export interface ContextUsage {
+  used_tokens: number;
+  context_length: number;
+  overflow: string;
+}
+
+export type ChatEvent =
+  | { event: "queued"; data: { position: number } }
+  | { event: "started"; data: { prompt_tokens: number; reused_tokens: number; dropped_messages: number } }
+  | { event: "token"; data: { text: string } }
+  | { event: "stats"; data: { completion_tokens: number; tokens_per_second: number } }
+  | { event: "done"; data: { message: Message } }
+  | { event: "error"; data: { message: string } };
+
+export type DownloadEvent =
+  | { event: "progress"; data: { file: string; done_bytes: number; total_bytes: number; bytes_per_second: number } }
+  | { event: "done"; data: { path: string } }
+  | { event: "error"; data: { kind: string; message: string } };
+
+export interface CommandError {
+  kind: string;
+  message: string;
+}
+
+export function errorText(e: unknown): string {
+  if (e && typeof e === "object" && "message" in e) return String((e as CommandError).message);
+  return String(e);
+}
+
+export interface Preset {
+  name: string;
+  settings: Partial<PanelSettings>;
+}
+
+export interface Sent {
+  user: Message;
+  answer_id: number;
+}
+
+export const api = {
+  status: () => invoke<AppStatus>("status"),
+  listConversations: () => invoke<Conversation[]>("list_conversations"),
+  createConversation: () => invoke<Conversation>("create_conversation"),
+  renameConversation: (id: number, title: string) => invoke<void>("rename_conversation", { id, title }),
+  setPinned: (id: number, pinned: boolean) => invoke<void>("set_pinned", { id, pinned }),
+  deleteConversation: (id: number) => invoke<void>("delete_conversation", { id }),
+  search: (query: string) => invoke<SearchHit[]>("search_conversations", { query }),
+  exportConversation: (id: number, format: "json" | "markdown", path: string) =>
+    invoke<void>("export_conversation", { id, format, path }),
+  importConversation: (path: string) => invoke<number>("import_conversation", { path }),
+  openConversation: (id: number) => invoke<ConversationView>("open_conversation", { id }),
+  setSystemPrompt: (id: number, prompt: string | null) => invoke<void>("set_system_prompt", { id, prompt }),
+  setParams: (conversation: number, settings: PanelSettings) =>
+    invoke<void>("set_params", { conversation, settings }),
+  contextUsage: (conversation: number) => invoke<ContextUsage>("context_usage", { conversation }),
+  sendMessage: (conversation: number, text: string, onEvent: Channel<ChatEvent>) =>
+    invoke<Sent>("send_message", { conversation, text, onEvent }),
+  regenerate: (message: number, onEvent: Channel<ChatEvent>) => invoke<number>("regenerate", { message, onEvent }),
+  editMessage: (message: number, text: string, onEvent: Channel<ChatEvent>) =>
+    invoke<Sent>("edit_message", { message, text, onEvent }),
+  switchBranch: (message: number) => invoke<ConversationView>("switch_branch", { message }),
+  continueAnswer: (message: number, onEvent: Channel<ChatEvent>) =>
+    invoke<number>("continue_answer", { message, onEvent }),
+  stop: (message: number) => invoke<void>("stop", { message }),
+  pause: (message: number) => invoke<void>("pause", { message }),
+  resume: (message: number) => invoke<void>("resume", { message }),
+  setPriority: (message: number, priority: number) => invoke<void>("set_priority", { message, priority }),
+  presets: () => invoke<Preset[]>("presets"),
+  savePreset: (name: string, settings: PanelSettings) => invoke<void>("save_preset", { name, settings }),
+  deletePreset: (name: string) => invoke<void>("delete_preset", { name }),
+  models: () => invoke<Models>("models"),
+  selectModel: (path: string) => invoke<ModelInfo>("select_model", { path }),
+  importModel: (path: string) => invoke<ModelInfo>("import_model", { path }),
+  downloadModel: (spec: string, onProgress: Channel<DownloadEvent>) =>
+    invoke<ModelInfo>("download_model", { spec, onProgress }),
+  cancelDownload: (spec: string) => invoke<boolean>("cancel_download", { spec }),
+};
+
+export { Channel };

@@ -1,0 +1,167 @@
+// The answers being written right now, in every conversation. Tokens arrive through one
+// Channel per answer; they are gathered and shown once per animation frame, so a fast model
+// costs one render a frame however many answers stream. The sidebar reads this to show which
+// chats are generating and their growing text; the chat view overlays it on the stored message.
+import { Channel, type ChatEvent, type Message } from "./ipc";
+
+export type LiveStatus = "queued" | "streaming" | "paused" | "done" | "stopped" | "error";
+
+export interface LiveAnswer {
+  id: number;
+  conversationId: number;
+  text: string;
+  status: LiveStatus;
+  queuePosition: number | null;
+  completionTokens: number;
+  tokensPerSecond: number;
+  error: string | null;
+  final: Message | null;
+}
+
+type Listener = () => void;
+
+const nextFrame: (f: () => void) => void =
+  typeof requestAnimationFrame === "function" ? (f) => requestAnimationFrame(() => f()) : (f) => setTimeout(f, 16);
+
+export class LiveStore {
+  private answers = new Map<number, LiveAnswer>();
+  private pending = new Map<number, string>();
+  private scheduled = false;
+  private listeners = new Set<Listener>();
+  private doneListeners = new Set<(a: LiveAnswer) => void>();
+  private version = 0;
+
+  subscribe = (l: Listener) => {
+    this.listeners.add(l);
+    return () => {
+      this.listeners.delete(l);
+    };
+  };
+
+  /** Called with every answer that ends (done, stopped or failed). */
+  onDone(l: (a: LiveAnswer) => void): () => void {
+    this.doneListeners.add(l);
+    return () => {
+      this.doneListeners.delete(l);
+    };
+  }
+
+  getVersion = () => this.version;
+
+  get(id: number): LiveAnswer | undefined {
+    return this.answers.get(id);
+  }
+
+  all(): LiveAnswer[] {
+    return [...this.answers.values()];
+  }
+
+  /** The running answers of a conversation. */
+  running(conversationId: number): LiveAnswer[] {
+    return this.all().filter(
+      (a) => a.conversationId === conversationId && (a.status === "streaming" || a.status === "queued" || a.status === "paused"),
+    );
+  }
+
+  /**
+   * Starts an answer: `start` gets the channel and resolves to the answer's message id. Events
+   * that arrive before the id is known are kept and replayed, so no token is lost.
+   */
+  async start(conversationId: number, initialText: string, start: (ch: Channel<ChatEvent>) => Promise<number>) {
+    let id: number | null = null;
+    const early: ChatEvent[] = [];
+    const channel = new Channel<ChatEvent>();
+    channel.onmessage = (e) => (id === null ? early.push(e) : this.apply(id, e));
+    id = await start(channel);
+    this.answers.set(id, {
+      id,
+      conversationId,
+      text: initialText,
+      status: "streaming",
+      queuePosition: null,
+      completionTokens: 0,
+      tokensPerSecond: 0,
+      error: null,
+      final: null,
+    });
+    this.changed();
+    for (const e of early) this.apply(id, e);
+    return id;
+  }
+
+  /** The UI's own view of pause/resume (the engine has no event for them). */
+  setPaused(id: number, paused: boolean) {
+    const a = this.answers.get(id);
+    if (a && (a.status === "streaming" || a.status === "paused")) {
+      this.answers.set(id, { ...a, status: paused ? "paused" : "streaming" });
+      this.changed();
+    }
+  }
+
+  private apply(id: number, e: ChatEvent) {
+    const a = this.answers.get(id);
+    if (!a) return;
+    switch (e.event) {
+      case "token":
+        this.pending.set(id, (this.pending.get(id) ?? "") + e.data.text);
+        this.schedule();
+        return;
+      case "queued":
+        this.answers.set(id, { ...a, status: "queued", queuePosition: e.data.position });
+        break;
+      case "started":
+        this.answers.set(id, { ...a, status: a.status === "paused" ? "paused" : "streaming", queuePosition: null });
+        break;
+      case "stats":
+        this.answers.set(id, {
+          ...a,
+          completionTokens: e.data.completion_tokens,
+          tokensPerSecond: e.data.tokens_per_second,
+        });
+        break;
+      case "done": {
+        this.flush();
+        const m = e.data.message;
+        const status: LiveStatus = m.status === "stopped" ? "stopped" : m.status === "error" ? "error" : "done";
+        const done = { ...this.answers.get(id)!, text: m.content, status, final: m, error: m.error };
+        this.answers.set(id, done);
+        this.changed();
+        this.doneListeners.forEach((l) => l(done));
+        return;
+      }
+      case "error": {
+        this.flush();
+        const failed = { ...this.answers.get(id)!, status: "error" as const, error: e.data.message };
+        this.answers.set(id, failed);
+        this.changed();
+        this.doneListeners.forEach((l) => l(failed));
+        return;
+      }
+    }
+    this.changed();
+  }
+
+  private schedule() {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    nextFrame(() => this.flush());
+  }
+
+  private flush() {
+    this.scheduled = false;
+    if (this.pending.size === 0) return;
+    for (const [id, text] of this.pending) {
+      const a = this.answers.get(id);
+      if (a) this.answers.set(id, { ...a, text: a.text + text });
+    }
+    this.pending.clear();
+    this.changed();
+  }
+
+  private changed() {
+    this.version++;
+    this.listeners.forEach((l) => l());
+  }
+}
+
+export const live = new LiveStore();
