@@ -1,0 +1,88 @@
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { act, cleanup, fireEvent, render, screen, waitFor, within } from "@testing-library/react";
+import { clearMocks, mockIPC } from "@tauri-apps/api/mocks";
+// @ts-expect-error plain JS shared with the browser test
+import { createMockBackend } from "../tests/mock-backend.js";
+import App from "./App";
+
+// jsdom has no layout: give the virtualised list a size so it renders its rows.
+Object.defineProperty(HTMLElement.prototype, "offsetHeight", { configurable: true, get: () => 600 });
+Object.defineProperty(HTMLElement.prototype, "offsetWidth", { configurable: true, get: () => 800 });
+Object.defineProperty(HTMLElement.prototype, "clientHeight", { configurable: true, get: () => 600 });
+Object.defineProperty(HTMLElement.prototype, "clientWidth", { configurable: true, get: () => 800 });
+
+let backend: ReturnType<typeof createMockBackend>;
+
+beforeEach(() => {
+  backend = createMockBackend();
+  mockIPC((cmd, args) => backend.handler(cmd, args));
+});
+
+afterEach(() => {
+  cleanup();
+  clearMocks();
+});
+
+async function startChat() {
+  render(<App />);
+  fireEvent.click(await screen.findByTestId("new-chat"));
+  const composer = await screen.findByTestId("composer");
+  fireEvent.change(composer, { target: { value: "What is the capital of France?" } });
+  fireEvent.keyDown(composer, { key: "Enter" });
+  await waitFor(() => expect(backend.lastAnswerId()).toBeDefined());
+  const id = backend.lastAnswerId();
+  await waitFor(() => expect(document.querySelector(`[data-testid=message][data-id="${id}"]`)).not.toBeNull());
+  return id as number;
+}
+
+const answer = (id: number) => document.querySelector(`[data-testid=message][data-id="${id}"]`) as HTMLElement;
+const frame = () => act(() => new Promise((r) => setTimeout(r, 40)));
+
+describe("the chat window", () => {
+  it("shows tokens as they arrive, then the finished answer with its stats", async () => {
+    const id = await startChat();
+    expect(answer(id).dataset.status).toBe("streaming");
+    await act(async () => backend.emit(id, { event: "token", data: { text: "The capital" } }));
+    await frame();
+    expect(answer(id).textContent).toContain("The capital");
+    await act(async () => backend.emit(id, { event: "token", data: { text: " is **Paris**." } }));
+    await frame();
+    expect(answer(id).querySelector("strong")?.textContent).toBe("Paris");
+    // The sidebar shows the chat as live, with its growing text.
+    const item = screen.getAllByTestId("conversation-item")[0];
+    expect(item.dataset.live).toBe("true");
+    expect(item.textContent).toContain("Paris");
+    await act(async () =>
+      backend.emit(id, { event: "done", data: { message: { stats: { prompt_tokens: 30, completion_tokens: 6, ttft_ms: 80, decode_tps: 31.5 } } } }),
+    );
+    await waitFor(() => expect(answer(id).dataset.status).toBe("done"));
+    expect(within(answer(id)).getByTestId("stats").textContent).toContain("31.5 tok/s");
+    expect(screen.getAllByTestId("conversation-item")[0].dataset.live).toBe("false");
+  });
+
+  it("sends a moved temperature slider to the running answer", async () => {
+    await startChat();
+    fireEvent.change(screen.getByTestId("param-temperature"), { target: { value: "0.3" } });
+    const call = backend.calls.filter((c: { cmd: string }) => c.cmd === "set_params").pop();
+    expect(call.args.settings.temperature).toBe(0.3);
+    expect(call.args.settings.top_p).toBe(0.95);
+  });
+
+  it("refuses an out-of-range number instead of sending it", async () => {
+    await startChat();
+    const before = backend.calls.length;
+    fireEvent.change(screen.getByLabelText("Top-p value"), { target: { value: "7" } });
+    expect(screen.getByText(/Top-p: between 0.01 and 1/)).toBeTruthy();
+    expect(backend.calls.slice(before).some((c: { cmd: string }) => c.cmd === "set_params")).toBe(false);
+  });
+
+  it("stops the running answer with Esc and keeps what was written", async () => {
+    const id = await startChat();
+    await act(async () => backend.emit(id, { event: "token", data: { text: "Paris is" } }));
+    await frame();
+    fireEvent.keyDown(screen.getByTestId("composer"), { key: "Escape" });
+    await waitFor(() => expect(answer(id).dataset.status).toBe("stopped"));
+    expect(answer(id).textContent).toContain("Paris is");
+    expect(backend.calls.some((c: { cmd: string; args: { message: number } }) => c.cmd === "stop" && c.args.message === id)).toBe(true);
+  });
+});

@@ -1,0 +1,119 @@
+// An in-memory stand-in for the Rust commands, for UI tests with Tauri's IPC mocked
+// (@tauri-apps/api/mocks). Plain JavaScript with no imports, so the browser test can inject
+// it as an init script into the real built ui/. The test drives answers by hand:
+// `backend.emit(answerId, event)` sends an event through that answer's Channel.
+export function createMockBackend() {
+  const now = () => Date.now();
+  const model = {
+    path: "/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+    name: "SmolLM2-135M-Instruct",
+    architecture: "llama",
+    quantization: "Q4_1",
+    parameters: 134515008,
+    file_bytes: 98362432,
+    context_length: 8192,
+    has_chat_template: true,
+  };
+  const defaults = {
+    temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1, repeat_last_n: 64,
+    presence_penalty: 0, frequency_penalty: 0, seed: null, max_tokens: null,
+  };
+  const state = { conversations: [], messages: [], nextId: 1, channels: new Map(), calls: [], presets: [] };
+  const conv = (id) => state.conversations.find((c) => c.id === id);
+  const msg = (id) => state.messages.find((m) => m.id === id);
+  const stats = { prompt_tokens: null, completion_tokens: null, ttft_ms: null, decode_tps: null };
+
+  function addMessage(conversation, parent, role, content, status) {
+    const m = {
+      id: state.nextId++, conversation_id: conversation, parent_id: parent, role, content, status,
+      model: null, stats: { ...stats }, error: null, created_at: now(), updated_at: now(),
+    };
+    state.messages.push(m);
+    const c = conv(conversation);
+    c.current_leaf_id = m.id;
+    c.updated_at = now();
+    if (role === "user" && !c.title) c.title = content.slice(0, 60);
+    return m;
+  }
+
+  function view(id) {
+    const c = conv(id);
+    const path = [];
+    let at = c.current_leaf_id;
+    while (at != null) {
+      const m = msg(at);
+      path.unshift({ ...m, siblings: state.messages.filter((s) => s.parent_id === m.parent_id && s.conversation_id === id).map((s) => s.id) });
+      at = m.parent_id;
+    }
+    return { conversation: c, settings: { ...defaults, ...c.settings }, messages: path };
+  }
+
+  function startAnswer(conversation, parent, channel) {
+    const a = addMessage(conversation, parent, "assistant", "", "streaming");
+    state.channels.set(a.id, channel);
+    return a.id;
+  }
+
+  const commands = {
+    status: () => ({ model, models_dir: "/models", database: "/tmp/rill.db", live: [], version: "test" }),
+    list_conversations: () => state.conversations.filter((c) => !c.archived),
+    create_conversation: () => {
+      const c = {
+        id: state.nextId++, title: "", title_by_user: false, created_at: now(), updated_at: now(), model: model.name,
+        system_prompt: null, settings: { ...defaults }, pinned: false, archived: false, current_leaf_id: null,
+      };
+      state.conversations.push(c);
+      return c;
+    },
+    open_conversation: ({ id }) => view(id),
+    rename_conversation: ({ id, title }) => { conv(id).title = title; conv(id).title_by_user = true; },
+    set_pinned: ({ id, pinned }) => { conv(id).pinned = pinned; },
+    delete_conversation: ({ id }) => { state.conversations = state.conversations.filter((c) => c.id !== id); },
+    search_conversations: () => [],
+    set_params: ({ conversation, settings }) => { conv(conversation).settings = settings; },
+    set_system_prompt: ({ id, prompt }) => { conv(id).system_prompt = prompt; },
+    context_usage: () => ({ used_tokens: 42, context_length: 8192, overflow: "drop_oldest" }),
+    presets: () => state.presets,
+    save_preset: ({ name, settings }) => { state.presets.push({ id: state.nextId++, name, settings }); },
+    delete_preset: ({ name }) => { state.presets = state.presets.filter((p) => p.name !== name); },
+    send_message: ({ conversation, text, onEvent }) => {
+      const user = addMessage(conversation, conv(conversation).current_leaf_id, "user", text, "done");
+      return { user, answer_id: startAnswer(conversation, user.id, onEvent) };
+    },
+    regenerate: ({ message, onEvent }) => startAnswer(msg(message).conversation_id, msg(message).parent_id, onEvent),
+    stop: ({ message }) => {
+      const m = msg(message);
+      m.status = "stopped";
+      state.channels.get(message)?.onmessage({ event: "done", data: { message: { ...m } } });
+    },
+    pause: () => null,
+    resume: () => null,
+    set_priority: () => null,
+    models: () => ({ loaded: model, local: [{ ...model, source: "models" }], catalogue: [] }),
+  };
+
+  return {
+    state,
+    calls: state.calls,
+    handler(cmd, args) {
+      state.calls.push({ cmd, args });
+      const f = commands[cmd];
+      if (!f) throw { kind: "invalid", message: `mock: no command ${cmd}` };
+      return f(args ?? {});
+    },
+    /** Sends one event through the answer's channel, keeping the stored message in step. */
+    emit(answerId, event) {
+      const m = msg(answerId);
+      if (event.event === "token") m.content += event.data.text;
+      if (event.event === "done") {
+        m.status = "done";
+        event = { event: "done", data: { message: { ...m, ...(event.data?.message ?? {}) } } };
+      }
+      state.channels.get(answerId).onmessage(event);
+    },
+    lastAnswerId() {
+      return [...state.channels.keys()].pop();
+    },
+  };
+}
+
