@@ -1,0 +1,118 @@
+// The built ui/ in Debian's chromium through playwright-core, with Tauri's IPC mocked by
+// @tauri-apps/api/mocks (its mockIPC, injected before the page loads) over the in-memory
+// backend of mock-backend.js. Run: `npm run build && npm run test:browser`.
+import { createServer } from "node:http";
+import { readFile, mkdir } from "node:fs/promises";
+import { createRequire } from "node:module";
+import { extname, join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import assert from "node:assert/strict";
+import { chromium } from "playwright-core";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const dist = join(here, "..", "dist");
+const shots = join(here, "..", "..", "tests", "screenshots");
+const require = createRequire(import.meta.url);
+
+const types = { ".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".png": "image/png", ".svg": "image/svg+xml" };
+const server = createServer(async (req, res) => {
+  const path = new URL(req.url, "http://x").pathname;
+  try {
+    const body = await readFile(join(dist, path === "/" ? "index.html" : path));
+    res.writeHead(200, { "content-type": types[extname(path)] ?? "text/html" });
+    res.end(body);
+  } catch {
+    res.writeHead(404).end();
+  }
+});
+await new Promise((r) => server.listen(0, "127.0.0.1", r));
+const url = `http://127.0.0.1:${server.address().port}/`;
+
+const strip = (src) => src.replace(/^export \{[^}]*\};?\s*$/m, "").replace(/^export /gm, "");
+const mocks = strip(await readFile(require.resolve("@tauri-apps/api/mocks").replace(/\.cjs$/, ".js"), "utf8"));
+const backend = strip(await readFile(join(here, "mock-backend.js"), "utf8"));
+const init = `${mocks}\n${backend}\n
+window.__rill = createMockBackend();
+mockIPC((cmd, args) => window.__rill.handler(cmd, args));
+// Anything the model's text manages to run lands here.
+window.__pwned = [];
+window.alert = (x) => window.__pwned.push(String(x));
+`;
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync"],
+});
+let failed = false;
+const step = async (name, f) => {
+  try {
+    await f();
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    failed = true;
+    console.log(`FAIL ${name}\n${e.stack ?? e}`);
+  }
+};
+
+try {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const pageErrors = [];
+  page.on("pageerror", (e) => pageErrors.push(e.message));
+  await page.addInitScript(init);
+  await page.goto(url);
+  const emit = (event) => page.evaluate((e) => window.__rill.emit(window.__rill.lastAnswerId(), e), event);
+  const answer = page.locator('[data-testid=message][data-role=assistant]').last();
+
+  await step("a question streams its answer token by token", async () => {
+    await page.getByTestId("new-chat").click();
+    await page.getByTestId("composer").fill("What is the capital of France? Answer in one word.");
+    await page.getByTestId("composer").press("Enter");
+    await answer.waitFor();
+    assert.equal(await answer.getAttribute("data-status"), "streaming");
+    let shown = "";
+    for (const t of ["The", " capital", " of", " France", " is", " Paris", "."]) {
+      await emit({ event: "token", data: { text: t } });
+      shown += t;
+      await page.waitForFunction(
+        (s) => [...document.querySelectorAll("[data-testid=message][data-role=assistant]")].pop()?.textContent.includes(s),
+        shown,
+      );
+    }
+  });
+
+  await step("moving the temperature slider during the stream calls set_params", async () => {
+    await page.getByTestId("param-temperature").fill("0.25");
+    const sent = await page.evaluate(() => window.__rill.calls.filter((c) => c.cmd === "set_params").map((c) => c.args.settings.temperature));
+    assert.ok(sent.includes(0.25), `set_params temperatures: ${sent}`);
+    assert.equal(await answer.getAttribute("data-status"), "streaming");
+  });
+
+  await step("hostile markup in an answer renders inert", async () => {
+    await emit({ event: "token", data: { text: '\n\n<img src=x onerror=alert(1)> <script>alert(2)</script> [click me](javascript:alert(3)) <a href="javascript:alert(4)">me too</a>' } });
+    await page.waitForFunction(() => document.body.textContent.includes("click me"));
+    await answer.getByText("click me", { exact: true }).click();
+    await answer.getByText("me too", { exact: true }).click();
+    await page.waitForTimeout(300);
+    assert.deepEqual(await page.evaluate(() => window.__pwned), []);
+    const html = await answer.innerHTML();
+    assert.ok(!/<script|onerror|javascript:/i.test(html), html);
+    assert.equal(page.url(), url, "a link must not navigate the app");
+  });
+
+  await step("the answer finishes with its stats and the chat leaves the live list", async () => {
+    await emit({ event: "done", data: { message: { stats: { prompt_tokens: 37, completion_tokens: 40, ttft_ms: 120, decode_tps: 33.3 } } } });
+    await page.waitForFunction(() => [...document.querySelectorAll("[data-testid=message][data-role=assistant]")].pop()?.dataset.status === "done");
+    assert.match(await answer.getByTestId("stats").textContent(), /33\.3 tok\/s/);
+    assert.equal(await page.getByTestId("conversation-item").first().getAttribute("data-live"), "false");
+  });
+
+  await mkdir(shots, { recursive: true });
+  await page.screenshot({ path: join(shots, "ui-mocked.png") });
+  assert.deepEqual(pageErrors, []);
+} finally {
+  await browser.close();
+  server.close();
+}
+if (failed) process.exit(1);
+console.log("browser tests passed");
