@@ -2,11 +2,15 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
-RILL := $(TARGET_DIR)/release/rill
+# One debug build serves `make run` and `make test`: dependencies are optimised in the dev
+# profile (Cargo.toml), so the model runs at full speed without a second, release build.
+# Always the whole workspace with all targets, so cargo unifies features the same way each
+# time and never rebuilds candle or tauri because a different subset was asked for.
+RILL := $(TARGET_DIR)/debug/rill
+APP := $(TARGET_DIR)/debug/rill-app
 
-.PHONY: run test deps model build bench fmt lint
+.PHONY: run test deps model ui build bench fmt lint bundle test-rust test-ui test-e2e
 
 deps:
 	@bash scripts/install-deps.sh
@@ -14,16 +18,39 @@ deps:
 model:
 	@bash scripts/fetch-test-model.sh >/dev/null
 
-build: deps
-	cargo build --release -p rill-cli
+# The web UI: dependencies from package-lock.json, then a production build into ui/dist,
+# which the app embeds when it is compiled.
+ui: deps
+	@if [[ ! -d ui/node_modules ]] || [[ ui/package-lock.json -nt ui/node_modules/.package-lock.json ]]; then npm --prefix ui ci --no-audit --no-fund; fi
+	npm --prefix ui run build
 
-# Until the desktop app lands, `make run` opens a terminal chat on the test model.
+build: deps ui
+	cargo build --workspace --all-targets
+
+# Opens the desktop app. With no model on this machine yet, the test model (SmolLM2-135M) is
+# fetched and registered where it lies, so the first launch can chat at once.
 run: build model
-	$(RILL) chat --model "$$(bash scripts/fetch-test-model.sh)"
+	@if ! $(RILL) models list --json | grep -q '"path"'; then $(RILL) models import "$$(bash scripts/fetch-test-model.sh)"; fi
+	$(APP)
 
-# Every test: unit tests, the engine on the real model, the CLI end to end.
-test: deps model
+# Every test: Rust unit and integration tests (engine on the real model, store, CLI, API),
+# the UI's component tests, the built UI in chromium, and the real app end to end.
+test: deps model ui test-rust test-ui test-e2e
+
+test-rust:
 	cargo test --workspace --all-targets
+
+test-ui:
+	npm --prefix ui test
+	npm --prefix ui run test:browser
+
+test-e2e:
+	cargo build --workspace --all-targets
+	xvfb-run -a -s "-screen 0 1280x800x24" python3 tests/e2e_app.py $(APP) "$$(bash scripts/fetch-test-model.sh)"
+
+# Installers: the deb bundle builds here; AppImage, msi and dmg on their platforms (README).
+bundle: deps ui
+	cd ui && npx tauri build --bundles deb --config ../tauri.conf.json
 
 bench: build model
 	$(RILL) bench --model "$$(bash scripts/fetch-test-model.sh)" --threads 2

@@ -38,4 +38,14 @@ if ! command -v cargo >/dev/null 2>&1; then
   curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
   export PATH="$HOME/.cargo/bin:$PATH"
 fi
-echo "install-deps: ready ($(cargo --version))"
+# The window tests drive the real app through tauri-driver (stay on 2.x: crates.io's newest is
+# a 3.0 alpha) and selenium.
+if ! command -v tauri-driver >/dev/null 2>&1; then
+  echo "install-deps: installing tauri-driver 2 with cargo (about 90 s)"
+  cargo install --locked tauri-driver --version '^2'
+fi
+if ! python3 -c "import selenium" >/dev/null 2>&1; then
+  echo "install-deps: installing selenium for python3"
+  python3 -m pip install --quiet selenium || python3 -m pip install --quiet --break-system-packages selenium
+fi
+echo "install-deps: ready ($(cargo --version), node $(node --version))"

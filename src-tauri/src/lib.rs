@@ -16,7 +16,7 @@ pub mod state;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use tauri::{Manager, Runtime};
+use tauri::Manager;
 
 use crate::state::AppState;
 
@@ -47,8 +47,8 @@ async fn startup_model(state: &AppState) -> Option<PathBuf> {
     local.first().map(|m| m.info.path.clone())
 }
 
-/// Builds and runs the app on `builder` (a real one from `main`, a mock one in tests).
-pub fn run<R: Runtime>(builder: tauri::Builder<R>) -> anyhow::Result<()> {
+/// Builds and runs the app on `builder`.
+pub fn run(builder: tauri::Builder<tauri::Wry>) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RILL_LOG")

@@ -53,7 +53,7 @@ describe("the chat window", () => {
     expect(item.dataset.live).toBe("true");
     expect(item.textContent).toContain("Paris");
     await act(async () =>
-      backend.emit(id, { event: "done", data: { message: { stats: { prompt_tokens: 30, completion_tokens: 6, ttft_ms: 80, decode_tps: 31.5 } } } }),
+      backend.emit(id, { event: "done", data: { message: { prompt_tokens: 30, completion_tokens: 6, ttft_ms: 80, decode_tps: 31.5 } } }),
     );
     await waitFor(() => expect(answer(id).dataset.status).toBe("done"));
     expect(within(answer(id)).getByTestId("stats").textContent).toContain("31.5 tok/s");

@@ -1,10 +1,16 @@
 import { useCallback, useEffect, useRef, useState } from "react";
-import { api, errorText, type AppStatus, type Conversation, type ConversationView, type PanelSettings } from "./lib/ipc";
+import { api, errorText, type ModelInfo, type AppStatus, type Conversation, type ConversationView, type PanelSettings } from "./lib/ipc";
 import { live } from "./lib/live";
 import Sidebar from "./components/Sidebar";
 import ChatView from "./components/ChatView";
 import SamplingPanel from "./components/SamplingPanel";
 import ModelManager from "./components/ModelManager";
+
+/** The file's name says what a user downloaded (metadata names are often internal). */
+function modelLabel(m: ModelInfo): string {
+  const file = m.path.split(/[\\/]/).pop() ?? m.name;
+  return file.replace(/\.gguf$/i, "");
+}
 
 export default function App() {
   const [status, setStatus] = useState<AppStatus | null>(null);
@@ -137,7 +143,7 @@ export default function App() {
             aria-label="Choose a model"
             onClick={() => setShowModels(true)}
           >
-            {status?.model ? `${status.model.name} · ${status.model.quantization}` : "No model loaded"}
+            {status?.model ? modelLabel(status.model) : "No model loaded"}
           </button>
           {error && (
             <div className="error-banner" role="alert">

@@ -101,7 +101,7 @@ try {
   });
 
   await step("the answer finishes with its stats and the chat leaves the live list", async () => {
-    await emit({ event: "done", data: { message: { stats: { prompt_tokens: 37, completion_tokens: 40, ttft_ms: 120, decode_tps: 33.3 } } } });
+    await emit({ event: "done", data: { message: { prompt_tokens: 37, completion_tokens: 40, ttft_ms: 120, decode_tps: 33.3 } } });
     await page.waitForFunction(() => [...document.querySelectorAll("[data-testid=message][data-role=assistant]")].pop()?.dataset.status === "done");
     assert.match(await answer.getByTestId("stats").textContent(), /33\.3 tok\/s/);
     assert.equal(await page.getByTestId("conversation-item").first().getAttribute("data-live"), "false");

@@ -21,12 +21,12 @@ export function createMockBackend() {
   const state = { conversations: [], messages: [], nextId: 1, channels: new Map(), calls: [], presets: [] };
   const conv = (id) => state.conversations.find((c) => c.id === id);
   const msg = (id) => state.messages.find((m) => m.id === id);
-  const stats = { prompt_tokens: null, completion_tokens: null, ttft_ms: null, decode_tps: null };
+  const noStats = { prompt_tokens: null, completion_tokens: null, ttft_ms: null, decode_tps: null };
 
   function addMessage(conversation, parent, role, content, status) {
     const m = {
       id: state.nextId++, conversation_id: conversation, parent_id: parent, role, content, status,
-      model: null, stats: { ...stats }, error: null, created_at: now(), updated_at: now(),
+      model: null, ...noStats, error: null, created_at: now(), updated_at: now(),
     };
     state.messages.push(m);
     const c = conv(conversation);

@@ -33,9 +33,9 @@ function onMarkdownClick(e: React.MouseEvent<HTMLDivElement>) {
 }
 
 function Stats({ m, live }: { m: ViewMessage; live: LiveAnswer | undefined }) {
-  const tokens = live && !live.final ? live.completionTokens : m.stats.completion_tokens;
-  const tps = live && !live.final ? live.tokensPerSecond : m.stats.decode_tps;
-  const ttft = m.stats.ttft_ms;
+  const tokens = live && !live.final ? live.completionTokens : m.completion_tokens;
+  const tps = live && !live.final ? live.tokensPerSecond : m.decode_tps;
+  const ttft = m.ttft_ms;
   if (tokens == null && tps == null) return null;
   return (
     <span className="stats" data-testid="stats">

@@ -26,7 +26,8 @@ export interface MessageStats {
   decode_tps: number | null;
 }
 
-export interface Message {
+/** The store flattens an answer's stats into the message. */
+export interface Message extends MessageStats {
   id: number;
   conversation_id: number;
   parent_id: number | null;
@@ -34,7 +35,6 @@ export interface Message {
   content: string;
   status: Status;
   model: string | null;
-  stats: MessageStats;
   error: string | null;
   created_at: number;
   updated_at: number;

@@ -37,7 +37,7 @@ describe("LiveStore", () => {
         data: {
           message: {
             id: 9, conversation_id: 3, parent_id: 8, role: "assistant", content: "Hi", status: "done", model: null,
-            stats: { prompt_tokens: 5, completion_tokens: 1, ttft_ms: 10, decode_tps: 0 }, error: null, created_at: 0, updated_at: 0,
+            prompt_tokens: 5, completion_tokens: 1, ttft_ms: 10, decode_tps: 0, error: null, created_at: 0, updated_at: 0,
           },
         },
       });

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""The real app end to end: the Tauri binary in a real window (under Xvfb), driven through
+tauri-driver + WebKitWebDriver with selenium, on the real SmolLM2 model and a real SQLite file.
+
+    xvfb-run -a python3 tests/e2e_app.py APP_BINARY MODEL.gguf
+
+Checks: a chat asked "What is the capital of France? Answer in one word." at temperature 0
+streams an answer containing "Paris", which is in the SQLite file afterwards; a second chat
+asked while the first streams a long answer gets its answer first. Screenshots of the window
+go to tests/screenshots/ (git-ignored).
+"""
+
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+
+QUESTION = "What is the capital of France? Answer in one word."
+LONG = "Write a long story about a dragon who learns to paint. Make it at least ten paragraphs."
+SHOTS = Path(__file__).resolve().parent / "screenshots"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"tauri-driver exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError("tauri-driver did not start")
+
+
+class App:
+    def __init__(self, driver: webdriver.Remote):
+        self.d = driver
+
+    def tid(self, name: str, scope=None):
+        return (scope or self.d).find_element(By.CSS_SELECTOR, f'[data-testid="{name}"]')
+
+    def wait(self, what, timeout: float = 300, message: str = ""):
+        return WebDriverWait(self.d, timeout, poll_frequency=0.2).until(lambda _: what(), message)
+
+    def answers(self):
+        return self.d.find_elements(By.CSS_SELECTOR, '[data-testid="message"][data-role="assistant"]')
+
+    def last_answer(self):
+        found = self.answers()
+        return found[-1] if found else None
+
+    def set_field(self, label: str, value: str) -> None:
+        field = self.d.find_element(By.CSS_SELECTOR, f'[aria-label="{label}"], #{label}')
+        field.send_keys(Keys.CONTROL, "a")
+        field.send_keys(Keys.BACKSPACE)
+        if value:
+            field.send_keys(value)
+
+    def new_chat(self) -> None:
+        before = len(self.d.find_elements(By.CSS_SELECTOR, '[data-testid="conversation-item"]'))
+        self.tid("new-chat").click()
+        self.wait(lambda: len(self.d.find_elements(By.CSS_SELECTOR, '[data-testid="conversation-item"]')) > before, 30)
+        self.wait(lambda: self.tid("composer").is_displayed(), 30)
+
+    def ask(self, text: str) -> str:
+        """Sends `text` in the open chat; returns the id of the answer's message element."""
+        count = len(self.answers())
+        composer = self.tid("composer")
+        composer.send_keys(text)
+        composer.send_keys(Keys.ENTER)
+        self.wait(lambda: len(self.answers()) > count, 60, "no answer appeared")
+        return self.last_answer().get_attribute("data-id")
+
+    def status_of(self, answer_id: str) -> str | None:
+        # The answer may be in a chat that is not open now: ask the sidebar/live state via DOM.
+        found = self.d.find_elements(By.CSS_SELECTOR, f'[data-testid="message"][data-id="{answer_id}"]')
+        return found[0].get_attribute("data-status") if found else None
+
+    def shot(self, name: str) -> None:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        self.d.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def main() -> int:
+    app_binary, model = (Path(a).resolve() for a in sys.argv[1:3])
+    work = Path(tempfile.mkdtemp(prefix="rill-e2e-"))
+    db = work / "rill.db"
+    env = dict(os.environ)
+    env.update(
+        RILL_DB=str(db),
+        RILL_MODEL=str(model),
+        RILL_MODELS_DIR=str(work / "models"),
+        HF_HOME=str(work / "hf"),
+        RILL_LOG="info",
+    )
+    port, native_port = free_port(), free_port()
+    driver_bin = shutil.which("tauri-driver") or str(Path.home() / ".cargo/bin/tauri-driver")
+    log = open(work / "tauri-driver.log", "w")
+    tauri_driver = subprocess.Popen(
+        [driver_bin, "--port", str(port), "--native-port", str(native_port), "--native-host", "127.0.0.1"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    failures = []
+    try:
+        wait_port(port, tauri_driver)
+        wait_port(native_port, tauri_driver)  # WebKitWebDriver, started by tauri-driver
+        options = webdriver.ChromeOptions()  # any Options object carries the capabilities
+        options.set_capability("browserName", "wry")
+        options.set_capability("tauri:options", {"application": str(app_binary)})
+        d = webdriver.Remote(command_executor=f"http://127.0.0.1:{port}", options=options)
+        d.set_window_size(1280, 800)
+        app = App(d)
+        try:
+            # The test model is ready at start (RILL_MODEL).
+            app.wait(lambda: "smollm2" in app.tid("model-picker").text.lower(), 120, "the model did not load")
+            app.shot("app-start")
+
+            # 1. One chat, temperature 0: "Paris" streams in, and is saved.
+            app.new_chat()
+            app.set_field("Temperature value", "0")
+            first = app.ask(QUESTION)
+            seen_streaming = app.status_of(first) == "streaming"
+            app.wait(lambda: app.status_of(first) == "done", 300, "the answer did not finish")
+            text = app.last_answer().text
+            print(f"answer: {text!r} (seen streaming: {seen_streaming})")
+            if "Paris" not in text:
+                failures.append(f"the answer does not contain Paris: {text!r}")
+            app.shot("app-answer")
+            with sqlite3.connect(db) as c:
+                rows = c.execute(
+                    "SELECT m.content, m.status, m.completion_tokens FROM messages m WHERE m.id = ?", (int(first),)
+                ).fetchall()
+            print(f"stored: {rows}")
+            if not rows or "Paris" not in rows[0][0] or rows[0][1] != "done" or not rows[0][2]:
+                failures.append(f"the answer is not in the database as a finished answer: {rows}")
+
+            # 2. The flow: a long answer streams in one chat; a short question in another
+            #    chat gets its whole answer while the long one is still being written.
+            app.new_chat()
+            app.set_field("max-tokens-field", "400")
+            long_id = app.ask(LONG)
+            app.wait(lambda: len(app.last_answer().text) > 20, 120, "the long answer did not start")
+            long_chat = d.find_element(By.CSS_SELECTOR, '[data-testid="conversation-item"].active').get_attribute("data-id")
+            app.new_chat()
+            short_id = app.ask(QUESTION)
+            app.wait(lambda: app.status_of(short_id) == "done", 300, "the short answer did not finish")
+            long_item = d.find_element(By.CSS_SELECTOR, f'[data-testid="conversation-item"][data-id="{long_chat}"]')
+            still_live = long_item.get_attribute("data-live") == "true"
+            partial = long_item.text
+            app.shot("app-flow")
+            print(f"short answer: {app.last_answer().text!r}; long chat still live: {still_live}; sidebar: {partial!r}")
+            if not still_live:
+                failures.append("the long answer ended before the short one: no flow")
+            if "Paris" not in app.last_answer().text:
+                failures.append("the short answer does not contain Paris")
+            with sqlite3.connect(db) as c:
+                (long_status,) = c.execute("SELECT status FROM messages WHERE id = ?", (int(long_id),)).fetchone()
+            print(f"long answer status in the database meanwhile: {long_status}")
+
+            # Stop the long answer from its own chat; the partial answer is kept.
+            long_item.find_element(By.CSS_SELECTOR, "button.conv-open").click()
+            app.wait(lambda: app.status_of(long_id) in ("streaming", "stopped", "done"), 30)
+            if app.status_of(long_id) == "streaming":
+                app.tid("stop", d.find_element(By.CSS_SELECTOR, f'[data-testid="message"][data-id="{long_id}"]')).click()
+                app.wait(lambda: app.status_of(long_id) == "stopped", 60, "stop did not stop")
+                with sqlite3.connect(db) as c:
+                    (status, content) = c.execute(
+                        "SELECT status, content FROM messages WHERE id = ?", (int(long_id),)
+                    ).fetchone()
+                print(f"stopped answer kept: {status}, {len(content)} chars")
+                if status != "stopped" or len(content) < 20:
+                    failures.append(f"the stopped answer was not kept: {status} {content!r}")
+            app.shot("app-stopped")
+        except Exception:
+            app.shot("app-failure")
+            print("page text at failure:", d.find_element(By.TAG_NAME, "body").text[:2000])
+            print((work / "tauri-driver.log").read_text()[-4000:])
+            raise
+        finally:
+            d.quit()
+    finally:
+        tauri_driver.terminate()
+        tauri_driver.wait(10)
+        log.close()
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        print((work / "tauri-driver.log").read_text()[-4000:])
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    print("end-to-end app test passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
