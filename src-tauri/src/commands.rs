@@ -174,7 +174,9 @@ pub async fn list_conversations(state: State<'_, AppState>) -> Result<Vec<Conver
 #[tauri::command]
 pub async fn create_conversation(state: State<'_, AppState>) -> Result<Conversation> {
     let defaults = state.store.setting("panel").await?;
-    let settings = defaults.map(|v| PanelSettings::from_json(&v)).unwrap_or_default();
+    let settings = defaults
+        .map(|v| PanelSettings::from_json(&v))
+        .unwrap_or_default();
     let system_prompt = state
         .store
         .setting("system_prompt")
@@ -226,7 +228,11 @@ pub async fn export_conversation(
     let text = match format.as_str() {
         "json" => state.store.export_json(id).await?,
         "markdown" => state.store.export_markdown(id).await?,
-        other => return Err(CommandError::Invalid(format!("unknown export format `{other}`"))),
+        other => {
+            return Err(CommandError::Invalid(format!(
+                "unknown export format `{other}`"
+            )))
+        }
     };
     // Write-then-rename: a full disk never leaves half a file under the chosen name.
     let tmp = path.with_extension("rill-tmp");
@@ -319,7 +325,10 @@ pub async fn save_preset(
         return Err(CommandError::Invalid("a preset needs a name".into()));
     }
     settings.params.validate()?;
-    Ok(state.store.save_preset(name.trim(), &settings.to_json()).await?)
+    Ok(state
+        .store
+        .save_preset(name.trim(), &settings.to_json())
+        .await?)
 }
 
 #[tauri::command]
@@ -373,7 +382,15 @@ pub async fn regenerate(
 ) -> Result<i64> {
     let handle = state.handle()?;
     let m = state.store.message(message).await?;
-    answer(app, &state, &handle, m.conversation_id, m.parent_id, on_event).await
+    answer(
+        app,
+        &state,
+        &handle,
+        m.conversation_id,
+        m.parent_id,
+        on_event,
+    )
+    .await
 }
 
 /// Edits a user message: the new text is a sibling branch, answered at once.
@@ -387,7 +404,15 @@ pub async fn edit_message(
 ) -> Result<Sent> {
     let handle = state.handle()?;
     let user = state.store.edit(message, &text).await?;
-    let answer_id = answer(app, &state, &handle, user.conversation_id, Some(user.id), on_event).await?;
+    let answer_id = answer(
+        app,
+        &state,
+        &handle,
+        user.conversation_id,
+        Some(user.id),
+        on_event,
+    )
+    .await?;
     Ok(Sent { user, answer_id })
 }
 
@@ -425,8 +450,14 @@ async fn answer(
 ) -> Result<i64> {
     let conv = state.store.conversation(conversation).await?;
     let settings = PanelSettings::from_json(&conv.settings);
-    let answering =
-        rill_chat::begin(handle, &state.store, conversation, parent, settings.options()).await?;
+    let answering = rill_chat::begin(
+        handle,
+        &state.store,
+        conversation,
+        parent,
+        settings.options(),
+    )
+    .await?;
     Ok(stream(app, state, conversation, answering, on_event))
 }
 
@@ -463,7 +494,9 @@ fn stream(
                     reused_tokens: *reused_tokens,
                     dropped_messages: *dropped_messages,
                 },
-                Event::Token { text, .. } if !text.is_empty() => ChatEvent::Token { text: text.clone() },
+                Event::Token { text, .. } if !text.is_empty() => {
+                    ChatEvent::Token { text: text.clone() }
+                }
                 Event::Stats {
                     completion_tokens,
                     tokens_per_second,
@@ -629,8 +662,13 @@ pub async fn download_model(
     on_progress: Channel<DownloadEvent>,
 ) -> Result<ModelInfo> {
     let cancel = Arc::new(AtomicBool::new(false));
-    if !app.state::<AppState>().start_download(&spec, cancel.clone()) {
-        return Err(CommandError::Invalid(format!("{spec} is already downloading")));
+    if !app
+        .state::<AppState>()
+        .start_download(&spec, cancel.clone())
+    {
+        return Err(CommandError::Invalid(format!(
+            "{spec} is already downloading"
+        )));
     }
     let mut progress = ChannelProgress {
         channel: on_progress.clone(),
@@ -654,7 +692,10 @@ pub async fn download_model(
             path: info.path.clone(),
         },
         Err(e) => DownloadEvent::Error {
-            kind: if matches!(e, CommandError::Engine(rill_engine::Error::DownloadCancelled)) {
+            kind: if matches!(
+                e,
+                CommandError::Engine(rill_engine::Error::DownloadCancelled)
+            ) {
                 "cancelled"
             } else {
                 "failed"

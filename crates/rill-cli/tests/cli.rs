@@ -394,8 +394,7 @@ fn an_answer_killed_mid_stream_is_saved_up_to_the_last_250_ms_and_can_be_continu
     let shown = run_ok(&["conversations", "--db", db, "show", "1"]);
     let last = shown
         .lines()
-        .filter(|l| l.starts_with("assistant"))
-        .last()
+        .rfind(|l| l.starts_with("assistant"))
         .unwrap()
         .to_owned();
     assert!(!shown.contains("[interrupted]"), "{shown}");
@@ -515,7 +514,7 @@ fn bad_input_gets_one_clear_error_line_and_no_panic() {
 
     let missing = dir.path().join("nope.gguf");
     assert_clean_error(
-        &run(&["--model", missing.to_str().unwrap(), &q[0], q[1]]),
+        &run(&["--model", missing.to_str().unwrap(), q[0], q[1]]),
         "no such file",
     );
 

@@ -756,7 +756,7 @@ impl Worker {
                 continue;
             }
             if position == 0 {
-                let reused = self.prefixes.take_longest(&self.seqs[i].tokens()[..]);
+                let reused = self.prefixes.take_longest(self.seqs[i].tokens());
                 let have = reused.as_ref().map_or(0, |c| c.len());
                 // A fresh cache starts at KV_MIN_CAPACITY positions: count what it will take.
                 let total = self.seqs[i].tokens().len();

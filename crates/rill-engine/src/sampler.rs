@@ -330,7 +330,7 @@ mod tests {
     fn greedy_takes_the_highest_logit_and_the_lowest_id_on_ties() {
         let mut s = Sampler::new(SamplingParams::greedy()).unwrap();
         assert_eq!(s.sample(&mut logits(), &[]).unwrap(), 1);
-        assert_eq!(s.sample(&mut vec![0.0, 5.0, 5.0], &[]).unwrap(), 1);
+        assert_eq!(s.sample(&mut [0.0, 5.0, 5.0], &[]).unwrap(), 1);
     }
 
     #[test]
@@ -587,6 +587,6 @@ mod tests {
     #[test]
     fn nan_logits_are_an_error_not_a_token() {
         let mut s = Sampler::new(SamplingParams::default()).unwrap();
-        assert!(s.sample(&mut vec![0.0, f32::NAN], &[]).is_err());
+        assert!(s.sample(&mut [0.0, f32::NAN], &[]).is_err());
     }
 }

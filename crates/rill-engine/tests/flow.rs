@@ -469,3 +469,43 @@ fn answers_that_outgrow_the_budget_are_preempted_and_recomputed_not_aborted() {
     let one_answer = 512 * per_token;
     assert!(peak.load(std::sync::atomic::Ordering::Relaxed) <= budget + one_answer);
 }
+
+/// The sampling panel's max-tokens field applies to a running answer: lowered below what is
+/// already written, the answer ends at once with `Length`; raised, it goes on to the new cap.
+#[test]
+fn max_tokens_changes_while_an_answer_runs() {
+    let e = engine(|c| c);
+    let h = e.handle();
+    let mut raised = h.generate(greedy(LONG, 20)).unwrap();
+    take_tokens(&mut raised, 5);
+    raised.control().set_max_tokens(Some(30)).unwrap();
+    let (mut n, mut end) = (5, None);
+    while let Some(ev) = raised.blocking_next() {
+        match ev {
+            Event::Token { .. } => n += 1,
+            Event::Done { reason, usage, .. } => end = Some((reason, usage.completion_tokens)),
+            _ => {}
+        }
+    }
+    assert_eq!(end, Some((StopReason::Length, 30)));
+    assert_eq!(n, 30);
+
+    let mut lowered = h.generate(greedy(LONG, 200)).unwrap();
+    take_tokens(&mut lowered, 10);
+    lowered.control().set_max_tokens(Some(3)).unwrap();
+    let done = lowered
+        .find_map(|ev| match ev {
+            Event::Done { reason, usage, .. } => Some((reason, usage.completion_tokens)),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(done.0, StopReason::Length);
+    assert!(done.1 < 200 && done.1 >= 10, "{done:?}");
+    assert!(matches!(
+        lowered.control().set_max_tokens(Some(0)),
+        Err(Error::InvalidParam {
+            field: "max_tokens",
+            ..
+        })
+    ));
+}

@@ -539,5 +539,9 @@ async fn a_conversation_saved_whole_is_never_seen_half_written() {
     assert_eq!(texts, ["question 0", "one", "and then?", "answer 0"]);
     assert_eq!(path[3].stats.completion_tokens, Some(0));
     assert_eq!(path[3].stats.decode_tps, Some(30.0));
-    assert_eq!(path[1].stats, MessageStats::default(), "only the last answer has stats");
+    assert_eq!(
+        path[1].stats,
+        MessageStats::default(),
+        "only the last answer has stats"
+    );
 }
