@@ -107,6 +107,24 @@ try {
     assert.equal(await page.getByTestId("conversation-item").first().getAttribute("data-live"), "false");
   });
 
+  await step("a conversation of 10,000 messages opens with only the visible ones in the page", async () => {
+    await page.evaluate(() => window.__rill.seedLong(10000));
+    await page.getByTestId("new-chat").click(); // refreshes the sidebar
+    const t0 = Date.now();
+    await page.getByTestId("conversation-item").filter({ hasText: "message 0" }).locator("button.conv-open").click();
+    await page.waitForFunction(() => document.body.textContent.includes("message 9999"));
+    const openMs = Date.now() - t0;
+    const inPage = await page.locator("[data-testid=message]").count();
+    assert.ok(inPage > 0 && inPage < 60, `${inPage} messages in the page`);
+    const t1 = Date.now();
+    for (let i = 0; i < 20; i++) await page.mouse.wheel(0, -4000);
+    await page.locator(".messages").evaluate((el) => (el.scrollTop = 0));
+    await page.waitForFunction(() => document.body.textContent.includes("message 0: a question"));
+    const scrollMs = Date.now() - t1;
+    assert.ok((await page.locator("[data-testid=message]").count()) < 60);
+    console.log(`     (opened in ${openMs} ms, ${inPage} of 10000 messages in the page; scrolled to the top in ${scrollMs} ms)`);
+  });
+
   await mkdir(shots, { recursive: true });
   await page.screenshot({ path: join(shots, "ui-mocked.png") });
   assert.deepEqual(pageErrors, []);

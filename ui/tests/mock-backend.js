@@ -18,9 +18,9 @@ export function createMockBackend() {
     temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1, repeat_last_n: 64,
     presence_penalty: 0, frequency_penalty: 0, seed: null, max_tokens: null,
   };
-  const state = { conversations: [], messages: [], nextId: 1, channels: new Map(), calls: [], presets: [] };
+  const state = { conversations: [], messages: [], byId: new Map(), nextId: 1, channels: new Map(), calls: [], presets: [] };
   const conv = (id) => state.conversations.find((c) => c.id === id);
-  const msg = (id) => state.messages.find((m) => m.id === id);
+  const msg = (id) => state.byId.get(id);
   const noStats = { prompt_tokens: null, completion_tokens: null, ttft_ms: null, decode_tps: null };
 
   function addMessage(conversation, parent, role, content, status) {
@@ -29,6 +29,7 @@ export function createMockBackend() {
       model: null, ...noStats, error: null, created_at: now(), updated_at: now(),
     };
     state.messages.push(m);
+    state.byId.set(m.id, m);
     const c = conv(conversation);
     c.current_leaf_id = m.id;
     c.updated_at = now();
@@ -38,14 +39,20 @@ export function createMockBackend() {
 
   function view(id) {
     const c = conv(id);
+    const children = new Map();
+    for (const m of state.messages) {
+      if (m.conversation_id !== id) continue;
+      if (!children.has(m.parent_id)) children.set(m.parent_id, []);
+      children.get(m.parent_id).push(m.id);
+    }
     const path = [];
     let at = c.current_leaf_id;
     while (at != null) {
       const m = msg(at);
-      path.unshift({ ...m, siblings: state.messages.filter((s) => s.parent_id === m.parent_id && s.conversation_id === id).map((s) => s.id) });
+      path.push({ ...m, siblings: children.get(m.parent_id) });
       at = m.parent_id;
     }
-    return { conversation: c, settings: { ...defaults, ...c.settings }, messages: path };
+    return { conversation: c, settings: { ...defaults, ...c.settings }, messages: path.reverse() };
   }
 
   function startAnswer(conversation, parent, channel) {
@@ -110,6 +117,16 @@ export function createMockBackend() {
         event = { event: "done", data: { message: { ...m, ...(event.data?.message ?? {}) } } };
       }
       state.channels.get(answerId).onmessage(event);
+    },
+    /** A conversation of `n` messages (alternating question and answer), for scale tests. */
+    seedLong(n) {
+      const c = commands.create_conversation();
+      let parent = null;
+      for (let i = 0; i < n; i++) {
+        const role = i % 2 ? "assistant" : "user";
+        parent = addMessage(c.id, parent, role, `message ${i}: ${role === "user" ? "a question" : "an **answer** with `code`"}`, "done").id;
+      }
+      return c.id;
     },
     lastAnswerId() {
       return [...state.channels.keys()].pop();

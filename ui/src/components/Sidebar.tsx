@@ -1,4 +1,5 @@
 import { useEffect, useState, type RefObject } from "react";
+import { open } from "@tauri-apps/plugin-dialog";
 import { api, errorText, type Conversation, type SearchHit } from "../lib/ipc";
 import { useLive } from "../lib/useLive";
 
@@ -132,6 +133,25 @@ export default function Sidebar({ conversations, current, searchRef, onOpen, onN
           })}
         </ul>
       )}
+      <div className="sidebar-bottom">
+        <button
+          type="button"
+          aria-label="Import a conversation"
+          onClick={async () => {
+            const path = await open({ multiple: false, filters: [{ name: "Rill conversation", extensions: ["json"] }] });
+            if (typeof path !== "string") return;
+            try {
+              const id = await api.importConversation(path);
+              onChanged();
+              onOpen(id);
+            } catch (e) {
+              onError(errorText(e));
+            }
+          }}
+        >
+          Import…
+        </button>
+      </div>
     </nav>
   );
 }
