@@ -128,6 +128,29 @@ try {
   await mkdir(shots, { recursive: true });
   await page.screenshot({ path: join(shots, "ui-mocked.png") });
   assert.deepEqual(pageErrors, []);
+
+  // First launch with no model: the recommended download, with progress, speed and cancel.
+  const fresh = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  fresh.on("pageerror", (e) => pageErrors.push(e.message));
+  await fresh.addInitScript(init + "\nwindow.__rill.state.model = null;");
+  await fresh.goto(url);
+  await step("with no model the first screen offers the recommended download, with progress and cancel", async () => {
+    await fresh.getByText("Welcome to Rill").waitFor();
+    const spec = "bartowski/Llama-3.2-1B-Instruct-GGUF:Llama-3.2-1B-Instruct-Q4_K_M.gguf";
+    await fresh.getByRole("button", { name: "Download" }).first().click();
+    await fresh.evaluate((s) => window.__rill.downloadProgress(s, 200e6, 800e6), spec);
+    const bar = fresh.getByTestId("download-progress");
+    await fresh.waitForFunction(() => document.querySelector("[data-testid=download-progress]")?.value === 25);
+    assert.match(await fresh.locator(".download").first().textContent(), /25% · 200 MB of 800 MB · 13 MB\/s/);
+      await fresh.getByRole("button", { name: /Cancel the download/ }).click();
+    await fresh.getByText(/Cancelled — start again to resume/).waitFor();
+    assert.equal(await bar.count(), 0);
+    await fresh.getByRole("button", { name: "Retry" }).click();
+    await fresh.evaluate((s) => window.__rill.downloadDone(s), spec);
+    await fresh.getByTestId("new-chat").click();
+    await fresh.getByTestId("composer").waitFor();
+    assert.match(await fresh.getByTestId("model-picker").textContent(), /SmolLM2/);
+  });
 } finally {
   await browser.close();
   server.close();

@@ -18,7 +18,13 @@ export function createMockBackend() {
     temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1, repeat_last_n: 64,
     presence_penalty: 0, frequency_penalty: 0, seed: null, max_tokens: null,
   };
-  const state = { conversations: [], messages: [], byId: new Map(), nextId: 1, channels: new Map(), calls: [], presets: [] };
+  const catalogue = [
+    { name: "Llama 3.2 1B Instruct (Q4_K_M)", spec: "bartowski/Llama-3.2-1B-Instruct-GGUF:Llama-3.2-1B-Instruct-Q4_K_M.gguf",
+      description: "Small, quick and capable.", size_bytes: 807694464, ram_bytes: 1500000000, recommended: true },
+  ];
+  const state = {
+    model,
+    downloads: new Map(), conversations: [], messages: [], byId: new Map(), nextId: 1, channels: new Map(), calls: [], presets: [] };
   const conv = (id) => state.conversations.find((c) => c.id === id);
   const msg = (id) => state.byId.get(id);
   const noStats = { prompt_tokens: null, completion_tokens: null, ttft_ms: null, decode_tps: null };
@@ -62,7 +68,7 @@ export function createMockBackend() {
   }
 
   const commands = {
-    status: () => ({ model, models_dir: "/models", database: "/tmp/rill.db", live: [], version: "test" }),
+    status: () => ({ model: state.model, models_dir: "/models", database: "/tmp/rill.db", live: [], version: "test" }),
     list_conversations: () => state.conversations.filter((c) => !c.archived),
     create_conversation: () => {
       const c = {
@@ -96,7 +102,15 @@ export function createMockBackend() {
     pause: () => null,
     resume: () => null,
     set_priority: () => null,
-    models: () => ({ loaded: model, local: [{ ...model, source: "models" }], catalogue: [] }),
+    models: () => ({ loaded: state.model, local: state.model ? [{ ...model, source: "models" }] : [], catalogue }),
+    download_model: ({ spec, onProgress }) =>
+      new Promise((resolve, reject) => state.downloads.set(spec, { channel: onProgress, resolve, reject })),
+    cancel_download: ({ spec }) => {
+      const d = state.downloads.get(spec);
+      d?.channel.onmessage({ event: "error", data: { kind: "cancelled", message: "download cancelled" } });
+      d?.reject({ kind: "cancelled", message: "download cancelled" });
+      return Boolean(d);
+    },
   };
 
   return {
@@ -127,6 +141,18 @@ export function createMockBackend() {
         parent = addMessage(c.id, parent, role, `message ${i}: ${role === "user" ? "a question" : "an **answer** with `code`"}`, "done").id;
       }
       return c.id;
+    },
+    /** Drives a download started from the page: progress, then done (the model is loaded). */
+    downloadProgress(spec, done, total) {
+      state.downloads.get(spec).channel.onmessage({
+        event: "progress", data: { file: spec.split(":")[1], done_bytes: done, total_bytes: total, bytes_per_second: 12.5e6 },
+      });
+    },
+    downloadDone(spec) {
+      const d = state.downloads.get(spec);
+      state.model = model;
+      d.channel.onmessage({ event: "done", data: { path: model.path } });
+      d.resolve(model);
     },
     lastAnswerId() {
       return [...state.channels.keys()].pop();

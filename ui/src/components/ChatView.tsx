@@ -41,6 +41,15 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
     }
   }, [id, onView, onError]);
 
+  // The chat in front gets twice the share of the machine; it goes back to an equal share when
+  // the user looks elsewhere.
+  const runningIds = running.map((a) => a.id).join(",");
+  useEffect(() => {
+    const ids = runningIds ? runningIds.split(",").map(Number) : [];
+    ids.forEach((a) => api.setPriority(a, 2).catch(() => {}));
+    return () => ids.forEach((a) => api.setPriority(a, 1).catch(() => {}));
+  }, [runningIds]);
+
   useEffect(() => {
     api.contextUsage(id).then(setUsage, () => setUsage(null));
   }, [id, messages.length, messages[messages.length - 1]?.status]);

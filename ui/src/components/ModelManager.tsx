@@ -17,6 +17,8 @@ interface Download {
   running: boolean;
 }
 
+const CANCELLED = "Cancelled — start again to resume.";
+
 export function formatBytes(n: number): string {
   if (n >= 1e9) return `${(n / 1e9).toFixed(1)} GB`;
   if (n >= 1e6) return `${(n / 1e6).toFixed(0)} MB`;
@@ -63,14 +65,15 @@ export default function ModelManager({ welcome, loaded, onClose, onLoaded }: Pro
     const channel = new Channel<DownloadEvent>();
     channel.onmessage = (e) => {
       if (e.event === "progress") update({ done: e.data.done_bytes, total: e.data.total_bytes || entry.size_bytes, speed: e.data.bytes_per_second });
-      else if (e.event === "error") update({ running: false, error: e.data.kind === "cancelled" ? "Cancelled — start again to resume." : e.data.message });
+      else if (e.event === "error") update({ running: false, error: e.data.kind === "cancelled" ? CANCELLED : e.data.message });
     };
     try {
       await api.downloadModel(entry.spec, channel);
       update({ running: false });
       onLoaded();
     } catch (e) {
-      update({ running: false, error: errorText(e) });
+      const cancelled = (e as { kind?: string })?.kind === "cancelled";
+      update({ running: false, error: cancelled ? CANCELLED : errorText(e) });
     }
   };
 
