@@ -169,8 +169,9 @@ pub fn choose_gguf(files: &[String]) -> Option<String> {
 }
 
 /// Downloads `REPO` or `REPO:FILE` from Hugging Face into the HF cache and returns its path.
-/// hf-hub retries a broken connection (3 times, with backoff), resumes a partial file left by
-/// an earlier try or an earlier run, and skips a file already complete in the cache.
+/// A file already complete in the cache is returned without touching the network; otherwise
+/// hf-hub retries a broken connection (3 times, with backoff) and resumes the partial file an
+/// earlier try, a cancel or an earlier run left (`*.part` beside the blob).
 /// `progress.cancelled()` stops it with [`Error::DownloadCancelled`].
 pub fn pull(spec: &str, progress: &mut impl DownloadProgress) -> Result<PathBuf> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pull_inner(spec, progress))) {
@@ -207,6 +208,10 @@ fn pull_inner(spec: &str, progress: &mut impl DownloadProgress) -> Result<PathBu
                 .ok_or_else(|| Error::Download(format!("{repo} has no .gguf file")))?
         }
     };
+    // Already complete in the cache (fetched by Rill or any other Hugging Face tool): no network.
+    if let Some(path) = hf_hub::Cache::from_env().model(repo.to_owned()).get(&file) {
+        return Ok(path);
+    }
     repo_api
         .download_with_progress(&file, Adapter(progress))
         .map_err(|e| Error::Download(format!("{repo}/{file}: {e}")))
