@@ -49,8 +49,9 @@ test-e2e:
 	xvfb-run -a -s "-screen 0 1280x800x24" python3 tests/e2e_app.py $(APP) "$$(bash scripts/fetch-test-model.sh)"
 
 # Installers: the deb bundle builds here; AppImage, msi and dmg on their platforms (README).
+# The tauri CLI comes from npm (ui/node_modules); it runs the UI build itself.
 bundle: deps ui
-	cd ui && npx tauri build --bundles deb --config ../tauri.conf.json
+	ui/node_modules/.bin/tauri build --bundles deb
 
 bench: build model
 	$(RILL) bench --model "$$(bash scripts/fetch-test-model.sh)" --threads 2

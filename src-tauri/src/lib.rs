@@ -113,7 +113,7 @@ pub fn run(builder: tauri::Builder<tauri::Wry>) -> anyhow::Result<()> {
             commands::download_model,
             commands::cancel_download,
         ])
-        .run(tauri::generate_context!("../tauri.conf.json"))
+        .run(tauri::generate_context!())
         .context("the window failed")?;
     Ok(())
 }
