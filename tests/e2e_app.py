@@ -6,10 +6,15 @@ tauri-driver + WebKitWebDriver with selenium, on the real SmolLM2 model and a re
 
 Checks: a chat asked "What is the capital of France? Answer in one word." at temperature 0
 streams an answer containing "Paris", which is in the SQLite file afterwards; a second chat
-asked while the first streams a long answer gets its answer first. Screenshots of the window
+asked while the first streams a long answer gets its answer first; Stop keeps a partial
+answer; the API turned on in Settings answers a real HTTP client and logs the request in the
+window; a chat set to a remote OpenAI-compatible server (the app's own API, over HTTP) streams
+its answer from there, and one set to an unreachable server shows a clear error; the API
+stops answering when turned off. Screenshots of the window
 go to tests/screenshots/ (git-ignored).
 """
 
+import json
 import os
 import shutil
 import socket
@@ -18,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from selenium import webdriver
@@ -66,8 +72,8 @@ class App:
         found = self.answers()
         return found[-1] if found else None
 
-    def set_field(self, label: str, value: str) -> None:
-        field = self.d.find_element(By.CSS_SELECTOR, f'[aria-label="{label}"], #{label}')
+    def set_field(self, selector: str, value: str) -> None:
+        field = self.d.find_element(By.CSS_SELECTOR, selector)
         field.send_keys(Keys.CONTROL, "a")
         field.send_keys(Keys.BACKSPACE)
         if value:
@@ -134,7 +140,7 @@ def main() -> int:
 
             # 1. One chat, temperature 0: "Paris" streams in, and is saved.
             app.new_chat()
-            app.set_field("Temperature value", "0")
+            app.set_field('[aria-label="Temperature value"]', "0")
             first = app.ask(QUESTION)
             seen_streaming = app.status_of(first) == "streaming"
             app.wait(lambda: app.status_of(first) == "done", 300, "the answer did not finish")
@@ -154,7 +160,7 @@ def main() -> int:
             # 2. The flow: a long answer streams in one chat; a short question in another
             #    chat gets its whole answer while the long one is still being written.
             app.new_chat()
-            app.set_field("max-tokens-field", "400")
+            app.set_field("#max-tokens-field", "400")
             long_id = app.ask(LONG)
             app.wait(lambda: len(app.last_answer().text) > 20, 120, "the long answer did not start")
             long_chat = d.find_element(By.CSS_SELECTOR, '[data-testid="conversation-item"].active').get_attribute("data-id")
@@ -188,6 +194,69 @@ def main() -> int:
                 if status != "stopped" or len(content) < 20:
                     failures.append(f"the stopped answer was not kept: {status} {content!r}")
             app.shot("app-stopped")
+
+            # 3. The API from the window's settings: serve, answer a real HTTP client, log it.
+            api_port = free_port()
+            app.tid("settings").click()
+            app.set_field('[aria-label="API port"]', str(api_port))
+            app.tid("api-toggle").click()
+            app.wait(lambda: "Serving at" in app.tid("api-status").text, 30, "the API did not start")
+            address = app.tid("api-status").text.split("Serving at ", 1)[1].strip()
+            body = json.dumps({
+                "messages": [{"role": "user", "content": QUESTION}],
+                "temperature": 0,
+            }).encode()
+            request = urllib.request.Request(
+                f"{address}/chat/completions", data=body, headers={"content-type": "application/json"}
+            )
+            with urllib.request.urlopen(request, timeout=300) as r:
+                reply = json.load(r)
+            content = reply["choices"][0]["message"]["content"]
+            print(f"API answer: {content!r}")
+            if "Paris" not in content:
+                failures.append(f"the API answer does not contain Paris: {content!r}")
+            app.wait(lambda: "POST /v1/chat/completions" in app.tid("api-log").text, 30, "the request is not in the log")
+            app.shot("app-api")
+            d.find_element(By.CSS_SELECTOR, '[aria-label="Close the settings"]').click()
+
+            # 4. A chat answered by a remote OpenAI-compatible server (here: this app's own
+            #    API over HTTP), then by one that is not there: a clear error, kept.
+            app.new_chat()
+            app.tid("backend-remote").click()
+            app.set_field('[data-testid="remote-url"]', address)
+            app.set_field('[data-testid="remote-model"]', model.stem)
+            app.tid("remote-use").click()
+            app.wait(lambda: app.tid("remote-use").text == "In use", 30, "the remote backend was not taken")
+            remote_id = app.ask(QUESTION)
+            app.wait(lambda: app.status_of(remote_id) in ("done", "error"), 300, "the remote answer did not finish")
+            remote_text = app.last_answer().text
+            with sqlite3.connect(db) as c:
+                (status, content, model_used) = c.execute(
+                    "SELECT status, content, model FROM messages WHERE id = ?", (int(remote_id),)
+                ).fetchone()
+            print(f"remote answer: {status} {content!r} from {model_used!r}")
+            if status != "done" or "Paris" not in content or "@ http://" not in (model_used or ""):
+                failures.append(f"the remote answer is wrong: {status} {content!r} {model_used!r}")
+            if "Paris" not in remote_text:
+                failures.append(f"the remote answer is not shown: {remote_text!r}")
+            app.set_field('[data-testid="remote-url"]', "http://127.0.0.1:9")
+            app.tid("remote-use").click()
+            app.wait(lambda: app.tid("remote-use").text == "In use", 30)
+            dead_id = app.ask("Are you there?")
+            app.wait(lambda: app.status_of(dead_id) == "error", 120, "an unreachable server did not give an error")
+            shown = d.find_element(By.CSS_SELECTOR, f'[data-testid="message"][data-id="{dead_id}"]').text
+            print(f"unreachable server: {shown!r}")
+            if "cannot reach" not in shown:
+                failures.append(f"the unreachable server's error is not shown clearly: {shown!r}")
+            app.shot("app-remote")
+            app.tid("settings").click()
+            app.tid("api-toggle").click()
+            app.wait(lambda: "Not serving" in app.tid("api-status").text, 30, "the API did not stop")
+            try:
+                urllib.request.urlopen(f"{address}/models", timeout=5)
+                failures.append("the API still answers after it was turned off")
+            except OSError:
+                pass
         except Exception:
             app.shot("app-failure")
             print("page text at failure:", d.find_element(By.TAG_NAME, "body").text[:2000])

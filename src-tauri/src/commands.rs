@@ -16,7 +16,7 @@ use tauri::ipc::Channel;
 use tauri::{AppHandle, Manager, State};
 
 use crate::error::{CommandError, Result};
-use crate::state::{AppState, LiveAnswer};
+use crate::state::{ApiSettings, AppState, LiveAnswer};
 
 // ---- wire types ---------------------------------------------------------------------------
 
@@ -27,6 +27,9 @@ pub struct PanelSettings {
     #[serde(flatten)]
     pub params: SamplingParams,
     pub max_tokens: Option<usize>,
+    /// Answer with a remote OpenAI-compatible server instead of this machine's engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<crate::remote::RemoteBackend>,
 }
 
 impl PanelSettings {
@@ -204,8 +207,8 @@ pub async fn set_pinned(state: State<'_, AppState>, id: i64, pinned: bool) -> Re
 
 #[tauri::command]
 pub async fn delete_conversation(state: State<'_, AppState>, id: i64) -> Result<()> {
-    for control in state.live_in(id) {
-        let _ = control.cancel(); // it may have just finished: nothing left to stop
+    for answer in state.live_in(id) {
+        let _ = answer.stop(); // it may have just finished: nothing left to stop
     }
     Ok(state.store.delete_conversation(id).await?)
 }
@@ -301,13 +304,28 @@ pub async fn set_params(
     settings: PanelSettings,
 ) -> Result<()> {
     settings.params.validate()?;
-    for control in state.live_in(conversation) {
-        control.set_params(settings.params.clone())?;
-        control.set_max_tokens(settings.max_tokens)?;
+    if let Some(r) = &settings.remote {
+        r.validate()?;
     }
-    let json = settings.to_json();
-    state.store.set_settings(conversation, &json).await?;
-    Ok(state.store.set_setting("panel", &json).await?)
+    for answer in state.live_in(conversation) {
+        if let Ok(control) = answer.local() {
+            control.set_params(settings.params.clone())?;
+            control.set_max_tokens(settings.max_tokens)?;
+        }
+    }
+    state
+        .store
+        .set_settings(conversation, &settings.to_json())
+        .await?;
+    // The defaults for new chats: the sampling values, not this chat's backend.
+    let defaults = PanelSettings {
+        remote: None,
+        ..settings
+    };
+    Ok(state
+        .store
+        .set_setting("panel", &defaults.to_json())
+        .await?)
 }
 
 #[tauri::command]
@@ -360,15 +378,16 @@ pub async fn send_message(
     text: String,
     on_event: Channel<ChatEvent>,
 ) -> Result<Sent> {
-    let handle = state.handle()?;
+    let handle = state.handle();
     if text.trim().is_empty() {
         return Err(CommandError::Invalid("the message is empty".into()));
     }
+    needs_a_model(&state, conversation, &handle).await?;
     let user = state
         .store
         .append(conversation, NewMessage::user(text))
         .await?;
-    let answer_id = answer(app, &state, &handle, conversation, Some(user.id), on_event).await?;
+    let answer_id = answer(app, &state, handle, conversation, Some(user.id), on_event).await?;
     Ok(Sent { user, answer_id })
 }
 
@@ -380,12 +399,13 @@ pub async fn regenerate(
     message: i64,
     on_event: Channel<ChatEvent>,
 ) -> Result<i64> {
-    let handle = state.handle()?;
+    let handle = state.handle();
     let m = state.store.message(message).await?;
+    needs_a_model(&state, m.conversation_id, &handle).await?;
     answer(
         app,
         &state,
-        &handle,
+        handle,
         m.conversation_id,
         m.parent_id,
         on_event,
@@ -402,12 +422,14 @@ pub async fn edit_message(
     text: String,
     on_event: Channel<ChatEvent>,
 ) -> Result<Sent> {
-    let handle = state.handle()?;
+    let handle = state.handle();
+    let m = state.store.message(message).await?;
+    needs_a_model(&state, m.conversation_id, &handle).await?;
     let user = state.store.edit(message, &text).await?;
     let answer_id = answer(
         app,
         &state,
-        &handle,
+        handle,
         user.conversation_id,
         Some(user.id),
         on_event,
@@ -440,18 +462,45 @@ pub async fn continue_answer(
     Ok(stream(app, &state, m.conversation_id, answering, on_event))
 }
 
+/// Refuses before anything is written when the chat would need a local model and none is
+/// loaded (a chat on a remote server needs none).
+async fn needs_a_model(
+    state: &AppState,
+    conversation: i64,
+    handle: &Result<rill_engine::Handle>,
+) -> Result<()> {
+    let conv = state.store.conversation(conversation).await?;
+    if handle.is_err() && PanelSettings::from_json(&conv.settings).remote.is_none() {
+        return Err(CommandError::NoModel);
+    }
+    Ok(())
+}
+
 async fn answer(
     app: AppHandle,
     state: &AppState,
-    handle: &rill_engine::Handle,
+    handle: Result<rill_engine::Handle>,
     conversation: i64,
     parent: Option<i64>,
     on_event: Channel<ChatEvent>,
 ) -> Result<i64> {
     let conv = state.store.conversation(conversation).await?;
-    let settings = PanelSettings::from_json(&conv.settings);
+    let mut settings = PanelSettings::from_json(&conv.settings);
+    if let Some(backend) = settings.remote.take() {
+        return crate::remote::answer(
+            app,
+            state,
+            conversation,
+            parent,
+            settings,
+            backend,
+            on_event,
+        )
+        .await;
+    }
+    let handle = handle?;
     let answering = rill_chat::begin(
-        handle,
+        &handle,
         &state.store,
         conversation,
         parent,
@@ -474,7 +523,7 @@ fn stream(
         id,
         LiveAnswer {
             conversation,
-            control: answering.control(),
+            steer: crate::state::Steer::Local(answering.control()),
         },
     );
     tauri::async_runtime::spawn(async move {
@@ -537,23 +586,67 @@ fn stream(
 
 #[tauri::command]
 pub fn stop(state: State<'_, AppState>, message: i64) -> Result<()> {
-    Ok(state.live(message)?.cancel()?)
+    state.live(message)?.stop()
 }
 
 #[tauri::command]
 pub fn pause(state: State<'_, AppState>, message: i64) -> Result<()> {
-    Ok(state.live(message)?.pause()?)
+    Ok(state.live(message)?.local()?.pause()?)
 }
 
 #[tauri::command]
 pub fn resume(state: State<'_, AppState>, message: i64) -> Result<()> {
-    Ok(state.live(message)?.resume()?)
+    Ok(state.live(message)?.local()?.resume()?)
 }
 
 /// Decode steps per round relative to other answers (1 = an equal share).
 #[tauri::command]
 pub fn set_priority(state: State<'_, AppState>, message: i64, priority: u8) -> Result<()> {
-    Ok(state.live(message)?.set_priority(priority)?)
+    Ok(state.live(message)?.local()?.set_priority(priority)?)
+}
+
+// ---- the API ------------------------------------------------------------------------------
+
+#[derive(Serialize)]
+pub struct ApiStatus {
+    pub settings: ApiSettings,
+    /// `http://HOST:PORT` while it serves.
+    pub address: Option<String>,
+    pub requests: Vec<rill_server::LoggedRequest>,
+}
+
+pub async fn api_settings(state: &AppState) -> ApiSettings {
+    match state.store.setting("api").await {
+        Ok(Some(v)) => serde_json::from_value(v).unwrap_or_default(),
+        _ => ApiSettings::default(),
+    }
+}
+
+#[tauri::command]
+pub async fn api_status(state: State<'_, AppState>) -> Result<ApiStatus> {
+    let settings = api_settings(&state).await;
+    let (address, requests) = state
+        .api()
+        .map_or((None, Vec::new()), |(a, r)| (Some(a), r));
+    Ok(ApiStatus {
+        settings,
+        address,
+        requests,
+    })
+}
+
+/// The API toggle: saves the settings, then serves (or stops serving) with them.
+#[tauri::command]
+pub async fn set_api(state: State<'_, AppState>, settings: ApiSettings) -> Result<ApiStatus> {
+    state.stop_api();
+    if settings.enabled {
+        state.start_api(&settings).await?;
+    }
+    state
+        .store
+        .set_setting("api", &serde_json::to_value(&settings).unwrap_or_default())
+        .await?;
+    api_status(state).await
 }
 
 // ---- models -------------------------------------------------------------------------------
@@ -596,6 +689,13 @@ pub async fn load(app: &AppHandle, path: PathBuf) -> Result<ModelInfo> {
     let state = app.state::<AppState>();
     let value = serde_json::Value::String(path.to_string_lossy().into_owned());
     state.store.set_setting("model", &value).await?;
+    // The API serves the model in use: start it (or move it) onto the new one.
+    let api = api_settings(&state).await;
+    if api.enabled {
+        if let Err(e) = state.start_api(&api).await {
+            tracing::warn!(error = %e, "could not start the API");
+        }
+    }
     Ok(info)
 }
 
@@ -736,6 +836,7 @@ mod tests {
                 ..Default::default()
             },
             max_tokens: Some(64),
+            remote: None,
         };
         assert_eq!(PanelSettings::from_json(&s.to_json()), s);
         // Settings stored by an older Rill, or none at all, give the defaults.

@@ -11,6 +11,7 @@
 
 pub mod commands;
 pub mod error;
+pub mod remote;
 pub mod state;
 
 use std::path::PathBuf;
@@ -112,6 +113,8 @@ pub fn run(builder: tauri::Builder<tauri::Wry>) -> anyhow::Result<()> {
             commands::import_model,
             commands::download_model,
             commands::cancel_download,
+            commands::api_status,
+            commands::set_api,
         ])
         .run(tauri::generate_context!())
         .context("the window failed")?;

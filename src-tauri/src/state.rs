@@ -15,17 +15,81 @@ use rill_store::Store;
 
 use crate::error::{CommandError, Result};
 
+/// The API toggle's settings (kept in the database as `api`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct ApiSettings {
+    pub enabled: bool,
+    pub host: String,
+    pub port: u16,
+    pub api_key: Option<String>,
+    /// Keep API chats as conversations (never silently: off by default).
+    pub save: bool,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        ApiSettings {
+            enabled: false,
+            host: "127.0.0.1".into(),
+            port: 8080,
+            api_key: None,
+            save: false,
+        }
+    }
+}
+
+/// How a running answer can be steered.
+#[derive(Clone)]
+pub enum Steer {
+    /// An answer of this machine's engine: stop, pause, resume, live settings, priority.
+    Local(Control),
+    /// An answer streaming from a remote server: it can be stopped (the request is sent; the
+    /// server owns its sampling, so the panel's changes apply from the next answer).
+    Remote(Arc<tokio::sync::Notify>),
+}
+
+impl Steer {
+    pub fn stop(&self) -> Result<()> {
+        match self {
+            Steer::Local(c) => Ok(c.cancel()?),
+            Steer::Remote(stop) => {
+                stop.notify_one();
+                Ok(())
+            }
+        }
+    }
+
+    /// The engine's controls, for what only a local answer can do.
+    pub fn local(&self) -> Result<&Control> {
+        match self {
+            Steer::Local(c) => Ok(c),
+            Steer::Remote(_) => Err(CommandError::Invalid(
+                "an answer from a remote server can only be stopped".into(),
+            )),
+        }
+    }
+}
+
 /// One answer being written: which conversation it belongs to and how to steer it.
 #[derive(Clone)]
 pub struct LiveAnswer {
     pub conversation: i64,
-    pub control: Control,
+    pub steer: Steer,
+}
+
+/// The OpenAI-compatible API, while the app serves it.
+pub struct RunningApi {
+    pub address: String,
+    pub log: rill_server::RequestLog,
+    stop: tokio::sync::oneshot::Sender<()>,
 }
 
 pub struct AppState {
     pub store: Store,
     pub models_dir: PathBuf,
     engine: Mutex<Option<Engine>>,
+    api: Mutex<Option<RunningApi>>,
     live: Mutex<HashMap<i64, LiveAnswer>>,
     downloads: Mutex<HashMap<String, Arc<AtomicBool>>>,
 }
@@ -42,6 +106,7 @@ impl AppState {
             store,
             models_dir,
             engine: Mutex::new(None),
+            api: Mutex::new(None),
             live: Mutex::new(HashMap::new()),
             downloads: Mutex::new(HashMap::new()),
         }
@@ -70,6 +135,53 @@ impl AppState {
         Ok(info)
     }
 
+    /// Starts serving the API on the current model (stopping a running one first).
+    pub async fn start_api(&self, settings: &ApiSettings) -> Result<String> {
+        self.stop_api();
+        let handle = self.handle()?;
+        let ip: std::net::IpAddr = settings.host.parse().map_err(|_| {
+            CommandError::Invalid(format!("`{}` is not an IP address", settings.host))
+        })?;
+        let addr = std::net::SocketAddr::new(ip, settings.port);
+        let log = rill_server::RequestLog::default();
+        let config = rill_server::ServerConfig {
+            api_key: settings.api_key.clone().filter(|k| !k.is_empty()),
+            store: settings.save.then(|| self.store.clone()),
+            log: Some(log.clone()),
+            ..Default::default()
+        };
+        let listener = rill_server::listen(addr, &config).await?;
+        let address = format!("http://{}", listener.local_addr()?);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tauri::async_runtime::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            if let Err(e) = rill_server::serve_on(listener, handle, config, shutdown).await {
+                tracing::warn!(error = %e, "the API server stopped");
+            }
+        });
+        *lock(&self.api) = Some(RunningApi {
+            address: address.clone(),
+            log,
+            stop,
+        });
+        Ok(address)
+    }
+
+    pub fn stop_api(&self) {
+        if let Some(api) = lock(&self.api).take() {
+            let _ = api.stop.send(()); // the server may have ended on its own
+        }
+    }
+
+    /// Address and request log of the running API, if any.
+    pub fn api(&self) -> Option<(String, Vec<rill_server::LoggedRequest>)> {
+        lock(&self.api)
+            .as_ref()
+            .map(|a| (a.address.clone(), a.log.entries()))
+    }
+
     pub fn track(&self, message: i64, answer: LiveAnswer) {
         lock(&self.live).insert(message, answer);
     }
@@ -78,19 +190,19 @@ impl AppState {
         lock(&self.live).remove(&message);
     }
 
-    pub fn live(&self, message: i64) -> Result<Control> {
+    pub fn live(&self, message: i64) -> Result<Steer> {
         lock(&self.live)
             .get(&message)
-            .map(|a| a.control.clone())
+            .map(|a| a.steer.clone())
             .ok_or(CommandError::NotRunning)
     }
 
     /// The running answers of a conversation (usually one).
-    pub fn live_in(&self, conversation: i64) -> Vec<Control> {
+    pub fn live_in(&self, conversation: i64) -> Vec<Steer> {
         lock(&self.live)
             .values()
             .filter(|a| a.conversation == conversation)
-            .map(|a| a.control.clone())
+            .map(|a| a.steer.clone())
             .collect()
     }
 

@@ -5,6 +5,7 @@ import Sidebar from "./components/Sidebar";
 import ChatView from "./components/ChatView";
 import SamplingPanel from "./components/SamplingPanel";
 import ModelManager from "./components/ModelManager";
+import SettingsView from "./components/SettingsView";
 
 /** The file's name says what a user downloaded (metadata names are often internal). */
 function modelLabel(m: ModelInfo): string {
@@ -18,6 +19,7 @@ export default function App() {
   const [current, setCurrent] = useState<number | null>(null);
   const [view, setView] = useState<ConversationView | null>(null);
   const [showModels, setShowModels] = useState(false);
+  const [showSettings, setShowSettings] = useState(false);
   const [error, setError] = useState<string | null>(null);
   const searchRef = useRef<HTMLInputElement>(null);
   const composerRef = useRef<HTMLTextAreaElement>(null);
@@ -145,6 +147,10 @@ export default function App() {
           >
             {status?.model ? modelLabel(status.model) : "No model loaded"}
           </button>
+          <span className="spacer" />
+          <button type="button" data-testid="settings" aria-label="Settings" onClick={() => setShowSettings(true)}>
+            Settings
+          </button>
           {error && (
             <div className="error-banner" role="alert">
               {error}
@@ -154,7 +160,9 @@ export default function App() {
             </div>
           )}
         </header>
-        {showModels || noModel ? (
+        {showSettings ? (
+          <SettingsView onClose={() => setShowSettings(false)} />
+        ) : showModels || noModel ? (
           <ModelManager
             welcome={noModel}
             loaded={status?.model ?? null}
@@ -182,7 +190,7 @@ export default function App() {
           </div>
         )}
       </main>
-      {view && !showModels && !noModel && (
+      {view && !showModels && !showSettings && !noModel && (
         <SamplingPanel
           key={view.conversation.id}
           conversation={view.conversation}

@@ -14,7 +14,10 @@
 
 pub mod api;
 pub mod error;
+pub mod log;
 pub mod remote;
+
+pub use log::{LoggedRequest, RequestLog};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -52,6 +55,8 @@ pub struct ServerConfig {
     /// When set, every chat completion is saved there as a conversation. Off by default: API
     /// traffic is never stored silently.
     pub store: Option<Store>,
+    /// When set, every request is recorded there (the app shows it).
+    pub log: Option<RequestLog>,
 }
 
 impl Default for ServerConfig {
@@ -62,6 +67,7 @@ impl Default for ServerConfig {
             body_limit: 4 << 20,
             defaults: api::openai_defaults(),
             store: None,
+            log: None,
         }
     }
 }
@@ -87,16 +93,21 @@ pub fn router(handle: Handle, config: ServerConfig) -> Router {
         defaults: Arc::new(config.defaults),
         store: config.store,
     };
+    let log = config.log;
     let v1 = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
-    Router::new()
+    let routes = Router::new()
         .merge(v1)
         .route("/health", get(health))
         .layer(DefaultBodyLimit::max(config.body_limit))
-        .with_state(state)
+        .with_state(state);
+    match log {
+        Some(log) => routes.layer(middleware::from_fn_with_state(log, log::record)),
+        None => routes,
+    }
 }
 
 /// The id clients use for the loaded model: its file name without `.gguf`.
@@ -110,15 +121,37 @@ pub fn model_id(handle: &Handle) -> String {
 
 /// Serves until the process ends. Refuses to listen beyond loopback without an API key.
 pub async fn serve(handle: Handle, config: ServerConfig, addr: SocketAddr) -> std::io::Result<()> {
+    let listener = listen(addr, &config).await?;
+    serve_on(listener, handle, config, std::future::pending()).await
+}
+
+/// Binds the API's address (refusing anything beyond loopback without an API key), so a
+/// caller learns of a taken port or a refused address before it reports "listening".
+pub async fn listen(
+    addr: SocketAddr,
+    config: &ServerConfig,
+) -> std::io::Result<tokio::net::TcpListener> {
     if !addr.ip().is_loopback() && config.api_key.is_none() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
-            format!("listening on {addr} (beyond this machine) needs an API key (--api-key)"),
+            format!("listening on {addr} (beyond this machine) needs an API key"),
         ));
     }
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "serving the OpenAI-compatible API");
-    axum::serve(listener, router(handle, config)).await
+    Ok(listener)
+}
+
+/// Serves on `listener` until `shutdown` completes (the app's API toggle).
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    handle: Handle,
+    config: ServerConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(handle, config))
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 async fn require_key(State(s): State<AppState>, request: Request, next: Next) -> Response {

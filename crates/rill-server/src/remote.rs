@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 pub enum RemoteError {
     #[error("cannot reach {url}: {reason}")]
     Connect { url: String, reason: String },
-    #[error("{url} refused the API key (HTTP 401); check --api-key")]
+    #[error("{url} refused the API key (HTTP 401): check the key")]
     Unauthorized { url: String },
     #[error("{url} answered HTTP {status}: {message}")]
     Status {

@@ -92,6 +92,11 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
     <section className="chat" aria-label="Conversation">
       <div className="chat-header">
         <h1>{view.conversation.title || "New chat"}</h1>
+        {view.settings.remote && (
+          <span className="badge" title={view.settings.remote.url}>
+            via {view.settings.remote.model}
+          </span>
+        )}
         {usage && (
           <span
             className={`context-meter ${usage.used_tokens > usage.context_length * 0.9 ? "full" : ""}`}

@@ -1,5 +1,5 @@
 import { useEffect, useState } from "react";
-import { api, errorText, DEFAULT_SETTINGS, type Conversation, type PanelSettings, type Preset } from "../lib/ipc";
+import { api, errorText, DEFAULT_SETTINGS, type Conversation, type PanelSettings, type Preset, type RemoteBackend } from "../lib/ipc";
 
 interface Props {
   conversation: Conversation;
@@ -107,6 +107,41 @@ function OptionalNumber({ id, label, value, placeholder, min, onChange }: Option
   );
 }
 
+/** Where this chat's answers come from: this computer, or a remote OpenAI-compatible server
+ * (vLLM, TGI, Ollama, llama.cpp, another Rill) when one machine is not enough. */
+function Backend({ remote, onChange }: { remote: RemoteBackend | null | undefined; onChange: (r: RemoteBackend | null) => void }) {
+  const [mode, setMode] = useState<"local" | "remote">(remote ? "remote" : "local");
+  const [draft, setDraft] = useState<RemoteBackend>(remote ?? { url: "http://127.0.0.1:8080", model: "", api_key: null });
+  const ok = /^https?:\/\//.test(draft.url.trim()) && draft.model.trim() !== "";
+  return (
+    <div className="param backend">
+      <span className="label">Answers from</span>
+      <label className="check">
+        <input type="radio" name="backend" checked={mode === "local"} onChange={() => (setMode("local"), onChange(null))} />
+        This computer
+      </label>
+      <label className="check">
+        <input type="radio" name="backend" data-testid="backend-remote" checked={mode === "remote"} onChange={() => setMode("remote")} />
+        A remote server (OpenAI-compatible)
+      </label>
+      {mode === "remote" && (
+        <>
+          <input aria-label="Server address" data-testid="remote-url" placeholder="http://host:8000" value={draft.url}
+            onChange={(e) => setDraft({ ...draft, url: e.target.value })} />
+          <input aria-label="Model on the server" data-testid="remote-model" placeholder="model name" value={draft.model}
+            onChange={(e) => setDraft({ ...draft, model: e.target.value })} />
+          <input aria-label="Server API key" type="password" placeholder="API key (if it needs one)" value={draft.api_key ?? ""}
+            onChange={(e) => setDraft({ ...draft, api_key: e.target.value || null })} />
+          <button type="button" data-testid="remote-use" disabled={!ok} onClick={() => onChange({ ...draft, url: draft.url.trim(), model: draft.model.trim() })}>
+            {remote && remote.url === draft.url.trim() && remote.model === draft.model.trim() && remote.api_key === draft.api_key ? "In use" : "Use this server"}
+          </button>
+          <span className="muted small">Stop works; pause and live changes apply to this computer's answers only.</span>
+        </>
+      )}
+    </div>
+  );
+}
+
 export default function SamplingPanel({ conversation, settings, onChange, onSystemPrompt, onError }: Props) {
   const s = { ...DEFAULT_SETTINGS, ...settings };
   const set = (patch: Partial<PanelSettings>) => onChange({ ...s, ...patch });
@@ -120,6 +155,7 @@ export default function SamplingPanel({ conversation, settings, onChange, onSyst
 
   return (
     <aside className="panel" aria-label="Sampling settings">
+      <Backend remote={settings.remote} onChange={(remote) => onChange({ ...s, remote })} />
       <h2>Sampling</h2>
       <p className="muted small">Changes apply to the running answer from its next token.</p>
       <Slider id="temperature" label="Temperature" value={s.temperature} min={0} max={2} step={0.05}
@@ -153,7 +189,7 @@ export default function SamplingPanel({ conversation, settings, onChange, onSyst
       <ul className="presets">
         {presets.map((p) => (
           <li key={p.name}>
-            <button type="button" aria-label={`Use preset ${p.name}`} onClick={() => onChange({ ...DEFAULT_SETTINGS, ...p.settings })}>
+            <button type="button" aria-label={`Use preset ${p.name}`} onClick={() => onChange({ ...DEFAULT_SETTINGS, ...p.settings, remote: s.remote })}>
               {p.name}
             </button>
             <button type="button" aria-label={`Delete preset ${p.name}`}
@@ -167,12 +203,12 @@ export default function SamplingPanel({ conversation, settings, onChange, onSyst
         <input aria-label="Preset name" placeholder="Preset name" value={presetName} onChange={(e) => setPresetName(e.target.value)} />
         <button type="button" disabled={!presetName.trim()}
           onClick={() =>
-            api.savePreset(presetName.trim(), s).then(() => api.presets()).then((p) => (setPresets(p), setPresetName("")), (e) => onError(errorText(e)))
+            api.savePreset(presetName.trim(), { ...s, remote: null }).then(() => api.presets()).then((p) => (setPresets(p), setPresetName("")), (e) => onError(errorText(e)))
           }>
           Save
         </button>
       </div>
-      <button type="button" onClick={() => onChange(DEFAULT_SETTINGS)}>
+      <button type="button" onClick={() => onChange({ ...DEFAULT_SETTINGS, remote: s.remote })}>
         Reset to defaults
       </button>
     </aside>

@@ -55,6 +55,14 @@ export interface PanelSettings {
   frequency_penalty: number;
   seed: number | null;
   max_tokens: number | null;
+  /** Answer with a remote OpenAI-compatible server instead of this machine. */
+  remote?: RemoteBackend | null;
+}
+
+export interface RemoteBackend {
+  url: string;
+  model: string;
+  api_key: string | null;
 }
 
 export const DEFAULT_SETTINGS: PanelSettings = {
@@ -151,6 +159,28 @@ export function errorText(e: unknown): string {
   return String(e);
 }
 
+export interface ApiSettings {
+  enabled: boolean;
+  host: string;
+  port: number;
+  api_key: string | null;
+  save: boolean;
+}
+
+export interface LoggedRequest {
+  at_ms: number;
+  method: string;
+  path: string;
+  status: number;
+  ms: number;
+}
+
+export interface ApiStatus {
+  settings: ApiSettings;
+  address: string | null;
+  requests: LoggedRequest[];
+}
+
 export interface Preset {
   name: string;
   settings: Partial<PanelSettings>;
@@ -192,6 +222,8 @@ export const api = {
   presets: () => invoke<Preset[]>("presets"),
   savePreset: (name: string, settings: PanelSettings) => invoke<void>("save_preset", { name, settings }),
   deletePreset: (name: string) => invoke<void>("delete_preset", { name }),
+  apiStatus: () => invoke<ApiStatus>("api_status"),
+  setApi: (settings: ApiSettings) => invoke<ApiStatus>("set_api", { settings }),
   models: () => invoke<Models>("models"),
   selectModel: (path: string) => invoke<ModelInfo>("select_model", { path }),
   importModel: (path: string) => invoke<ModelInfo>("import_model", { path }),

@@ -1,0 +1,141 @@
+//! A chat answered by a remote OpenAI-compatible server (vLLM, TGI, Ollama, llama.cpp's
+//! server, another Rill) instead of this machine's engine, for when one machine is not
+//! enough. It streams through the same channel events and is saved the same way as a local
+//! answer; it can be stopped (the partial answer is kept), not paused, and the sampling panel's
+//! values go with each request.
+
+use std::sync::Arc;
+
+use rill_engine::Event;
+use rill_server::remote::{RemoteClient, RemoteRequest};
+use rill_store::{MessageStats, Status};
+use serde::{Deserialize, Serialize};
+use tauri::ipc::Channel;
+use tauri::{AppHandle, Manager};
+
+use crate::commands::{ChatEvent, PanelSettings};
+use crate::error::{CommandError, Result};
+use crate::state::{AppState, LiveAnswer, Steer};
+
+/// Where a conversation's answers come from when not from this machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RemoteBackend {
+    /// The server's address, e.g. `http://gpu-box:8000` (with or without `/v1`).
+    pub url: String,
+    /// The model name the server knows.
+    pub model: String,
+    #[serde(default)]
+    pub api_key: Option<String>,
+}
+
+impl RemoteBackend {
+    pub fn validate(&self) -> Result<()> {
+        let url = self.url.trim();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(CommandError::Invalid(format!(
+                "the remote server's address must start with http:// or https:// (got `{url}`)"
+            )));
+        }
+        if self.model.trim().is_empty() {
+            return Err(CommandError::Invalid(
+                "name the model to use on the remote server".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Starts an answer under `parent` from `backend`; returns its message id at once and streams
+/// the rest in the background, like a local answer.
+pub async fn answer(
+    app: AppHandle,
+    state: &AppState,
+    conversation: i64,
+    parent: Option<i64>,
+    settings: PanelSettings,
+    backend: RemoteBackend,
+    on_event: Channel<ChatEvent>,
+) -> Result<i64> {
+    backend.validate()?;
+    let conv = state.store.conversation(conversation).await?;
+    let path = match parent {
+        Some(p) => state.store.path_to(p).await?,
+        None => Vec::new(),
+    };
+    let messages = rill_chat::history(conv.system_prompt.as_deref(), &path);
+    let writer = state
+        .store
+        .begin_answer(
+            conversation,
+            parent,
+            Some(format!("{} @ {}", backend.model, backend.url)),
+            Some(settings.params.to_json()),
+        )
+        .await?;
+    let id = writer.message_id();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    state.track(
+        id,
+        LiveAnswer {
+            conversation,
+            steer: Steer::Remote(stop.clone()),
+        },
+    );
+    tauri::async_runtime::spawn(async move {
+        let client = RemoteClient::new(&backend.url, &backend.model, backend.api_key.clone());
+        let request = RemoteRequest {
+            messages,
+            params: settings.params,
+            stop: Vec::new(),
+            max_tokens: settings.max_tokens,
+        };
+        let mut done = None;
+        let mut tokens = 0usize;
+        let outcome = {
+            let run = client.generate(&request, |e| match e {
+                Event::Token { text, .. } => {
+                    tokens += 1;
+                    writer.push(&text);
+                    let _ = on_event.send(ChatEvent::Token { text });
+                }
+                Event::Done { usage, timings, .. } => done = Some((usage, timings)),
+                _ => {}
+            });
+            tokio::select! {
+                r = run => Some(r),
+                _ = stop.notified() => None,
+            }
+        };
+        let (status, stats, error) = match outcome {
+            Some(Ok(())) => {
+                let (usage, timings) = done.unwrap_or_default();
+                let stats = MessageStats {
+                    prompt_tokens: Some(usage.prompt_tokens as i64),
+                    completion_tokens: Some(usage.completion_tokens as i64),
+                    ttft_ms: Some(timings.ttft_ms),
+                    decode_tps: Some(timings.decode_tps),
+                };
+                (Status::Done, stats, None)
+            }
+            Some(Err(e)) => (Status::Error, MessageStats::default(), Some(e.to_string())),
+            None => {
+                let stats = MessageStats {
+                    completion_tokens: Some(tokens as i64),
+                    ..Default::default()
+                };
+                (Status::Stopped, stats, None)
+            }
+        };
+        // A failed request is an answer too: saved with status `error` and the server's words,
+        // shown under the message.
+        let saved = writer.finish(status, stats, error).await;
+        app.state::<AppState>().untrack(id);
+        let _ = on_event.send(match saved {
+            Ok(message) => ChatEvent::Done { message },
+            Err(e) => ChatEvent::Error {
+                message: e.to_string(),
+            },
+        });
+    });
+    Ok(id)
+}
