@@ -139,18 +139,9 @@ impl Store {
     // ---- conversations ------------------------------------------------------------------
 
     pub async fn create_conversation(&self, new: NewConversation) -> Result<Conversation> {
-        let now = now_ms();
-        let id = sqlx::query(
-            "INSERT INTO conversations (created_at, updated_at, model, system_prompt, settings) VALUES (?, ?, ?, ?, ?)",
-        )
-        .bind(now)
-        .bind(now)
-        .bind(&new.model)
-        .bind(&new.system_prompt)
-        .bind(new.settings.unwrap_or_else(|| Value::Object(Default::default())).to_string())
-        .execute(&self.pool)
-        .await?
-        .last_insert_rowid();
+        let mut conn = self.pool.acquire().await?;
+        let id = insert_conversation(&mut conn, new).await?;
+        drop(conn);
         self.conversation(id).await
     }
 
@@ -163,19 +154,8 @@ impl Store {
         messages: &[NewMessage],
         last_stats: &MessageStats,
     ) -> Result<i64> {
-        let now = now_ms();
         let mut tx = self.write_tx().await?;
-        let id = sqlx::query(
-            "INSERT INTO conversations (created_at, updated_at, model, system_prompt, settings) VALUES (?, ?, ?, ?, ?)",
-        )
-        .bind(now)
-        .bind(now)
-        .bind(&new.model)
-        .bind(&new.system_prompt)
-        .bind(new.settings.unwrap_or_else(|| Value::Object(Default::default())).to_string())
-        .execute(&mut *tx)
-        .await?
-        .last_insert_rowid();
+        let id = insert_conversation(&mut tx, new).await?;
         let mut parent = None;
         for m in messages {
             parent = Some(insert_message(&mut tx, id, parent, m).await?);
@@ -548,6 +528,21 @@ impl Store {
 
 /// Inserts a message inside a write transaction: makes it the leaf, bumps the conversation,
 /// and titles the conversation from its first user message unless the user named it.
+async fn insert_conversation(conn: &mut SqliteConnection, new: NewConversation) -> Result<i64> {
+    let now = now_ms();
+    Ok(sqlx::query(
+        "INSERT INTO conversations (created_at, updated_at, model, system_prompt, settings) VALUES (?, ?, ?, ?, ?)",
+    )
+    .bind(now)
+    .bind(now)
+    .bind(&new.model)
+    .bind(&new.system_prompt)
+    .bind(new.settings.unwrap_or_else(|| Value::Object(Default::default())).to_string())
+    .execute(&mut *conn)
+    .await?
+    .last_insert_rowid())
+}
+
 pub(crate) async fn insert_message(
     conn: &mut SqliteConnection,
     conversation: i64,
