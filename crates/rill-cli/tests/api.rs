@@ -400,7 +400,10 @@ fn bad_requests_get_openai_shaped_errors_and_the_server_keeps_serving() {
 
 #[test]
 fn a_client_that_leaves_mid_stream_cancels_its_generation_and_frees_its_cache() {
-    let server = Server::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("api.db");
+    let db = db.to_str().unwrap();
+    let server = Server::start(&["--db", db, "--save"]);
     let body = json!({"messages": [{"role": "user", "content": "Write a very long story."}], "temperature": 0, "max_tokens": 400, "stream": true});
     let resp = client()
         .post(server.url("/v1/chat/completions"))
@@ -408,9 +411,12 @@ fn a_client_that_leaves_mid_stream_cancels_its_generation_and_frees_its_cache() 
         .send()
         .unwrap();
     let mut lines = BufReader::new(resp).lines();
-    let mut chunks = 0;
+    let (mut chunks, mut received) = (0, String::new());
     while chunks < 5 {
-        if lines.next().unwrap().unwrap().starts_with("data: ") {
+        let line = lines.next().unwrap().unwrap();
+        if let Some(data) = line.strip_prefix("data: ") {
+            let v: Value = serde_json::from_str(data).unwrap();
+            received.push_str(v["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
             chunks += 1;
         }
     }
@@ -430,6 +436,42 @@ fn a_client_that_leaves_mid_stream_cancels_its_generation_and_frees_its_cache() 
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // With --save, the partial answer is kept as a stopped answer, holding what was sent.
+    let saved = loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_rill"))
+            .args([
+                "conversations",
+                "--db",
+                db,
+                "export",
+                "1",
+                "--format",
+                "json",
+            ])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break serde_json::from_slice::<Value>(&out.stdout).unwrap();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the partial answer was not saved"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let last = saved["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "assistant");
+    assert_eq!(last["status"], "stopped");
+    let content = last["content"].as_str().unwrap();
+    assert!(
+        !received.is_empty() && content.starts_with(&received),
+        "saved {content:?}, sent {received:?}"
+    );
 }
 
 #[test]

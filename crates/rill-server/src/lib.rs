@@ -373,7 +373,30 @@ fn sse_stream(
         first: bool,
         tail: Vec<SseEvent>,
         text: String,
+        tokens: usize,
         save: Option<Save>,
+        model_id: String,
+    }
+    // A client that leaves mid-stream drops this state (and with it the generation, which
+    // cancels it). What was written so far is a real answer: with --save it is kept, `stopped`.
+    impl Drop for St {
+        fn drop(&mut self) {
+            let Some(save) = self.save.take() else { return };
+            if tokio::runtime::Handle::try_current().is_err() {
+                return;
+            }
+            let usage = rill_engine::Usage {
+                prompt_tokens: self.gen.as_ref().map_or(0, Generation::prompt_tokens),
+                completion_tokens: self.tokens,
+            };
+            save.spawn(
+                self.model_id.clone(),
+                std::mem::take(&mut self.text),
+                rill_engine::StopReason::Cancelled,
+                usage,
+                rill_engine::Timings::default(),
+            );
+        }
     }
     let model_id = model.clone();
     let created = now();
@@ -391,7 +414,9 @@ fn sse_stream(
             first: true,
             tail: Vec::new(),
             text: String::new(),
+            tokens: 0,
             save,
+            model_id: model_id.clone(),
         },
         move |mut st| {
             let chunk = chunk.clone();
@@ -413,6 +438,7 @@ fn sse_stream(
                                 None,
                             );
                             st.text.push_str(&text);
+                            st.tokens += 1;
                             st.first = false;
                             return Some((Ok(ev), st));
                         }
