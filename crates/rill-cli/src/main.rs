@@ -341,7 +341,7 @@ fn read_messages(a: &RunArgs) -> Result<Vec<Message>> {
 /// Writes one event as `run` prints it: the text, or with `--json` one object per line.
 fn print_event(out: &mut impl Write, event: &Event, json: bool) -> std::io::Result<()> {
     match event {
-        Event::Token { id, text } if json => writeln!(
+        Event::Token { id, text, .. } if json => writeln!(
             out,
             "{}",
             serde_json::json!({"event": "token", "id": id, "text": text})

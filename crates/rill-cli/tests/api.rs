@@ -594,3 +594,104 @@ fn chat_completions_are_saved_as_conversations_only_when_asked() {
     );
     assert_eq!(list[0]["system_prompt"], "Be brief.");
 }
+
+/// Issue 4 (with issue 7's candidates): `logprobs` / `top_logprobs` on chat completions, whole
+/// and streamed, in OpenAI's shape; wrong combinations are clear 400s.
+#[test]
+fn logprobs_give_each_token_its_probability_and_alternatives() {
+    let server = Server::start(&[]);
+    let http = client();
+    let mut body = chat_body(false);
+    body["logprobs"] = json!(true);
+    body["top_logprobs"] = json!(3);
+    let whole: Value = http
+        .post(server.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let text = whole["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.contains("Paris"), "{whole}");
+    let check = |entries: &[Value]| -> String {
+        let mut joined = String::new();
+        for e in entries {
+            let top = e["top_logprobs"].as_array().unwrap();
+            assert_eq!(top.len(), 3, "{e}");
+            // Temperature 0: the chosen token is the likeliest alternative.
+            assert_eq!(e["token"], top[0]["token"], "{e}");
+            assert_eq!(e["logprob"], top[0]["logprob"], "{e}");
+            let mass: f64 = top
+                .iter()
+                .map(|t| t["logprob"].as_f64().unwrap().exp())
+                .sum();
+            assert!(
+                e["logprob"].as_f64().unwrap() <= 0.0 && mass <= 1.0 + 1e-6,
+                "{e}"
+            );
+            let bytes: Vec<u8> = e["bytes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b.as_u64().unwrap() as u8)
+                .collect();
+            joined.push_str(&String::from_utf8(bytes).unwrap());
+        }
+        joined
+    };
+    let entries = whole["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap();
+    assert_eq!(check(entries), text, "the tokens spell the answer");
+
+    body["stream"] = json!(true);
+    let resp = http
+        .post(server.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .unwrap();
+    let mut streamed = Vec::new();
+    for line in BufReader::new(resp).lines() {
+        let line = line.unwrap();
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if data == "[DONE]" {
+            break;
+        }
+        let v: Value = serde_json::from_str(data).unwrap();
+        if let Some(c) = v["choices"][0]["logprobs"]["content"].as_array() {
+            streamed.extend(c.iter().cloned());
+        }
+    }
+    assert_eq!(
+        check(&streamed),
+        text,
+        "streamed entries spell the same answer"
+    );
+
+    let refused = |path: &str, extra: Value, param: &str| {
+        let mut b = chat_body(false);
+        if path == "/v1/completions" {
+            b = json!({"prompt": "Hello", "max_tokens": 2});
+        }
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        let r = http.post(server.url(path)).json(&b).send().unwrap();
+        assert_eq!(r.status(), 400);
+        let e: Value = r.json().unwrap();
+        assert_eq!(e["error"]["param"], param, "{e}");
+    };
+    refused(
+        "/v1/chat/completions",
+        json!({"top_logprobs": 2}),
+        "top_logprobs",
+    );
+    refused(
+        "/v1/chat/completions",
+        json!({"logprobs": true, "top_logprobs": 21}),
+        "top_logprobs",
+    );
+    refused("/v1/completions", json!({"logprobs": true}), "logprobs");
+}

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::model::llama::KV_MIN_CAPACITY;
 use crate::model::{Model, ModelInfo};
 use crate::prefix_cache::PrefixCache;
-use crate::sampler::{Sampler, SamplingParams};
+use crate::sampler::{Candidate, Sampler, SamplingParams};
 use crate::scheduler::{plan_round, SequenceState, Work};
 use crate::sequence::{Sequence, SequenceSpec};
 use crate::stop::{StopReason, StopStrings};
@@ -101,6 +101,9 @@ fn available_memory() -> usize {
 /// reserve gigabytes of RoPE tables and cache by default.
 const DEFAULT_CONTEXT_CAP: usize = 8192;
 
+/// The most candidates a request may ask to see per token.
+pub const MAX_CANDIDATES: usize = 50;
+
 /// What to generate from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -128,6 +131,9 @@ pub struct GenerateRequest {
     pub ignore_eos: bool,
     /// What to do when a conversation does not fit the context.
     pub overflow: Overflow,
+    /// Report the likeliest candidates (raw and sampled probabilities) with every token; 0
+    /// (the default) costs nothing.
+    pub top_candidates: usize,
 }
 
 /// Context-overflow policy for a conversation longer than the context window.
@@ -151,6 +157,7 @@ impl GenerateRequest {
             priority: 1,
             ignore_eos: false,
             overflow: Overflow::DropOldest,
+            top_candidates: 0,
         }
     }
 
@@ -198,8 +205,14 @@ pub enum Event {
         reused_tokens: usize,
     },
     /// One answer token and the text it completes (possibly empty: half a character, or text
-    /// held back because it may begin a stop string).
-    Token { id: u32, text: String },
+    /// held back because it may begin a stop string). `candidates`: the likeliest tokens with
+    /// their raw and sampled probabilities, when the request asked for them.
+    Token {
+        id: u32,
+        text: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        candidates: Vec<Candidate>,
+    },
     /// The end, with why, how many tokens and how fast.
     Done {
         reason: StopReason,
@@ -459,6 +472,7 @@ impl Handle {
             ignore_eos: req.ignore_eos,
             priority: req.priority.max(1),
             dropped_messages,
+            top_candidates: req.top_candidates.min(MAX_CANDIDATES),
             events: events_tx,
             submitted: Instant::now(),
         });
@@ -581,7 +595,7 @@ impl Generation {
         let mut out = Collected::default();
         while let Some(ev) = self.blocking_next() {
             match ev {
-                Event::Token { id, text } => {
+                Event::Token { id, text, .. } => {
                     out.ids.push(id);
                     out.text.push_str(&text);
                 }

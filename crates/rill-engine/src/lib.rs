@@ -47,7 +47,7 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use model::{inspect, ModelInfo};
-pub use sampler::SamplingParams;
+pub use sampler::{Candidate, SamplingParams};
 pub use scheduler::SequenceState;
 pub use stop::StopReason;
 pub use template::{Message, Role};

@@ -144,6 +144,18 @@ impl SamplingParams {
     }
 }
 
+/// One candidate for a drawn token: how likely the model made it, and how likely it was in
+/// the distribution actually drawn from.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub id: u32,
+    /// The model's own probability: softmax of the raw logits.
+    pub raw: f32,
+    /// Its probability after the sampling pipeline (penalties, temperature, top-k, top-p,
+    /// min-p); 0 when the pipeline cut it. At temperature 0 the drawn token has 1.
+    pub sampled: f32,
+}
+
 /// A small, fast, seedable generator (SplitMix64). Ours rather than `rand`'s so that a seed
 /// gives the same text across dependency upgrades.
 #[derive(Clone, Debug)]
@@ -285,6 +297,61 @@ impl Sampler {
         }
         // Rounding left a sliver of mass past the end: the last candidate takes it.
         Ok(cands[cands.len() - 1].0)
+    }
+}
+
+impl Sampler {
+    /// [`sample`](Self::sample), and the `n` tokens the model found likeliest with their raw and
+    /// sampled probabilities (the drawn token is added when it is not among them). Costs a copy
+    /// of the logits row and a pass over it; `sample` alone costs nothing extra.
+    pub fn sample_explained(
+        &mut self,
+        logits: &mut [f32],
+        history: &[u32],
+        n: usize,
+    ) -> Result<(u32, Vec<Candidate>)> {
+        let raw_logits = logits.to_vec();
+        let drawn = self.sample(logits, history)?;
+        let max = raw_logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f32 = raw_logits.iter().map(|l| (l - max).exp()).sum();
+        let raw = |id: u32| (raw_logits[id as usize] - max).exp() / sum;
+
+        let mut ids: Vec<u32> = (0..raw_logits.len() as u32).collect();
+        let by_raw = |a: &u32, b: &u32| {
+            raw_logits[*b as usize]
+                .total_cmp(&raw_logits[*a as usize])
+                .then(a.cmp(b))
+        };
+        let n = n.clamp(1, ids.len());
+        if n < ids.len() {
+            ids.select_nth_unstable_by(n - 1, by_raw);
+            ids.truncate(n);
+        }
+        ids.sort_unstable_by(by_raw);
+        if !ids.contains(&drawn) {
+            ids.push(drawn);
+        }
+        // The distribution drawn from: one certain token when greedy, else the survivors the
+        // sampler kept (their weights do not add up to 1 after the cuts: renormalise).
+        let sampled = |id: u32| -> f32 {
+            if self.params.is_greedy() {
+                return if id == drawn { 1.0 } else { 0.0 };
+            }
+            let total: f32 = self.candidates.iter().map(|c| c.1).sum();
+            self.candidates
+                .iter()
+                .find(|c| c.0 == id)
+                .map_or(0.0, |c| c.1 / total)
+        };
+        let candidates = ids
+            .into_iter()
+            .map(|id| Candidate {
+                id,
+                raw: raw(id),
+                sampled: sampled(id),
+            })
+            .collect();
+        Ok((drawn, candidates))
     }
 }
 
@@ -588,5 +655,43 @@ mod tests {
     fn nan_logits_are_an_error_not_a_token() {
         let mut s = Sampler::new(SamplingParams::default()).unwrap();
         assert!(s.sample(&mut [0.0, f32::NAN], &[]).is_err());
+    }
+
+    #[test]
+    fn explained_sampling_reports_raw_and_sampled_probabilities() {
+        // Greedy: the likeliest token is drawn with certainty; raw is the plain softmax.
+        let mut s = Sampler::new(SamplingParams::greedy()).unwrap();
+        let (drawn, c) = s
+            .sample_explained(&mut [1.0, 3.0, 2.0, 0.0], &[], 2)
+            .unwrap();
+        assert_eq!(drawn, 1);
+        assert_eq!(c.iter().map(|c| c.id).collect::<Vec<_>>(), [1, 2]);
+        let total: f32 = [1.0f32, 3.0, 2.0, 0.0]
+            .iter()
+            .map(|l| (l - 3.0).exp())
+            .sum();
+        assert!((c[0].raw - 1.0 / total).abs() < 1e-6);
+        assert_eq!((c[0].sampled, c[1].sampled), (1.0, 0.0));
+
+        // top-k 1 at temperature 1: only the likeliest survives; the rest have 0.
+        let params = SamplingParams {
+            temperature: 1.0,
+            top_k: Some(1),
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: Some(1),
+            ..Default::default()
+        };
+        let mut s = Sampler::new(params).unwrap();
+        let (drawn, c) = s
+            .sample_explained(&mut [1.0, 3.0, 2.0, 0.0], &[], 3)
+            .unwrap();
+        assert_eq!(drawn, 1);
+        assert_eq!(
+            c.iter().map(|c| c.sampled).collect::<Vec<_>>(),
+            [1.0, 0.0, 0.0]
+        );
+        let raw_sum: f32 = c.iter().map(|c| c.raw).sum();
+        assert!(raw_sum < 1.0);
     }
 }

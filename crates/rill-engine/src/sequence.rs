@@ -45,6 +45,7 @@ pub(crate) struct Sequence {
     completion_tokens: usize,
     reused_tokens: usize,
     dropped_messages: usize,
+    top_candidates: usize,
     queue_position: Option<usize>,
     events: UnboundedSender<Event>,
     submitted: Instant,
@@ -65,6 +66,8 @@ pub(crate) struct SequenceSpec {
     pub ignore_eos: bool,
     pub priority: u8,
     pub dropped_messages: usize,
+    /// Report this many likeliest candidates with every token (0: off).
+    pub top_candidates: usize,
     pub events: UnboundedSender<Event>,
     pub submitted: Instant,
 }
@@ -90,6 +93,7 @@ impl Sequence {
             completion_tokens: 0,
             reused_tokens: 0,
             dropped_messages: s.dropped_messages,
+            top_candidates: s.top_candidates,
             queue_position: None,
             events: s.events,
             submitted: s.submitted,
@@ -218,7 +222,12 @@ impl Sequence {
     }
 
     fn sample_and_emit(&mut self, tok: &Tokenizer, logits: &mut [f32]) -> Result<()> {
-        let id = self.sampler.sample(logits, &self.tokens)?;
+        let (id, candidates) = if self.top_candidates > 0 {
+            self.sampler
+                .sample_explained(logits, &self.tokens, self.top_candidates)?
+        } else {
+            (self.sampler.sample(logits, &self.tokens)?, Vec::new())
+        };
         let now = Instant::now();
         self.first_token.get_or_insert(now);
         self.last_token = Some(now);
@@ -229,7 +238,11 @@ impl Sequence {
             // string is released with it.
             let held = self.stops.flush() + &self.decoder.flush();
             if !held.is_empty() {
-                self.send(Event::Token { id, text: held });
+                self.send(Event::Token {
+                    id,
+                    text: held,
+                    candidates,
+                });
             }
             self.finish(StopReason::Stop);
             return Ok(());
@@ -256,7 +269,11 @@ impl Sequence {
             text.push_str(&self.stops.flush());
             text.push_str(&self.decoder.flush());
         }
-        self.send(Event::Token { id, text });
+        self.send(Event::Token {
+            id,
+            text,
+            candidates,
+        });
         if let Some(r) = reason {
             self.finish(r);
         } else if self.completion_tokens % STATS_EVERY == 0 {

@@ -384,7 +384,7 @@ fn multibyte_characters_split_over_byte_tokens_come_out_whole() {
         .generate(greedy(Prompt::Messages(case.messages), 64))
         .unwrap()
     {
-        if let Event::Token { id, text } = ev {
+        if let Event::Token { id, text, .. } = ev {
             assert!(!text.contains('\u{FFFD}'));
             streamed.push_str(&text);
             ids.push(id);
@@ -474,4 +474,93 @@ fn invalid_requests_fail_at_once_naming_the_field() {
         field(GenerateRequest::new(Prompt::Tokens(vec![1, 999_999]))),
         "prompt"
     );
+}
+
+/// Issue 7: with `top_candidates`, every token comes with the likeliest candidates, their raw
+/// probability and their probability in the distribution drawn from.
+#[test]
+fn tokens_carry_their_candidates_raw_and_after_sampling() {
+    let ask = |params: SamplingParams| {
+        let req = GenerateRequest {
+            params,
+            max_tokens: Some(24),
+            top_candidates: 8,
+            ..GenerateRequest::chat(vec![Message::user("Tell me about the sea.")])
+        };
+        engine()
+            .handle()
+            .generate(req)
+            .unwrap()
+            .filter_map(|e| match e {
+                Event::Token { id, candidates, .. } => Some((id, candidates)),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+
+    // Temperature 0: the drawn token is the one the model found likeliest, drawn for sure.
+    let greedy = ask(SamplingParams::greedy());
+    assert!(!greedy.is_empty());
+    for (id, c) in &greedy {
+        assert_eq!(c.len(), 8);
+        let raw: f32 = c.iter().map(|c| c.raw).sum();
+        assert!(raw <= 1.0 + 1e-4, "{raw}");
+        assert!(c.windows(2).all(|w| w[0].raw >= w[1].raw), "sorted by raw");
+        assert_eq!(c[0].id, *id);
+        assert_eq!(c[0].sampled, 1.0);
+        assert!(c[1..].iter().all(|c| c.sampled == 0.0));
+    }
+
+    // Temperature 1, top-p 0.5: the nucleus is the likeliest tokens whose raw mass first
+    // reaches 0.5; everything outside it has sampled probability 0, and inside it adds to 1
+    // when the whole nucleus is among the candidates.
+    let nucleus = ask(SamplingParams {
+        temperature: 1.0,
+        top_k: None,
+        top_p: 0.5,
+        min_p: 0.0,
+        seed: Some(7),
+        ..Default::default()
+    });
+    for (id, c) in &nucleus {
+        let drawn = c
+            .iter()
+            .find(|c| c.id == *id)
+            .expect("the drawn token is listed");
+        assert!(drawn.sampled > 0.0);
+        let top = &c[..8];
+        let mut mass = 0.0;
+        let mut inside = 0;
+        for cand in top {
+            if mass >= 0.5 {
+                break;
+            }
+            mass += cand.raw;
+            inside += 1;
+        }
+        assert!(
+            top[inside..].iter().all(|c| c.sampled == 0.0),
+            "outside the nucleus: {top:?}"
+        );
+        if mass >= 0.5 {
+            let sampled: f32 = top[..inside].iter().map(|c| c.sampled).sum();
+            assert!((sampled - 1.0).abs() < 1e-3, "{sampled} {top:?}");
+        }
+    }
+
+    // Off by default: no candidates.
+    let plain = engine()
+        .handle()
+        .generate(GenerateRequest {
+            params: SamplingParams::greedy(),
+            max_tokens: Some(3),
+            ..GenerateRequest::chat(vec![Message::user("Hi")])
+        })
+        .unwrap()
+        .filter_map(|e| match e {
+            Event::Token { candidates, .. } => Some(candidates.len()),
+            _ => None,
+        })
+        .collect::<Vec<_>>();
+    assert!(plain.iter().all(|&n| n == 0), "{plain:?}");
 }

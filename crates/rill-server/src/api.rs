@@ -91,6 +91,26 @@ impl Sampling {
         )
     }
 
+    /// `Some(top_logprobs)` when the client asked for token log-probabilities (OpenAI allows
+    /// 0–20 alternatives, and `top_logprobs` only with `logprobs: true`).
+    pub fn logprobs(&self) -> Result<Option<usize>, ApiError> {
+        let top = self.top_logprobs.unwrap_or(0);
+        if top > 20 {
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                format!("at most 20, got {top}"),
+            ));
+        }
+        match self.logprobs {
+            Some(true) => Ok(Some(top as usize)),
+            _ if top > 0 => Err(ApiError::invalid(
+                "top_logprobs",
+                "top_logprobs needs \"logprobs\": true",
+            )),
+            _ => Ok(None),
+        }
+    }
+
     /// Checks what the engine cannot express and builds the request around `prompt`; fields the
     /// client leaves out take the server's `defaults`.
     pub fn into_generate(
@@ -104,12 +124,11 @@ impl Sampling {
                 format!("only n = 1 is supported, got {n}"),
             ));
         }
-        if self.logprobs == Some(true) || self.top_logprobs.is_some_and(|n| n > 0) {
-            return Err(ApiError::invalid(
-                "logprobs",
-                "logprobs are not supported yet",
-            ));
-        }
+        let top_candidates = match self.logprobs()? {
+            // The drawn token's own probability needs one candidate; `top_logprobs` more.
+            Some(n) => n.max(1),
+            None => 0,
+        };
         let d = defaults;
         let params = SamplingParams {
             temperature: self.temperature.unwrap_or(d.temperature),
@@ -135,6 +154,7 @@ impl Sampling {
             params,
             stop,
             max_tokens: self.max_completion_tokens.or(self.max_tokens),
+            top_candidates,
             ..GenerateRequest::new(prompt)
         })
     }

@@ -235,7 +235,15 @@ impl Kind {
         }
     }
 
-    fn choice(self, text: Option<&str>, finish: Option<&str>, chunk: bool, first: bool) -> Value {
+    fn choice(
+        self,
+        text: Option<&str>,
+        finish: Option<&str>,
+        chunk: bool,
+        first: bool,
+        logprobs: Option<Vec<Value>>,
+    ) -> Value {
+        let logprobs = logprobs.map_or(Value::Null, |content| json!({ "content": content }));
         match (self, chunk) {
             (Kind::Chat, true) => {
                 let mut delta = json!({});
@@ -245,11 +253,11 @@ impl Kind {
                 if let Some(t) = text {
                     delta["content"] = json!(t);
                 }
-                json!({"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null})
+                json!({"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs})
             }
             (Kind::Chat, false) => json!({
                 "index": 0, "message": {"role": "assistant", "content": text.unwrap_or("")},
-                "finish_reason": finish, "logprobs": null
+                "finish_reason": finish, "logprobs": logprobs
             }),
             (Kind::Text, _) => {
                 json!({"index": 0, "text": text.unwrap_or(""), "finish_reason": finish, "logprobs": null})
@@ -266,6 +274,7 @@ async fn chat_completions(
     check_model(&s, req.model.as_deref())?;
     let messages = req.messages()?;
     let (stream, usage) = req.sampling.streaming();
+    let logprobs = req.sampling.logprobs()?;
     let generate = req
         .sampling
         .into_generate(Prompt::Messages(messages.clone()), &s.defaults)?;
@@ -274,7 +283,7 @@ async fn chat_completions(
         messages,
         params: generate.params.clone(),
     });
-    respond(s, Kind::Chat, generate, stream, usage, save).await
+    respond(s, Kind::Chat, generate, stream, usage, save, logprobs).await
 }
 
 async fn completions(
@@ -284,10 +293,16 @@ async fn completions(
     let Json(req) = body.map_err(rejected)?;
     check_model(&s, req.model.as_deref())?;
     let (stream, usage) = req.sampling.streaming();
+    if req.sampling.logprobs()?.is_some() {
+        return Err(ApiError::invalid(
+            "logprobs",
+            "log-probabilities are served on /v1/chat/completions, not on the legacy /v1/completions",
+        ));
+    }
     let generate = req
         .sampling
         .into_generate(Prompt::Text(req.prompt), &s.defaults)?;
-    respond(s, Kind::Text, generate, stream, usage, None).await
+    respond(s, Kind::Text, generate, stream, usage, None, None).await
 }
 
 async fn respond(
@@ -297,6 +312,7 @@ async fn respond(
     stream: bool,
     include_usage: bool,
     save: Option<Save>,
+    logprobs: Option<usize>,
 ) -> Result<Response, ApiError> {
     let permit = s
         .slots
@@ -314,22 +330,31 @@ async fn respond(
         gen.control().id()
     );
     if stream {
-        let events = sse_stream(
-            gen,
-            permit,
+        let reply = StreamReply {
             kind,
             id,
-            s.model_id.clone(),
+            model: s.model_id.clone(),
             include_usage,
-            save,
-        );
+            logprobs: logprobs.map(|top| (s.handle.clone(), top)),
+        };
+        let events = sse_stream(gen, permit, reply, save);
         return Ok(Sse::new(events).into_response());
     }
     let mut gen = gen;
     let mut text = String::new();
+    let mut entries = logprobs.map(|_| Vec::new());
     while let Some(event) = gen.next_event().await {
         match event {
-            Event::Token { text: t, .. } => text.push_str(&t),
+            Event::Token {
+                text: t,
+                id,
+                candidates,
+            } => {
+                text.push_str(&t);
+                if let (Some(e), Some(top)) = (entries.as_mut(), logprobs) {
+                    e.push(logprob_entry(s.handle.tokenizer(), id, &candidates, top));
+                }
+            }
             Event::Done {
                 reason,
                 usage,
@@ -341,7 +366,7 @@ async fn respond(
                 }
                 return Ok(Json(json!({
                     "id": id, "object": kind.object(false), "created": now(), "model": s.model_id,
-                    "choices": [kind.choice(Some(&text), Some(finish_reason(reason)), false, false)],
+                    "choices": [kind.choice(Some(&text), Some(finish_reason(reason)), false, false, entries)],
                     "usage": Usage::from(usage),
                 }))
                 .into_response());
@@ -358,15 +383,29 @@ async fn respond(
 /// The answer as server-sent events: a chunk per token, a last chunk with `finish_reason`, the
 /// usage chunk if asked for, then `[DONE]`. Dropping the stream (the client left) drops the
 /// generation, which cancels it.
-fn sse_stream(
-    gen: Generation,
-    permit: OwnedSemaphorePermit,
+/// What a streamed reply says besides the tokens.
+struct StreamReply {
     kind: Kind,
     id: String,
     model: String,
     include_usage: bool,
+    /// The tokenizer's handle and `top_logprobs`, when log-probabilities were asked for.
+    logprobs: Option<(Handle, usize)>,
+}
+
+fn sse_stream(
+    gen: Generation,
+    permit: OwnedSemaphorePermit,
+    reply: StreamReply,
     save: Option<Save>,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    let StreamReply {
+        kind,
+        id,
+        model,
+        include_usage,
+        logprobs,
+    } = reply;
     struct St {
         gen: Option<Generation>,
         _permit: OwnedSemaphorePermit,
@@ -421,6 +460,7 @@ fn sse_stream(
         move |mut st| {
             let chunk = chunk.clone();
             let model_id = model_id.clone();
+            let logprobs = logprobs.clone();
             async move {
                 loop {
                     if !st.tail.is_empty() {
@@ -429,12 +469,19 @@ fn sse_stream(
                     }
                     let gen = st.gen.as_mut()?;
                     match gen.next_event().await {
-                        Some(Event::Token { text, .. }) => {
-                            if text.is_empty() && !st.first {
+                        Some(Event::Token {
+                            text,
+                            id,
+                            candidates,
+                        }) => {
+                            if text.is_empty() && !st.first && logprobs.is_none() {
                                 continue;
                             }
+                            let entry = logprobs.as_ref().map(|(h, top)| {
+                                vec![logprob_entry(h.tokenizer(), id, &candidates, *top)]
+                            });
                             let ev = chunk(
-                                json!([kind.choice(Some(&text), None, true, st.first)]),
+                                json!([kind.choice(Some(&text), None, true, st.first, entry)]),
                                 None,
                             );
                             st.text.push_str(&text);
@@ -457,7 +504,8 @@ fn sse_stream(
                                     None,
                                     Some(finish_reason(reason)),
                                     true,
-                                    st.first
+                                    st.first,
+                                    None
                                 )]),
                                 None,
                             ));
@@ -479,6 +527,36 @@ fn sse_stream(
             }
         },
     )
+}
+
+/// One token's entry in OpenAI's `logprobs.content`: its text, bytes and natural-log
+/// probability under the model, and the `top` likeliest alternatives. The probabilities are the
+/// model's own (before temperature and the other sampling settings), as OpenAI reports them.
+fn logprob_entry(
+    tok: &rill_engine::tokenizer::Tokenizer,
+    id: u32,
+    candidates: &[rill_engine::Candidate],
+    top: usize,
+) -> Value {
+    let piece = |id: u32| {
+        let bytes = tok.piece_bytes(id);
+        (String::from_utf8_lossy(bytes).into_owned(), bytes.to_vec())
+    };
+    let logprob = |p: f32| f64::from(p.max(f32::MIN_POSITIVE)).ln();
+    let (token, bytes) = piece(id);
+    let own = candidates
+        .iter()
+        .find(|c| c.id == id)
+        .map_or(0.0, |c| c.raw);
+    let alternatives: Vec<Value> = candidates
+        .iter()
+        .take(top)
+        .map(|c| {
+            let (token, bytes) = piece(c.id);
+            json!({"token": token, "logprob": logprob(c.raw), "bytes": bytes})
+        })
+        .collect();
+    json!({"token": token, "logprob": logprob(own), "bytes": bytes, "top_logprobs": alternatives})
 }
 
 /// A chat completion to keep as a conversation (`ServerConfig::store`).

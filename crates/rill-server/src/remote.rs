@@ -186,6 +186,7 @@ impl RemoteClient {
                     on_event(Event::Token {
                         id: 0,
                         text: text.to_owned(),
+                        candidates: Vec::new(),
                     });
                 }
                 match choice["finish_reason"].as_str() {
