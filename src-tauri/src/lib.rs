@@ -6,7 +6,7 @@
 //!
 //! Start-up: the store opens (`RILL_DB`, default `rill.db` in the platform data dir; answers a
 //! crash left `streaming` become `interrupted`), then a model loads in the background:
-//! `RILL_MODEL`, else the one chosen last time, else the only one in the models folder. With
+//! `RILL_MODEL`, else the one chosen last time, else the first one found on this machine. With
 //! none, the window offers the recommended download and the import of a file.
 
 pub mod commands;

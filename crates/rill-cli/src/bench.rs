@@ -39,6 +39,10 @@ pub struct BenchArgs {
     /// Instead: a conversation of this many turns, reporting each turn's TTFT (prefix reuse).
     #[arg(long)]
     turns: Option<usize>,
+    /// Report this many candidates with every token (what `logprobs` and the probability
+    /// views cost); 0 = off.
+    #[arg(long, default_value_t = 0)]
+    candidates: usize,
     /// One JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -157,6 +161,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         params: SamplingParams::greedy(),
         max_tokens: Some(n),
         ignore_eos: true,
+        top_candidates: a.candidates,
         ..GenerateRequest::new(Prompt::Tokens(ids))
     };
 
