@@ -378,16 +378,17 @@ pub async fn send_message(
     text: String,
     on_event: Channel<ChatEvent>,
 ) -> Result<Sent> {
-    let handle = state.handle();
     if text.trim().is_empty() {
         return Err(CommandError::Invalid("the message is empty".into()));
     }
-    needs_a_model(&state, conversation, &handle).await?;
+    let chat = Chat::of(&state, conversation).await?;
     let user = state
         .store
         .append(conversation, NewMessage::user(text))
         .await?;
-    let answer_id = answer(app, &state, handle, conversation, Some(user.id), on_event).await?;
+    let answer_id = chat
+        .answer(app, &state, conversation, Some(user.id), on_event)
+        .await?;
     Ok(Sent { user, answer_id })
 }
 
@@ -399,18 +400,11 @@ pub async fn regenerate(
     message: i64,
     on_event: Channel<ChatEvent>,
 ) -> Result<i64> {
-    let handle = state.handle();
     let m = state.store.message(message).await?;
-    needs_a_model(&state, m.conversation_id, &handle).await?;
-    answer(
-        app,
-        &state,
-        handle,
-        m.conversation_id,
-        m.parent_id,
-        on_event,
-    )
-    .await
+    Chat::of(&state, m.conversation_id)
+        .await?
+        .answer(app, &state, m.conversation_id, m.parent_id, on_event)
+        .await
 }
 
 /// Edits a user message: the new text is a sibling branch, answered at once.
@@ -422,19 +416,12 @@ pub async fn edit_message(
     text: String,
     on_event: Channel<ChatEvent>,
 ) -> Result<Sent> {
-    let handle = state.handle();
     let m = state.store.message(message).await?;
-    needs_a_model(&state, m.conversation_id, &handle).await?;
+    let chat = Chat::of(&state, m.conversation_id).await?;
     let user = state.store.edit(message, &text).await?;
-    let answer_id = answer(
-        app,
-        &state,
-        handle,
-        user.conversation_id,
-        Some(user.id),
-        on_event,
-    )
-    .await?;
+    let answer_id = chat
+        .answer(app, &state, user.conversation_id, Some(user.id), on_event)
+        .await?;
     Ok(Sent { user, answer_id })
 }
 
@@ -462,52 +449,65 @@ pub async fn continue_answer(
     Ok(stream(app, &state, m.conversation_id, answering, on_event))
 }
 
-/// Refuses before anything is written when the chat would need a local model and none is
-/// loaded (a chat on a remote server needs none).
-async fn needs_a_model(
-    state: &AppState,
-    conversation: i64,
-    handle: &Result<rill_engine::Handle>,
-) -> Result<()> {
-    let conv = state.store.conversation(conversation).await?;
-    if handle.is_err() && PanelSettings::from_json(&conv.settings).remote.is_none() {
-        return Err(CommandError::NoModel);
-    }
-    Ok(())
+/// Where a chat's answers come from, with its panel settings.
+enum Backend {
+    Local(rill_engine::Handle),
+    Remote(crate::remote::RemoteBackend),
 }
 
-async fn answer(
-    app: AppHandle,
-    state: &AppState,
-    handle: Result<rill_engine::Handle>,
-    conversation: i64,
-    parent: Option<i64>,
-    on_event: Channel<ChatEvent>,
-) -> Result<i64> {
-    let conv = state.store.conversation(conversation).await?;
-    let mut settings = PanelSettings::from_json(&conv.settings);
-    if let Some(backend) = settings.remote.take() {
-        return crate::remote::answer(
-            app,
-            state,
-            conversation,
-            parent,
-            settings,
-            backend,
-            on_event,
-        )
-        .await;
+struct Chat {
+    backend: Backend,
+    settings: PanelSettings,
+}
+
+impl Chat {
+    /// The chat's backend and settings. Fails before anything is written when the chat needs
+    /// this machine's model and none is loaded (a chat on a remote server needs none).
+    async fn of(state: &AppState, conversation: i64) -> Result<Chat> {
+        let conv = state.store.conversation(conversation).await?;
+        let mut settings = PanelSettings::from_json(&conv.settings);
+        let backend = match settings.remote.take() {
+            Some(remote) => Backend::Remote(remote),
+            None => Backend::Local(state.handle()?),
+        };
+        Ok(Chat { backend, settings })
     }
-    let handle = handle?;
-    let answering = rill_chat::begin(
-        &handle,
-        &state.store,
-        conversation,
-        parent,
-        settings.options(),
-    )
-    .await?;
-    Ok(stream(app, state, conversation, answering, on_event))
+
+    /// Starts the answer under `parent`; it streams to `on_event` in the background.
+    async fn answer(
+        self,
+        app: AppHandle,
+        state: &AppState,
+        conversation: i64,
+        parent: Option<i64>,
+        on_event: Channel<ChatEvent>,
+    ) -> Result<i64> {
+        match self.backend {
+            Backend::Remote(remote) => {
+                crate::remote::answer(
+                    app,
+                    state,
+                    conversation,
+                    parent,
+                    self.settings,
+                    remote,
+                    on_event,
+                )
+                .await
+            }
+            Backend::Local(handle) => {
+                let answering = rill_chat::begin(
+                    &handle,
+                    &state.store,
+                    conversation,
+                    parent,
+                    self.settings.options(),
+                )
+                .await?;
+                Ok(stream(app, state, conversation, answering, on_event))
+            }
+        }
+    }
 }
 
 /// Runs the answer to its end in the background, forwarding its events to the page.

@@ -57,12 +57,7 @@ pub async fn answer(
     on_event: Channel<ChatEvent>,
 ) -> Result<i64> {
     backend.validate()?;
-    let conv = state.store.conversation(conversation).await?;
-    let path = match parent {
-        Some(p) => state.store.path_to(p).await?,
-        None => Vec::new(),
-    };
-    let messages = rill_chat::history(conv.system_prompt.as_deref(), &path);
+    let messages = rill_chat::prompt_under(&state.store, conversation, parent).await?;
     let writer = state
         .store
         .begin_answer(
@@ -109,13 +104,7 @@ pub async fn answer(
         let (status, stats, error) = match outcome {
             Some(Ok(())) => {
                 let (usage, timings) = done.unwrap_or_default();
-                let stats = MessageStats {
-                    prompt_tokens: Some(usage.prompt_tokens as i64),
-                    completion_tokens: Some(usage.completion_tokens as i64),
-                    ttft_ms: Some(timings.ttft_ms),
-                    decode_tps: Some(timings.decode_tps),
-                };
-                (Status::Done, stats, None)
+                (Status::Done, rill_chat::stats_of(usage, timings), None)
             }
             Some(Err(e)) => (Status::Error, MessageStats::default(), Some(e.to_string())),
             None => {

@@ -7,7 +7,7 @@
 
 use rill_engine::{
     Control, Event, GenerateRequest, Generation, Handle, Message, Prompt, Role, SamplingParams,
-    StopReason,
+    StopReason, Timings, Usage,
 };
 use rill_store::{MessageStats, Status, Store};
 
@@ -36,6 +36,25 @@ pub struct AnswerOptions {
 pub struct Answer {
     pub message: rill_store::Message,
     pub reason: StopReason,
+}
+
+/// How an ended answer is kept: `stopped` when it was cancelled, else `done`.
+pub fn status_of(reason: StopReason) -> Status {
+    if reason == StopReason::Cancelled {
+        Status::Stopped
+    } else {
+        Status::Done
+    }
+}
+
+/// An ended answer's token counts and speed, as the store keeps them.
+pub fn stats_of(usage: Usage, timings: Timings) -> MessageStats {
+    MessageStats {
+        prompt_tokens: Some(usage.prompt_tokens as i64),
+        completion_tokens: Some(usage.completion_tokens as i64),
+        ttft_ms: Some(timings.ttft_ms),
+        decode_tps: Some(timings.decode_tps),
+    }
 }
 
 /// The engine's view of a stored branch: the conversation's system prompt, then its messages.
@@ -97,12 +116,7 @@ pub async fn begin(
     parent: Option<i64>,
     options: AnswerOptions,
 ) -> Result<Answering> {
-    let conv = store.conversation(conversation).await?;
-    let path = match parent {
-        Some(p) => store.path_to(p).await?,
-        None => Vec::new(),
-    };
-    let messages = history(conv.system_prompt.as_deref(), &path);
+    let messages = prompt_under(store, conversation, parent).await?;
     let settings = Some(options.params.to_json());
     let writer = store
         .begin_answer(
@@ -113,6 +127,21 @@ pub async fn begin(
         )
         .await?;
     start(handle, writer, Prompt::Messages(messages), options).await
+}
+
+/// What the model is asked for an answer under `parent`: the conversation's system prompt and
+/// the branch from its root to `parent` (nothing for a first message's answer).
+pub async fn prompt_under(
+    store: &Store,
+    conversation: i64,
+    parent: Option<i64>,
+) -> Result<Vec<Message>> {
+    let conv = store.conversation(conversation).await?;
+    let path = match parent {
+        Some(p) => store.path_to(p).await?,
+        None => Vec::new(),
+    };
+    Ok(history(conv.system_prompt.as_deref(), &path))
 }
 
 /// Starts continuing a stopped or interrupted answer (see [`continue_answer`]).
@@ -189,18 +218,9 @@ impl Answering {
                     usage,
                     timings,
                 } => {
-                    let status = if reason == StopReason::Cancelled {
-                        Status::Stopped
-                    } else {
-                        Status::Done
-                    };
-                    let stats = MessageStats {
-                        prompt_tokens: Some(usage.prompt_tokens as i64),
-                        completion_tokens: Some(usage.completion_tokens as i64),
-                        ttft_ms: Some(timings.ttft_ms),
-                        decode_tps: Some(timings.decode_tps),
-                    };
-                    let message = writer.finish(status, stats, None).await?;
+                    let message = writer
+                        .finish(status_of(reason), stats_of(usage, timings), None)
+                        .await?;
                     return Ok(Answer { message, reason });
                 }
                 Event::Error { message } => {

@@ -617,20 +617,11 @@ impl Save {
         messages.push(NewMessage {
             role: R::Assistant,
             content: answer,
-            status: if reason == rill_engine::StopReason::Cancelled {
-                Status::Stopped
-            } else {
-                Status::Done
-            },
+            status: rill_chat::status_of(reason),
             model: Some(model.clone()),
             settings: Some(settings.clone()),
         });
-        let stats = rill_store::MessageStats {
-            prompt_tokens: Some(usage.prompt_tokens as i64),
-            completion_tokens: Some(usage.completion_tokens as i64),
-            ttft_ms: Some(timings.ttft_ms),
-            decode_tps: Some(timings.decode_tps),
-        };
+        let stats = rill_chat::stats_of(usage, timings);
         let conversation = NewConversation {
             model: Some(model),
             system_prompt: system,
