@@ -59,8 +59,15 @@ class App:
     def __init__(self, driver: webdriver.Remote):
         self.d = driver
 
+    def find(self, selector: str, scope=None, timeout: float = 30):
+        """The element once it is there: views render after their data arrives over IPC."""
+        where = scope or self.d
+        return WebDriverWait(self.d, timeout, poll_frequency=0.1).until(
+            lambda _: where.find_element(By.CSS_SELECTOR, selector), f"no {selector} on the page"
+        )
+
     def tid(self, name: str, scope=None):
-        return (scope or self.d).find_element(By.CSS_SELECTOR, f'[data-testid="{name}"]')
+        return self.find(f'[data-testid="{name}"]', scope)
 
     def wait(self, what, timeout: float = 300, message: str = ""):
         return WebDriverWait(self.d, timeout, poll_frequency=0.2).until(lambda _: what(), message)
@@ -73,7 +80,7 @@ class App:
         return found[-1] if found else None
 
     def set_field(self, selector: str, value: str) -> None:
-        field = self.d.find_element(By.CSS_SELECTOR, selector)
+        field = self.find(selector)
         field.send_keys(Keys.CONTROL, "a")
         field.send_keys(Keys.BACKSPACE)
         if value:
@@ -163,11 +170,11 @@ def main() -> int:
             app.set_field("#max-tokens-field", "400")
             long_id = app.ask(LONG)
             app.wait(lambda: len(app.last_answer().text) > 20, 120, "the long answer did not start")
-            long_chat = d.find_element(By.CSS_SELECTOR, '[data-testid="conversation-item"].active').get_attribute("data-id")
+            long_chat = app.find('[data-testid="conversation-item"].active').get_attribute("data-id")
             app.new_chat()
             short_id = app.ask(QUESTION)
             app.wait(lambda: app.status_of(short_id) == "done", 300, "the short answer did not finish")
-            long_item = d.find_element(By.CSS_SELECTOR, f'[data-testid="conversation-item"][data-id="{long_chat}"]')
+            long_item = app.find(f'[data-testid="conversation-item"][data-id="{long_chat}"]')
             still_live = long_item.get_attribute("data-live") == "true"
             partial = long_item.text
             app.shot("app-flow")
@@ -184,7 +191,7 @@ def main() -> int:
             long_item.find_element(By.CSS_SELECTOR, "button.conv-open").click()
             app.wait(lambda: app.status_of(long_id) in ("streaming", "stopped", "done"), 30)
             if app.status_of(long_id) == "streaming":
-                app.tid("stop", d.find_element(By.CSS_SELECTOR, f'[data-testid="message"][data-id="{long_id}"]')).click()
+                app.tid("stop", app.find(f'[data-testid="message"][data-id="{long_id}"]')).click()
                 app.wait(lambda: app.status_of(long_id) == "stopped", 60, "stop did not stop")
                 with sqlite3.connect(db) as c:
                     (status, content) = c.execute(
@@ -217,7 +224,7 @@ def main() -> int:
                 failures.append(f"the API answer does not contain Paris: {content!r}")
             app.wait(lambda: "POST /v1/chat/completions" in app.tid("api-log").text, 30, "the request is not in the log")
             app.shot("app-api")
-            d.find_element(By.CSS_SELECTOR, '[aria-label="Close the settings"]').click()
+            app.find('[aria-label="Close the settings"]').click()
 
             # 4. A chat answered by a remote OpenAI-compatible server (here: this app's own
             #    API over HTTP), then by one that is not there: a clear error, kept.
@@ -244,7 +251,7 @@ def main() -> int:
             app.wait(lambda: app.tid("remote-use").text == "In use", 30)
             dead_id = app.ask("Are you there?")
             app.wait(lambda: app.status_of(dead_id) == "error", 120, "an unreachable server did not give an error")
-            shown = d.find_element(By.CSS_SELECTOR, f'[data-testid="message"][data-id="{dead_id}"]').text
+            shown = app.find(f'[data-testid="message"][data-id="{dead_id}"]').text
             print(f"unreachable server: {shown!r}")
             if "cannot reach" not in shown:
                 failures.append(f"the unreachable server's error is not shown clearly: {shown!r}")
