@@ -22,14 +22,36 @@ use crate::state::{ApiSettings, AppState, LiveAnswer};
 
 /// The sampling panel: the engine's parameters plus the answer-length cap. Stored per
 /// conversation (and as the default for new ones).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PanelSettings {
     #[serde(flatten)]
     pub params: SamplingParams,
     pub max_tokens: Option<usize>,
+    /// Keep every answer token's likeliest candidates (for the probability popover, the
+    /// tinting and the export). Costs about 4% of decode speed; on unless switched off.
+    #[serde(default = "yes")]
+    pub token_probs: bool,
     /// Answer with a remote OpenAI-compatible server instead of this machine's engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<crate::remote::RemoteBackend>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Candidates kept per token when the panel asks for token probabilities.
+const TOKEN_CANDIDATES: usize = 8;
+
+impl Default for PanelSettings {
+    fn default() -> Self {
+        PanelSettings {
+            params: SamplingParams::default(),
+            max_tokens: None,
+            token_probs: true,
+            remote: None,
+        }
+    }
 }
 
 impl PanelSettings {
@@ -46,6 +68,11 @@ impl PanelSettings {
             params: self.params.clone(),
             stop: Vec::new(),
             max_tokens: self.max_tokens,
+            top_candidates: if self.token_probs {
+                TOKEN_CANDIDATES
+            } else {
+                0
+            },
         }
     }
 }
@@ -65,6 +92,9 @@ pub enum ChatEvent {
     },
     Token {
         text: String,
+        /// The token's candidates, when the panel keeps token probabilities.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        probs: Option<rill_chat::TokenProbs>,
     },
     Stats {
         completion_tokens: usize,
@@ -519,6 +549,7 @@ fn stream(
     on_event: Channel<ChatEvent>,
 ) -> i64 {
     let id = answering.message_id();
+    let handle = answering.handle().clone();
     state.track(
         id,
         LiveAnswer {
@@ -543,9 +574,12 @@ fn stream(
                     reused_tokens: *reused_tokens,
                     dropped_messages: *dropped_messages,
                 },
-                Event::Token { text, .. } if !text.is_empty() => {
-                    ChatEvent::Token { text: text.clone() }
-                }
+                Event::Token {
+                    text, candidates, ..
+                } if !text.is_empty() || !candidates.is_empty() => ChatEvent::Token {
+                    text: text.clone(),
+                    probs: rill_chat::TokenProbs::of(&handle, e),
+                },
                 Event::Stats {
                     completion_tokens,
                     tokens_per_second,
@@ -580,6 +614,174 @@ fn stream(
         let _ = on_event.send(last);
     });
     id
+}
+
+// ---- probabilities and activity -----------------------------------------------------------
+
+/// An answer's tokens with their candidates; `None` when it kept none.
+#[tauri::command]
+pub async fn message_tokens(
+    state: State<'_, AppState>,
+    message: i64,
+) -> Result<Option<serde_json::Value>> {
+    Ok(state.store.message_tokens(message).await?)
+}
+
+/// Writes an answer, its settings and its token probabilities to a JSON file.
+#[tauri::command]
+pub async fn export_answer(state: State<'_, AppState>, message: i64, path: PathBuf) -> Result<()> {
+    let m = state.store.message(message).await?;
+    let tokens = state.store.message_tokens(message).await?;
+    let doc = serde_json::json!({
+        "rill_answer": 1,
+        "message": m,
+        "question": match m.parent_id {
+            Some(p) => Some(state.store.message(p).await?.content),
+            None => None,
+        },
+        "tokens": tokens.unwrap_or(serde_json::Value::Array(Vec::new())),
+    });
+    let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    let tmp = path.with_extension("rill-tmp");
+    tokio::fs::write(&tmp, text).await?;
+    tokio::fs::rename(&tmp, &path).await?;
+    Ok(())
+}
+
+/// A candidate of the next-token preview, with its text.
+#[derive(Serialize)]
+pub struct PreviewToken {
+    pub id: u32,
+    pub text: String,
+    pub raw: f32,
+    pub softened: f32,
+    pub sampled: f32,
+}
+
+#[derive(Serialize)]
+pub struct Preview {
+    /// The message whose first token this is the distribution of.
+    pub message: Option<i64>,
+    pub candidates: Vec<PreviewToken>,
+    pub after_top_k: usize,
+    pub after_top_p: usize,
+    pub min_p_floor: f32,
+    pub kept: usize,
+}
+
+/// The distribution the first token of the chat's next answer (a regenerate of its last
+/// answer, or the answer to its last question) is drawn from under `settings`. `None` when
+/// the chat has no question yet or answers on a remote server.
+#[tauri::command]
+pub async fn preview_next(
+    state: State<'_, AppState>,
+    conversation: i64,
+    settings: PanelSettings,
+) -> Result<Option<Preview>> {
+    settings.params.validate()?;
+    let conv = state.store.conversation(conversation).await?;
+    if PanelSettings::from_json(&conv.settings).remote.is_some() {
+        return Ok(None);
+    }
+    let handle = state.handle()?;
+    let Some(leaf) = conv.current_leaf_id else {
+        return Ok(None);
+    };
+    let leaf = state.store.message(leaf).await?;
+    let (parent, answer) = match leaf.role {
+        rill_store::Role::Assistant => (leaf.parent_id, Some(leaf.id)),
+        _ => (Some(leaf.id), None),
+    };
+    let messages = rill_chat::prompt_under(&state.store, conversation, parent).await?;
+    if !messages.iter().any(|m| m.role == rill_engine::Role::User) {
+        return Ok(None);
+    }
+    let d = handle
+        .preview(rill_engine::PreviewRequest {
+            prompt: Prompt::Messages(messages),
+            params: settings.params,
+            top: 12,
+        })
+        .await?;
+    let tok = handle.tokenizer();
+    Ok(Some(Preview {
+        message: answer,
+        candidates: d
+            .candidates
+            .iter()
+            .map(|c| PreviewToken {
+                id: c.id,
+                text: String::from_utf8_lossy(tok.piece_bytes(c.id)).into_owned(),
+                raw: c.raw,
+                softened: c.softened,
+                sampled: c.sampled,
+            })
+            .collect(),
+        after_top_k: d.after_top_k,
+        after_top_p: d.after_top_p,
+        min_p_floor: d.min_p_floor,
+        kept: d.kept,
+    }))
+}
+
+/// One running answer in the activity view.
+#[derive(Serialize)]
+pub struct ActivityItem {
+    pub message: i64,
+    pub conversation: i64,
+    pub title: String,
+    /// queued, prefilling, decoding, paused (the engine's), or remote.
+    pub state: String,
+    pub priority: u8,
+    pub prompt_tokens: usize,
+    pub prefilled: usize,
+    pub completion_tokens: usize,
+    /// Its share of the machine's recent forward passes, 0..1.
+    pub share: f32,
+}
+
+/// Every answer being written, with what the engine is doing for it.
+#[tauri::command]
+pub async fn activity(state: State<'_, AppState>) -> Result<Vec<ActivityItem>> {
+    let engine = state.handle().map(|h| h.activity()).unwrap_or_default();
+    let mut items = Vec::new();
+    for (message, live) in state.live_answers() {
+        let title = state
+            .store
+            .conversation(live.conversation)
+            .await
+            .map(|c| c.title)
+            .unwrap_or_default();
+        let mut item = ActivityItem {
+            message,
+            conversation: live.conversation,
+            title,
+            state: "remote".into(),
+            priority: 1,
+            prompt_tokens: 0,
+            prefilled: 0,
+            completion_tokens: 0,
+            share: 0.0,
+        };
+        if let crate::state::Steer::Local(control) = &live.steer {
+            // Between its start and the engine's next round it is not in the snapshot yet.
+            item.state = "queued".into();
+            if let Some(a) = engine.iter().find(|a| a.id == control.id()) {
+                item.state = serde_json::to_value(a.state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                item.priority = a.priority;
+                item.prompt_tokens = a.prompt_tokens;
+                item.prefilled = a.prefilled;
+                item.completion_tokens = a.completion_tokens;
+                item.share = a.share;
+            }
+        }
+        items.push(item);
+    }
+    items.sort_by_key(|i| i.message);
+    Ok(items)
 }
 
 // ---- generation control -------------------------------------------------------------------
@@ -836,9 +1038,13 @@ mod tests {
                 ..Default::default()
             },
             max_tokens: Some(64),
+            token_probs: false,
             remote: None,
         };
         assert_eq!(PanelSettings::from_json(&s.to_json()), s);
+        // Token probabilities are kept unless switched off, also for settings saved before
+        // the switch existed.
+        assert!(PanelSettings::from_json(&serde_json::json!({"temperature": 0.3})).token_probs);
         // Settings stored by an older Rill, or none at all, give the defaults.
         assert_eq!(
             PanelSettings::from_json(&serde_json::json!({})),

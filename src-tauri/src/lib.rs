@@ -115,6 +115,10 @@ pub fn run(builder: tauri::Builder<tauri::Wry>) -> anyhow::Result<()> {
             commands::cancel_download,
             commands::api_status,
             commands::set_api,
+            commands::message_tokens,
+            commands::export_answer,
+            commands::preview_next,
+            commands::activity,
         ])
         .run(tauri::generate_context!())
         .context("the window failed")?;

@@ -91,7 +91,7 @@ pub async fn answer(
                 Event::Token { text, .. } => {
                     tokens += 1;
                     writer.push(&text);
-                    let _ = on_event.send(ChatEvent::Token { text });
+                    let _ = on_event.send(ChatEvent::Token { text, probs: None });
                 }
                 Event::Done { usage, timings, .. } => done = Some((usage, timings)),
                 _ => {}

@@ -207,6 +207,14 @@ impl AppState {
     }
 
     /// Message ids of every running answer.
+    /// Every answer being written, by message id.
+    pub fn live_answers(&self) -> Vec<(i64, LiveAnswer)> {
+        lock(&self.live)
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect()
+    }
+
     pub fn live_ids(&self) -> Vec<i64> {
         lock(&self.live).keys().copied().collect()
     }

@@ -6,11 +6,25 @@ import ChatView from "./components/ChatView";
 import SamplingPanel from "./components/SamplingPanel";
 import ModelManager from "./components/ModelManager";
 import SettingsView from "./components/SettingsView";
+import ActivityView from "./components/ActivityView";
+import { useLive } from "./lib/useLive";
 
 /** The file's name says what a user downloaded (metadata names are often internal). */
 function modelLabel(m: ModelInfo): string {
   const file = m.path.split(/[\\/]/).pop() ?? m.name;
   return file.replace(/\.gguf$/i, "");
+}
+
+/** Opens the activity view; shows how many answers are being written. Its own component, so
+ * the streaming tokens re-render this button, not the whole app. */
+function ActivityButton({ onClick }: { onClick: () => void }) {
+  const store = useLive();
+  const running = store.all().filter((a) => a.status === "streaming" || a.status === "queued" || a.status === "paused").length;
+  return (
+    <button type="button" data-testid="activity" aria-label="Activity" onClick={onClick}>
+      Activity{running > 0 && <span className="badge live-count">{running}</span>}
+    </button>
+  );
 }
 
 export default function App() {
@@ -20,6 +34,8 @@ export default function App() {
   const [view, setView] = useState<ConversationView | null>(null);
   const [showModels, setShowModels] = useState(false);
   const [showSettings, setShowSettings] = useState(false);
+  const [showActivity, setShowActivity] = useState(false);
+
   const [error, setError] = useState<string | null>(null);
   const searchRef = useRef<HTMLInputElement>(null);
   const composerRef = useRef<HTMLTextAreaElement>(null);
@@ -148,7 +164,8 @@ export default function App() {
             {status?.model ? modelLabel(status.model) : "No model loaded"}
           </button>
           <span className="spacer" />
-          <button type="button" data-testid="settings" aria-label="Settings" onClick={() => setShowSettings(true)}>
+          <ActivityButton onClick={() => (setShowSettings(false), setShowActivity(true))} />
+          <button type="button" data-testid="settings" aria-label="Settings" onClick={() => (setShowActivity(false), setShowSettings(true))}>
             Settings
           </button>
           {error && (
@@ -162,6 +179,14 @@ export default function App() {
         </header>
         {showSettings ? (
           <SettingsView onClose={() => setShowSettings(false)} />
+        ) : showActivity ? (
+          <ActivityView
+            onClose={() => setShowActivity(false)}
+            onOpen={(id) => {
+              setShowActivity(false);
+              openConversation(id);
+            }}
+          />
         ) : showModels || noModel ? (
           <ModelManager
             welcome={noModel}
@@ -190,7 +215,7 @@ export default function App() {
           </div>
         )}
       </main>
-      {view && !showModels && !showSettings && !noModel && (
+      {view && !showModels && !showSettings && !showActivity && !noModel && (
         <SamplingPanel
           key={view.conversation.id}
           conversation={view.conversation}
@@ -203,6 +228,7 @@ export default function App() {
               .catch((e) => setError(errorText(e)))
           }
           onError={setError}
+          turn={`${view.messages.length}:${view.messages[view.messages.length - 1]?.id ?? 0}:${view.messages[view.messages.length - 1]?.status ?? ""}`}
         />
       )}
     </div>

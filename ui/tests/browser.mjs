@@ -127,6 +127,93 @@ try {
 
   await mkdir(shots, { recursive: true });
   await page.screenshot({ path: join(shots, "ui-mocked.png") });
+
+  await step("hovering a token shows its candidates as bars, raw and after sampling, the drawn one marked", async () => {
+    await page.getByTestId("new-chat").click();
+    await page.getByTestId("composer").fill("What colour is the sky?");
+    await page.getByTestId("composer").press("Enter");
+    await page.waitForFunction(() => [...document.querySelectorAll("[data-testid=message][data-role=assistant]")].pop()?.dataset.status === "streaming");
+    const tokens = [
+      { id: 0, text: "Blue", candidates: [
+        { id: 0, text: "Blue", raw: 0.62, sampled: 0.71 }, { id: 1, text: "The", raw: 0.21, sampled: 0.24 },
+        { id: 2, text: "Sky", raw: 0.05, sampled: 0.05 }, { id: 3, text: "It", raw: 0.02, sampled: 0 } ] },
+      { id: 7, text: ".", candidates: [
+        { id: 8, text: "!", raw: 0.5, sampled: 0.5 }, { id: 7, text: ".", raw: 0.4, sampled: 0.5 }, { id: 9, text: ",", raw: 0.02, sampled: 0 } ] },
+    ];
+    for (const t of tokens) await emit({ event: "token", data: { text: t.text, probs: t } });
+    await emit({ event: "done", data: { message: { completion_tokens: 2 } } });
+    await page.getByTestId("show-probs").check();
+    const shown = answer.getByTestId("token");
+    await shown.first().waitFor();
+    assert.equal(await shown.count(), 2);
+    await shown.nth(1).hover();
+    const popover = page.getByTestId("popover");
+    await popover.waitFor();
+    const rows = popover.getByTestId("candidate-row");
+    assert.equal(await rows.count(), 3);
+    const drawn = popover.locator("tr.drawn");
+    assert.equal(await drawn.getAttribute("data-raw"), "0.4");
+    assert.match(await drawn.textContent(), /drawn/);
+    // The bars are as long as the probabilities.
+    const width = (row, which) => row.locator(`.bar.${which}`).evaluate((el) => el.getBoundingClientRect().width / el.parentElement.getBoundingClientRect().width);
+    assert.ok(Math.abs((await width(rows.first(), "raw")) - 0.5) < 0.02);
+    assert.ok(Math.abs((await width(drawn, "sampled")) - 0.5) < 0.02);
+    assert.ok((await width(rows.nth(2), "sampled")) < 0.01);
+    // Tinted by the probability of the token drawn: the surer token is tinted less.
+    const alpha = (i) => shown.nth(i).evaluate((el) => Number(getComputedStyle(el).backgroundColor.match(/[\d.]+\)$/)?.[0].slice(0, -1) ?? 1));
+    assert.ok((await alpha(0)) < (await alpha(1)), "a likelier token is tinted less");
+    await shown.first().click();
+    await page.screenshot({ path: join(shots, "ui-popover.png") });
+    await page.keyboard.press("Escape");
+  });
+
+  await step("moving the temperature slider redraws the next-token preview: cooler, surer", async () => {
+    const chart = page.getByTestId("preview-chart");
+    await chart.waitFor();
+    const top = () => chart.getByTestId("preview-row").first().getAttribute("data-sampled").then(Number);
+    const redrawn = async (before) => {
+      await page.waitForFunction((b) => Number(document.querySelector("[data-testid=preview-row]")?.dataset.sampled) !== b, before);
+      return top();
+    };
+    const at = await top();
+    await page.getByTestId("param-temperature").fill("1.5");
+    const hot = await redrawn(at);
+    await page.getByTestId("param-temperature").fill("0.3");
+    const cool = await redrawn(hot);
+    assert.ok(cool > hot, `top token: ${cool} at 0.3 vs ${hot} at 1.5`);
+    assert.ok(await chart.getByTestId("preview-row").first().getAttribute("data-raw"), "raw stays");
+    // Top-p draws its cut; tokens below it say what cut them.
+    await page.getByTestId("param-temperature").fill("1");
+    await page.getByTestId("param-top-p").fill("0.6");
+    await chart.getByTestId("top-p-cut").waitFor();
+    assert.match(await chart.locator("tr.cut").first().textContent(), /cut \(top-p\)/);
+    const calls = await page.evaluate(() => window.__rill.calls.filter((c) => c.cmd === "preview_next").length);
+    assert.ok(calls >= 4, `${calls} previews`);
+    await page.screenshot({ path: join(shots, "ui-preview.png") });
+  });
+
+  await step("the activity view lists every running answer with its state, speed and share, and steers it", async () => {
+    await page.evaluate(() => {
+      window.__rill.state.activity = [
+        { message: 101, conversation: 1, title: "A long story", state: "decoding", priority: 1, prompt_tokens: 40, prefilled: 40, completion_tokens: 120, share: 0.5 },
+        { message: 102, conversation: 2, title: "A long document", state: "prefilling", priority: 2, prompt_tokens: 3000, prefilled: 1200, completion_tokens: 0, share: 0.5 },
+      ];
+      setInterval(() => (window.__rill.state.activity[0].completion_tokens += 8), 250);
+    });
+    await page.getByTestId("activity").click();
+    const rows = page.getByTestId("activity-row");
+    await rows.nth(1).waitFor();
+    assert.deepEqual(await rows.evaluateAll((r) => r.map((x) => x.dataset.state)), ["decoding", "prefilling"]);
+    assert.equal(await rows.nth(1).locator("progress").evaluate((p) => p.value / p.max), 0.4);
+    await rows.first().getByTestId("sparkline").waitFor();
+    await rows.first().getByRole("button", { name: "Pause" }).click();
+    await rows.nth(1).getByLabel("Priority").selectOption("3");
+    const calls = await page.evaluate(() => window.__rill.calls.map((c) => `${c.cmd}:${c.args?.message ?? ""}:${c.args?.priority ?? ""}`));
+    assert.ok(calls.includes("pause:101:"), calls.join(" "));
+    assert.ok(calls.includes("set_priority:102:3"), calls.join(" "));
+    await page.screenshot({ path: join(shots, "ui-activity.png") });
+    await page.getByRole("button", { name: "Close the activity view" }).click();
+  });
   assert.deepEqual(pageErrors, []);
 
   // First launch with no model: the recommended download, with progress, speed and cancel.

@@ -16,15 +16,53 @@ export function createMockBackend() {
   };
   const defaults = {
     temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1, repeat_last_n: 64,
-    presence_penalty: 0, frequency_penalty: 0, seed: null, max_tokens: null,
+    presence_penalty: 0, frequency_penalty: 0, seed: null, max_tokens: null, token_probs: true,
   };
+  // The next-token logits the preview reshapes: the same pipeline as the engine's sampler
+  // (temperature, top-k, softmax, top-p, min-p), in a few lines, over a made-up vocabulary.
+  const vocab = [" Blue", " The", " Sky", " It", " Azure", " Grey", " Light", " Deep"];
+  const logits = [3.0, 2.2, 1.5, 1.0, 0.3, -0.5, -1.0, -1.6];
+  const softmax = (xs) => {
+    const m = Math.max(...xs);
+    const e = xs.map((x) => Math.exp(x - m));
+    const sum = e.reduce((a, b) => a + b, 0);
+    return e.map((x) => x / sum);
+  };
+  function preview(s) {
+    const raw = softmax(logits);
+    const ids = logits.map((_, i) => i);
+    if (s.temperature === 0) {
+      const one = ids.map((i) => (i === 0 ? 1 : 0));
+      return { candidates: ids.map((i) => ({ id: i, text: vocab[i], raw: raw[i], softened: one[i], sampled: one[i] })),
+        after_top_k: 1, after_top_p: 1, min_p_floor: 0, kept: 1 };
+    }
+    const k = s.top_k && s.top_k < ids.length ? s.top_k : ids.length;
+    const soft = softmax(logits.slice(0, k).map((l) => l / s.temperature));
+    const softened = ids.map((i) => (i < k ? soft[i] : 0));
+    let keep = k;
+    if (s.top_p < 1) {
+      let cum = 0;
+      for (let i = 0; i < k; i++) {
+        cum += softened[i];
+        if (cum >= s.top_p) { keep = i + 1; break; }
+      }
+    }
+    const afterTopP = keep;
+    const floor = s.min_p > 0 ? s.min_p * softened[0] : 0;
+    if (floor > 0) keep = Math.max(1, ids.slice(0, keep).filter((i) => softened[i] >= floor).length);
+    const total = ids.slice(0, keep).reduce((a, i) => a + softened[i], 0);
+    return {
+      candidates: ids.map((i) => ({ id: i, text: vocab[i], raw: raw[i], softened: softened[i], sampled: i < keep ? softened[i] / total : 0 })),
+      after_top_k: k, after_top_p: afterTopP, min_p_floor: floor, kept: keep,
+    };
+  }
   const catalogue = [
     { name: "Llama 3.2 1B Instruct (Q4_K_M)", spec: "bartowski/Llama-3.2-1B-Instruct-GGUF:Llama-3.2-1B-Instruct-Q4_K_M.gguf",
       description: "Small, quick and capable.", size_bytes: 807694464, ram_bytes: 1500000000, recommended: true },
   ];
   const state = {
     model,
-    downloads: new Map(), conversations: [], messages: [], byId: new Map(), nextId: 1, channels: new Map(), calls: [], presets: [] };
+    downloads: new Map(), tokens: new Map(), activity: [], exports: [], conversations: [], messages: [], byId: new Map(), nextId: 1, channels: new Map(), calls: [], presets: [] };
   const conv = (id) => state.conversations.find((c) => c.id === id);
   const msg = (id) => state.byId.get(id);
   const noStats = { prompt_tokens: null, completion_tokens: null, ttft_ms: null, decode_tps: null };
@@ -105,6 +143,15 @@ export function createMockBackend() {
     models: () => ({ loaded: state.model, local: state.model ? [{ ...model, source: "models" }] : [], catalogue }),
     download_model: ({ spec, onProgress }) =>
       new Promise((resolve, reject) => state.downloads.set(spec, { channel: onProgress, resolve, reject })),
+    message_tokens: ({ message }) => state.tokens.get(message) ?? null,
+    export_answer: ({ message, path }) => { state.exports.push({ message, path }); },
+    preview_next: ({ conversation, settings }) => {
+      const leaf = conv(conversation).current_leaf_id;
+      if (leaf == null) return null;
+      const m = msg(leaf);
+      return { message: m.role === "assistant" ? m.id : null, ...preview(settings) };
+    },
+    activity: () => state.activity,
     cancel_download: ({ spec }) => {
       const d = state.downloads.get(spec);
       d?.channel.onmessage({ event: "error", data: { kind: "cancelled", message: "download cancelled" } });
@@ -125,7 +172,10 @@ export function createMockBackend() {
     /** Sends one event through the answer's channel, keeping the stored message in step. */
     emit(answerId, event) {
       const m = msg(answerId);
-      if (event.event === "token") m.content += event.data.text;
+      if (event.event === "token") {
+        m.content += event.data.text;
+        if (event.data.probs) state.tokens.set(answerId, [...(state.tokens.get(answerId) ?? []), event.data.probs]);
+      }
       if (event.event === "done") {
         m.status = "done";
         event = { event: "done", data: { message: { ...m, ...(event.data?.message ?? {}) } } };

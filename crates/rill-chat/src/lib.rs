@@ -29,6 +29,57 @@ pub struct AnswerOptions {
     pub params: SamplingParams,
     pub stop: Vec<String>,
     pub max_tokens: Option<usize>,
+    /// Keep each token's likeliest candidates (this many; 0: none) with the answer.
+    pub top_candidates: usize,
+}
+
+/// One answer token as kept with its message: the text it added and the candidates it was
+/// drawn from (see [`Store::message_tokens`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TokenProbs {
+    pub id: u32,
+    pub text: String,
+    pub candidates: Vec<CandidateText>,
+}
+
+/// A candidate token with its text: raw probability and probability after sampling.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CandidateText {
+    pub id: u32,
+    pub text: String,
+    pub raw: f32,
+    pub sampled: f32,
+}
+
+impl TokenProbs {
+    /// The record of a `Token` event that carries candidates; `None` for one that does not.
+    pub fn of(handle: &Handle, event: &Event) -> Option<TokenProbs> {
+        let Event::Token {
+            id,
+            text,
+            candidates,
+        } = event
+        else {
+            return None;
+        };
+        if candidates.is_empty() {
+            return None;
+        }
+        let tok = handle.tokenizer();
+        Some(TokenProbs {
+            id: *id,
+            text: text.clone(),
+            candidates: candidates
+                .iter()
+                .map(|c| CandidateText {
+                    id: c.id,
+                    text: String::from_utf8_lossy(tok.piece_bytes(c.id)).into_owned(),
+                    raw: c.raw,
+                    sampled: c.sampled,
+                })
+                .collect(),
+        })
+    }
 }
 
 /// A saved answer and why it ended.
@@ -126,7 +177,7 @@ pub async fn begin(
             settings,
         )
         .await?;
-    start(handle, writer, Prompt::Messages(messages), options).await
+    start(handle, store, writer, Prompt::Messages(messages), options).await
 }
 
 /// What the model is asked for an answer under `parent`: the conversation's system prompt and
@@ -158,7 +209,7 @@ pub async fn begin_continue(
     // The template opens the assistant's turn; the partial answer follows it verbatim.
     let prompt = handle.render(&before)? + &partial.content;
     let writer = store.resume_answer(message).await?;
-    start(handle, writer, Prompt::Text(prompt), options).await
+    start(handle, store, writer, Prompt::Text(prompt), options).await
 }
 
 /// An answer on its way: the stored message it grows into, the controls of its generation
@@ -166,10 +217,14 @@ pub async fn begin_continue(
 pub struct Answering {
     generation: Generation,
     writer: rill_store::StreamWriter,
+    handle: Handle,
+    /// Set when the answer keeps its token probabilities.
+    probs: Option<Store>,
 }
 
 async fn start(
     handle: &Handle,
+    store: &Store,
     writer: rill_store::StreamWriter,
     prompt: Prompt,
     options: AnswerOptions,
@@ -178,10 +233,16 @@ async fn start(
         params: options.params,
         stop: options.stop,
         max_tokens: options.max_tokens,
+        top_candidates: options.top_candidates,
         ..GenerateRequest::new(prompt)
     };
     match handle.generate(request) {
-        Ok(generation) => Ok(Answering { generation, writer }),
+        Ok(generation) => Ok(Answering {
+            generation,
+            writer,
+            handle: handle.clone(),
+            probs: (options.top_candidates > 0).then(|| store.clone()),
+        }),
         Err(e) => {
             writer
                 .finish(Status::Error, MessageStats::default(), Some(e.to_string()))
@@ -197,6 +258,11 @@ impl Answering {
         self.writer.message_id()
     }
 
+    /// The engine the answer runs on.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
     /// Steers the generation while it runs.
     pub fn control(&self) -> Control {
         self.generation.control().clone()
@@ -208,11 +274,38 @@ impl Answering {
         let Answering {
             mut generation,
             writer,
+            handle,
+            probs,
         } = self;
-        while let Some(event) = generation.next_event().await {
+        let mut tokens: Vec<TokenProbs> = Vec::new();
+        let id = writer.message_id();
+        // A continued answer keeps the probabilities of the part it already had.
+        if let Some(store) = &probs {
+            if let Some(kept) = store.message_tokens(id).await? {
+                tokens = serde_json::from_value(kept).unwrap_or_default();
+            }
+        }
+        let result = loop {
+            let Some(event) = generation.next_event().await else {
+                writer
+                    .finish(
+                        Status::Error,
+                        MessageStats::default(),
+                        Some("the engine stopped".into()),
+                    )
+                    .await?;
+                break Err(Error::Generation(
+                    "the engine stopped before the answer ended".into(),
+                ));
+            };
             on_event(&event);
             match event {
-                Event::Token { text, .. } => writer.push(&text),
+                Event::Token { ref text, .. } => {
+                    writer.push(text);
+                    if probs.is_some() {
+                        tokens.extend(TokenProbs::of(&handle, &event));
+                    }
+                }
                 Event::Done {
                     reason,
                     usage,
@@ -221,7 +314,7 @@ impl Answering {
                     let message = writer
                         .finish(status_of(reason), stats_of(usage, timings), None)
                         .await?;
-                    return Ok(Answer { message, reason });
+                    break Ok(Answer { message, reason });
                 }
                 Event::Error { message } => {
                     writer
@@ -231,20 +324,17 @@ impl Answering {
                             Some(message.clone()),
                         )
                         .await?;
-                    return Err(Error::Generation(message));
+                    break Err(Error::Generation(message));
                 }
                 Event::Queued { .. } | Event::Started { .. } | Event::Stats { .. } => {}
             }
+        };
+        if let Some(store) = &probs {
+            if !tokens.is_empty() {
+                let json = serde_json::to_value(&tokens).unwrap_or_default();
+                store.set_message_tokens(id, &json).await?;
+            }
         }
-        writer
-            .finish(
-                Status::Error,
-                MessageStats::default(),
-                Some("the engine stopped".into()),
-            )
-            .await?;
-        Err(Error::Generation(
-            "the engine stopped before the answer ended".into(),
-        ))
+        result
     }
 }

@@ -463,6 +463,7 @@ fn chat(a: ChatArgs) -> Result<()> {
         params: a.sampling.params(),
         stop: a.sampling.stop.clone(),
         max_tokens: a.sampling.max_tokens,
+        top_candidates: 0,
     };
     let conversation = match a.continue_id {
         Some(id) => {

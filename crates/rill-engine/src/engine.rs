@@ -20,12 +20,13 @@ use std::time::Instant;
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
 use crate::model::llama::KV_MIN_CAPACITY;
 use crate::model::{Model, ModelInfo};
 use crate::prefix_cache::PrefixCache;
-use crate::sampler::{Candidate, Sampler, SamplingParams};
+use crate::sampler::{Candidate, Distribution, Sampler, SamplingParams};
 use crate::scheduler::{plan_round, SequenceState, Work};
 use crate::sequence::{Sequence, SequenceSpec};
 use crate::stop::{StopReason, StopStrings};
@@ -225,6 +226,7 @@ pub enum Event {
 
 enum Command {
     Add(Box<Sequence>),
+    Preview(Box<PreviewJob>),
     SetParams(u64, SamplingParams),
     Pause(u64),
     Resume(u64),
@@ -232,6 +234,26 @@ enum Command {
     SetPriority(u64, u8),
     SetMaxTokens(u64, Option<usize>),
     Shutdown,
+}
+
+/// A preview on its way to the inference thread.
+struct PreviewJob {
+    seq: Sequence,
+    reply: oneshot::Sender<Result<Distribution>>,
+}
+
+/// What one live generation is doing, as of the last round: for an activity view.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Activity {
+    pub id: u64,
+    pub state: SequenceState,
+    pub priority: u8,
+    pub prompt_tokens: usize,
+    /// Prompt tokens in the cache (reused or computed): prefill progress.
+    pub prefilled: usize,
+    pub completion_tokens: usize,
+    /// Its share of the rows of recent forward passes, 0..1.
+    pub share: f32,
 }
 
 /// What every handle shares: the model's text side and counters the thread keeps up to date.
@@ -243,8 +265,8 @@ struct Shared {
     next_id: AtomicU64,
     cache_bytes: AtomicUsize,
     prefix_bytes: AtomicUsize,
-    /// Ids of the sequences the thread holds, as of the last round.
-    live: Mutex<Vec<u64>>,
+    /// The generations the thread holds, as of the last round (previews excluded).
+    live: Mutex<Vec<Activity>>,
 }
 
 /// A running engine. Dropping it stops the inference thread (after the current step).
@@ -308,6 +330,8 @@ impl Engine {
             budget,
             prefill_chunk: config.prefill_chunk,
             row_ms: 0.0,
+            preview: None,
+            previews: Vec::new(),
         };
         let thread = std::thread::Builder::new()
             .name("rill-inference".into())
@@ -365,6 +389,11 @@ impl Handle {
 
     /// Ids of the generations the thread holds, as of the last round.
     pub fn live_ids(&self) -> Vec<u64> {
+        self.activity().into_iter().map(|a| a.id).collect()
+    }
+
+    /// What every live generation is doing, as of the last round.
+    pub fn activity(&self) -> Vec<Activity> {
         self.shared
             .live
             .lock()
@@ -487,6 +516,51 @@ impl Handle {
             prompt_tokens,
             events,
         })
+    }
+}
+
+/// Asks for the next-token distribution after a prompt, without generating.
+#[derive(Clone, Debug)]
+pub struct PreviewRequest {
+    pub prompt: Prompt,
+    pub params: SamplingParams,
+    /// How many of the likeliest tokens to report (at most [`MAX_CANDIDATES`]).
+    pub top: usize,
+}
+
+impl Handle {
+    /// The distribution the first token of an answer to `prompt` is drawn from under
+    /// `params`. The prompt goes through the model like any other (sharing the machine, reusing
+    /// cached prefixes); its logits are then kept, so asking again for the same prompt with
+    /// other parameters (a slider moving) is answered at once without the model.
+    pub async fn preview(&self, req: PreviewRequest) -> Result<Distribution> {
+        let sampler = Sampler::new(req.params)?;
+        let (prompt, dropped_messages) = self.fit(&req.prompt, None, Overflow::DropOldest)?;
+        let (events_tx, events) = unbounded_channel();
+        let seq = Sequence::new(SequenceSpec {
+            id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),
+            prompt,
+            sampler,
+            stops: StopStrings::new(Vec::new()),
+            decoder: StreamDecoder::new(&self.shared.tokenizer),
+            max_tokens: None,
+            context_length: self.shared.context_length,
+            ignore_eos: false,
+            priority: 1,
+            dropped_messages,
+            top_candidates: req.top.clamp(1, MAX_CANDIDATES),
+            events: events_tx,
+            submitted: Instant::now(),
+        })
+        .into_preview();
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::Preview(Box::new(PreviewJob { seq, reply })))
+            .map_err(|_| Error::EngineStopped)?;
+        // The events receiver lives until the answer: dropping this future cancels the work.
+        let result = answer.await.map_err(|_| Error::EngineStopped)?;
+        drop(events);
+        result
     }
 }
 
@@ -647,6 +721,10 @@ struct Worker {
     prefill_chunk: usize,
     /// Running average of the milliseconds one row of a forward pass costs.
     row_ms: f64,
+    /// The last preview's prompt and logits: a slider moving asks again for the same prompt.
+    preview: Option<(Vec<u32>, Vec<f32>)>,
+    /// Previews waiting for their prompt's logits, by sequence id.
+    previews: Vec<(u64, oneshot::Sender<Result<Distribution>>)>,
 }
 
 /// How long a round may take while answers are streaming: the longest pause a prefill chunk
@@ -810,6 +888,7 @@ impl Worker {
             })
             .max()
             .unwrap_or(0);
+        let mut rows_of: Vec<(u64, usize)> = Vec::new();
         for pass in 0..passes {
             // (sequence id, tokens to run) for this pass.
             let mut want: Vec<(u64, usize)> = Vec::new();
@@ -836,6 +915,12 @@ impl Worker {
                 .collect();
             if members.is_empty() {
                 break;
+            }
+            for (s, n) in &members {
+                match rows_of.iter_mut().find(|r| r.0 == s.id) {
+                    Some(r) => r.1 += n,
+                    None => rows_of.push((s.id, *n)),
+                }
             }
             let mut inputs: Vec<(&[u32], &mut crate::model::KvCache)> =
                 members.iter_mut().map(|(s, n)| s.step_input(*n)).collect();
@@ -866,6 +951,14 @@ impl Worker {
                 }
             }
         }
+        // Shares of the machine: each sequence's rows of this round, smoothed over rounds.
+        let total: usize = rows_of.iter().map(|r| r.1).sum();
+        if total > 0 {
+            for s in self.seqs.iter_mut() {
+                let rows = rows_of.iter().find(|r| r.0 == s.id).map_or(0, |r| r.1);
+                s.share = 0.7 * s.share + 0.3 * rows as f32 / total as f32;
+            }
+        }
     }
 
     /// Prefill tokens this round: the configured chunk when nothing is streaming; else as many
@@ -893,6 +986,21 @@ impl Worker {
             match s.finish_reason() {
                 None => i += 1,
                 Some(reason) => {
+                    if s.is_preview() {
+                        let logits = s.take_preview_logits();
+                        let result = match &logits {
+                            Some(l) => s.distribution(l),
+                            None => Err(Error::Candle(candle_core::Error::Msg(
+                                s.failure().unwrap_or("the preview was cancelled").into(),
+                            ))),
+                        };
+                        if let Some(at) = self.previews.iter().position(|p| p.0 == s.id) {
+                            let _ = self.previews.swap_remove(at).1.send(result);
+                        }
+                        if let Some(l) = logits {
+                            self.preview = Some((s.tokens().to_vec(), l));
+                        }
+                    }
                     if reason != StopReason::Cancelled {
                         let (tokens, cache) = s.take_cache();
                         self.prefixes.insert(tokens, cache);
@@ -915,7 +1023,12 @@ impl Worker {
             .store(self.prefixes.bytes(), Ordering::Relaxed);
         if let Ok(mut live) = self.shared.live.lock() {
             live.clear();
-            live.extend(self.seqs.iter().map(|s| s.id));
+            live.extend(
+                self.seqs
+                    .iter()
+                    .filter(|s| !s.is_preview())
+                    .map(Sequence::activity),
+            );
         }
     }
 
@@ -925,6 +1038,19 @@ impl Worker {
         let seqs = &mut self.seqs;
         match cmd {
             Command::Add(seq) => seqs.push(*seq),
+            Command::Preview(job) => {
+                let PreviewJob { mut seq, reply } = *job;
+                match &self.preview {
+                    // The same prompt as last time: only the sampling changed.
+                    Some((tokens, logits)) if tokens == seq.tokens() => {
+                        let _ = reply.send(seq.distribution(logits));
+                    }
+                    _ => {
+                        self.previews.push((seq.id, reply));
+                        seqs.push(seq);
+                    }
+                }
+            }
             Command::SetParams(id, p) => {
                 if let Some(i) = find(seqs, id) {
                     // Validated by Control::set_params; a failure here would be a bug.

@@ -42,12 +42,12 @@ pub mod template;
 pub mod tokenizer;
 
 pub use engine::{
-    Collected, Control, DeviceKind, Engine, EngineConfig, Event, GenerateRequest, Generation,
-    Handle, Overflow, Prompt, Timings, Usage,
+    Activity, Collected, Control, DeviceKind, Engine, EngineConfig, Event, GenerateRequest,
+    Generation, Handle, Overflow, PreviewRequest, Prompt, Timings, Usage,
 };
 pub use error::{Error, Result};
 pub use model::{inspect, ModelInfo};
-pub use sampler::{Candidate, SamplingParams};
+pub use sampler::{Candidate, Distribution, SamplingParams, Shaped};
 pub use scheduler::SequenceState;
 pub use stop::StopReason;
 pub use template::{Message, Role};

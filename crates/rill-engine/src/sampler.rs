@@ -156,6 +156,33 @@ pub struct Candidate {
     pub sampled: f32,
 }
 
+/// One token of a [`Distribution`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Shaped {
+    pub id: u32,
+    /// The model's own probability.
+    pub raw: f32,
+    /// After penalties, temperature and top-k (0 when top-k cut it): what top-p and min-p see.
+    pub softened: f32,
+    /// After the whole pipeline, renormalised: what a draw would use (0 when cut).
+    pub sampled: f32,
+}
+
+/// The next-token distribution under a set of sampling parameters, for drawing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Distribution {
+    /// The likeliest tokens by raw probability, likeliest first.
+    pub candidates: Vec<Shaped>,
+    /// Tokens left after top-k (the whole vocabulary when it is off).
+    pub after_top_k: usize,
+    /// Tokens left after top-p: the nucleus.
+    pub after_top_p: usize,
+    /// The min-p floor on the softened probability (0 when min-p is off).
+    pub min_p_floor: f32,
+    /// Tokens a draw can pick from (1 when greedy).
+    pub kept: usize,
+}
+
 /// A small, fast, seedable generator (SplitMix64). Ours rather than `rand`'s so that a seed
 /// gives the same text across dependency upgrades.
 #[derive(Clone, Debug)]
@@ -224,6 +251,27 @@ impl Sampler {
     /// Picks the next token. `logits` is modified (penalties, temperature); `history` is every
     /// token of the sequence so far, prompt included.
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> Result<u32> {
+        self.penalise(logits, history)?;
+        if self.params.is_greedy() {
+            return Ok(argmax(logits));
+        }
+        self.soften(logits);
+        self.cut();
+        let cands = &self.candidates;
+        let total: f32 = cands.iter().map(|c| c.1).sum();
+        let mut target = self.rng.next_f64() as f32 * total;
+        for c in cands.iter() {
+            target -= c.1;
+            if target < 0.0 {
+                return Ok(c.0);
+            }
+        }
+        // Rounding left a sliver of mass past the end: the last candidate takes it.
+        Ok(cands[cands.len() - 1].0)
+    }
+
+    /// Checks the row and applies the repetition penalties.
+    fn penalise(&self, logits: &mut [f32], history: &[u32]) -> Result<()> {
         if logits.is_empty() {
             return Err(Error::param("logits", "empty logits row"));
         }
@@ -232,15 +280,17 @@ impl Sampler {
                 "the model produced NaN logits".into(),
             )));
         }
-        let p = &self.params;
-        if p.has_penalties() {
-            apply_penalties(logits, history, p);
+        if self.params.has_penalties() {
+            apply_penalties(logits, history, &self.params);
         }
-        if p.is_greedy() {
-            return Ok(argmax(logits));
-        }
+        Ok(())
+    }
 
-        // Temperature first, so that top-p and min-p see the distribution that is drawn from.
+    /// Temperature, top-k and softmax: `candidates` holds the top-k survivors with their
+    /// probabilities, likeliest first. Temperature comes first, so that top-p and min-p see
+    /// the distribution that is drawn from.
+    fn soften(&mut self, logits: &[f32]) {
+        let p = &self.params;
         let inv_t = 1.0 / p.temperature;
         let cands = &mut self.candidates;
         cands.clear();
@@ -268,7 +318,13 @@ impl Sampler {
         for c in cands.iter_mut() {
             c.1 /= sum;
         }
+    }
 
+    /// Top-p, then min-p, on the softened candidates. Returns how many survived top-p and the
+    /// min-p floor (a probability of the softened distribution; 0 when min-p is off).
+    fn cut(&mut self) -> (usize, f32) {
+        let p = &self.params;
+        let cands = &mut self.candidates;
         if p.top_p < 1.0 {
             let mut cum = 0.0;
             let mut keep = cands.len();
@@ -281,22 +337,78 @@ impl Sampler {
             }
             cands.truncate(keep);
         }
+        let after_top_p = cands.len();
+        let mut floor = 0.0;
         if p.min_p > 0.0 {
-            let floor = p.min_p * cands[0].1;
+            floor = p.min_p * cands[0].1;
             let keep = cands.iter().take_while(|c| c.1 >= floor).count().max(1);
             cands.truncate(keep);
         }
+        (after_top_p, floor)
+    }
 
-        let total: f32 = cands.iter().map(|c| c.1).sum();
-        let mut target = self.rng.next_f64() as f32 * total;
-        for c in cands.iter() {
-            target -= c.1;
-            if target < 0.0 {
-                return Ok(c.0);
-            }
-        }
-        // Rounding left a sliver of mass past the end: the last candidate takes it.
-        Ok(cands[cands.len() - 1].0)
+    /// The next-token distribution under these parameters, without drawing: the `n` tokens
+    /// the model finds likeliest with their raw probability, their probability after penalties,
+    /// temperature and top-k, and after the whole pipeline; plus where top-p and min-p cut.
+    /// For redrawing a chart as a slider moves; the random state is left untouched.
+    pub fn distribution(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        n: usize,
+    ) -> Result<Distribution> {
+        let raw = softmax(logits);
+        let mut shaped = logits.to_vec();
+        self.penalise(&mut shaped, history)?;
+        let ids = top_ids(logits, n);
+        let greedy = self.params.is_greedy();
+        let (softened, sampled, after_top_k, after_top_p, min_p_floor, kept) = if greedy {
+            let best = argmax(&shaped);
+            let one = |id: u32| if id == best { 1.0 } else { 0.0 };
+            let v: Vec<f32> = ids.iter().map(|&id| one(id)).collect();
+            (v.clone(), v, 1, 1, 0.0, 1)
+        } else {
+            self.soften(&shaped);
+            let after_top_k = self.candidates.len();
+            let prob_in = |cands: &[(u32, f32)], id: u32| {
+                cands.iter().find(|c| c.0 == id).map_or(0.0, |c| c.1)
+            };
+            let softened: Vec<f32> = ids
+                .iter()
+                .map(|&id| prob_in(&self.candidates, id))
+                .collect();
+            let (after_top_p, floor) = self.cut();
+            let total: f32 = self.candidates.iter().map(|c| c.1).sum();
+            let sampled = ids
+                .iter()
+                .map(|&id| prob_in(&self.candidates, id) / total)
+                .collect();
+            (
+                softened,
+                sampled,
+                after_top_k,
+                after_top_p,
+                floor,
+                self.candidates.len(),
+            )
+        };
+        let candidates = ids
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| Shaped {
+                id,
+                raw: raw[id as usize],
+                softened: softened[i],
+                sampled: sampled[i],
+            })
+            .collect();
+        Ok(Distribution {
+            candidates,
+            after_top_k,
+            after_top_p,
+            min_p_floor,
+            kept,
+        })
     }
 }
 
@@ -310,24 +422,10 @@ impl Sampler {
         history: &[u32],
         n: usize,
     ) -> Result<(u32, Vec<Candidate>)> {
-        let raw_logits = logits.to_vec();
+        let raw = softmax(logits);
+        let mut ids = top_ids(logits, n);
         let drawn = self.sample(logits, history)?;
-        let max = raw_logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let sum: f32 = raw_logits.iter().map(|l| (l - max).exp()).sum();
-        let raw = |id: u32| (raw_logits[id as usize] - max).exp() / sum;
-
-        let mut ids: Vec<u32> = (0..raw_logits.len() as u32).collect();
-        let by_raw = |a: &u32, b: &u32| {
-            raw_logits[*b as usize]
-                .total_cmp(&raw_logits[*a as usize])
-                .then(a.cmp(b))
-        };
-        let n = n.clamp(1, ids.len());
-        if n < ids.len() {
-            ids.select_nth_unstable_by(n - 1, by_raw);
-            ids.truncate(n);
-        }
-        ids.sort_unstable_by(by_raw);
+        let raw = |id: u32| raw[id as usize];
         if !ids.contains(&drawn) {
             ids.push(drawn);
         }
@@ -353,6 +451,32 @@ impl Sampler {
             .collect();
         Ok((drawn, candidates))
     }
+}
+
+/// Softmax of a whole row.
+fn softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut p: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
+    let sum: f32 = p.iter().sum();
+    p.iter_mut().for_each(|x| *x /= sum);
+    p
+}
+
+/// The `n` highest logits' ids, highest first (lowest id on ties).
+fn top_ids(logits: &[f32], n: usize) -> Vec<u32> {
+    let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+    let by_logit = |a: &u32, b: &u32| {
+        logits[*b as usize]
+            .total_cmp(&logits[*a as usize])
+            .then(a.cmp(b))
+    };
+    let n = n.clamp(1, ids.len().max(1));
+    if n < ids.len() {
+        ids.select_nth_unstable_by(n - 1, by_logit);
+        ids.truncate(n);
+    }
+    ids.sort_unstable_by(by_logit);
+    ids
 }
 
 fn argmax(logits: &[f32]) -> u32 {

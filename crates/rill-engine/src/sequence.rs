@@ -53,6 +53,13 @@ pub(crate) struct Sequence {
     prefill_done: Option<Instant>,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
+    /// A preview: stop at the prompt's logits, keep them, draw nothing.
+    preview: bool,
+    preview_logits: Option<Vec<f32>>,
+    /// Error text when it failed.
+    failure: Option<String>,
+    /// Its share of the rows of recent forward passes (moving average).
+    pub share: f32,
 }
 
 pub(crate) struct SequenceSpec {
@@ -101,6 +108,48 @@ impl Sequence {
             prefill_done: None,
             first_token: None,
             last_token: None,
+            preview: false,
+            preview_logits: None,
+            failure: None,
+            share: 0.0,
+        }
+    }
+
+    /// Makes this a preview: it runs its prompt and stops with the last position's logits.
+    pub fn into_preview(mut self) -> Self {
+        self.preview = true;
+        self
+    }
+
+    pub fn is_preview(&self) -> bool {
+        self.preview
+    }
+
+    /// The prompt's last logits, once a preview has them.
+    pub fn take_preview_logits(&mut self) -> Option<Vec<f32>> {
+        self.preview_logits.take()
+    }
+
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// The next-token distribution for `logits` under this sequence's sampling parameters.
+    pub fn distribution(&mut self, logits: &[f32]) -> Result<crate::sampler::Distribution> {
+        self.sampler
+            .distribution(logits, &self.tokens, self.top_candidates)
+    }
+
+    /// What it is doing, for the activity view.
+    pub fn activity(&self) -> crate::engine::Activity {
+        crate::engine::Activity {
+            id: self.id,
+            state: self.state(),
+            priority: self.priority,
+            prompt_tokens: self.prompt_len,
+            prefilled: self.cache.len().min(self.prompt_len),
+            completion_tokens: self.completion_tokens,
+            share: self.share,
         }
     }
 
@@ -216,6 +265,11 @@ impl Sequence {
             self.prefill_done = Some(Instant::now());
         }
         if self.pending() == 0 {
+            if self.preview {
+                self.preview_logits = Some(logits);
+                self.finish(StopReason::Stop);
+                return Ok(());
+            }
             self.sample_and_emit(tok, &mut logits)?;
         }
         Ok(())
@@ -334,6 +388,7 @@ impl Sequence {
 
     /// Reports an error and ends the sequence.
     pub fn fail(&mut self, message: String) {
+        self.failure = Some(message.clone());
         let _ = self.events.send(Event::Error { message });
         self.finished = Some(StopReason::Cancelled);
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::model_path;
 use rill_engine::{
     Engine, EngineConfig, Error, Event, GenerateRequest, Generation, Handle, Message, Overflow,
-    Prompt, SamplingParams, StopReason,
+    Prompt, SamplingParams, SequenceState, StopReason,
 };
 
 fn engine(config: impl FnOnce(EngineConfig) -> EngineConfig) -> Engine {
@@ -178,7 +178,33 @@ fn priority_gives_a_larger_share_of_the_machine() {
     let t0 = Instant::now();
     take_tokens(&mut high, 60);
     let elapsed = t0.elapsed();
+    // The activity view's numbers say the same: both decoding, shares about 1:3.
+    let activity = h.activity();
+    let of = |g: &Generation| {
+        activity
+            .iter()
+            .find(|a| a.id == g.control().id())
+            .cloned()
+            .expect("listed")
+    };
+    let (a_low, a_high) = (of(&low), of(&high));
+    assert_eq!(a_low.state, SequenceState::Decoding);
+    assert_eq!((a_low.priority, a_high.priority), (1, 3));
+    // As of the last round: the snapshot may trail the events by one round.
+    assert!(a_high.completion_tokens >= 60);
+    assert!(
+        a_high.share > 2.0 * a_low.share && a_low.share > 0.1,
+        "shares {} and {}",
+        a_low.share,
+        a_high.share
+    );
+    assert!(a_low.share + a_high.share <= 1.0 + 1e-3);
     low.pause().unwrap();
+    wait_until("the paused answer to show as paused", || {
+        h.activity()
+            .iter()
+            .any(|a| a.id == low.control().id() && a.state == SequenceState::Paused)
+    });
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

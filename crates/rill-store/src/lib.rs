@@ -507,6 +507,29 @@ impl Store {
         Ok(())
     }
 
+    /// Keeps an answer's per-token probabilities (replacing what it had).
+    pub async fn set_message_tokens(&self, message: i64, tokens: &Value) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO message_tokens (message_id, tokens) VALUES (?, ?) \
+             ON CONFLICT(message_id) DO UPDATE SET tokens = excluded.tokens",
+        )
+        .bind(message)
+        .bind(tokens.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// An answer's per-token probabilities; `None` when none were kept.
+    pub async fn message_tokens(&self, message: i64) -> Result<Option<Value>> {
+        let raw: Option<String> =
+            sqlx::query_scalar("SELECT tokens FROM message_tokens WHERE message_id = ?")
+                .bind(message)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
+    }
+
     pub async fn setting(&self, key: &str) -> Result<Option<Value>> {
         let raw: Option<String> =
             sqlx::query_scalar("SELECT value FROM app_settings WHERE key = ?")

@@ -545,3 +545,26 @@ async fn a_conversation_saved_whole_is_never_seen_half_written() {
         "only the last answer has stats"
     );
 }
+
+#[tokio::test]
+async fn an_answers_token_probabilities_are_kept_and_go_with_it() {
+    let (_dir, path) = db();
+    let store = Store::open(&path).await.unwrap();
+    let id = conversation_with_turns(&store, &[("Sky?", "Blue.")]).await;
+    let answer = store.current_path(id).await.unwrap()[1].id;
+    assert_eq!(store.message_tokens(answer).await.unwrap(), None);
+    let tokens = json!([
+        {"id": 5, "text": "Blue", "candidates": [{"id": 5, "text": "Blue", "raw": 0.6, "sampled": 1.0}]},
+        {"id": 6, "text": ".", "candidates": [{"id": 6, "text": ".", "raw": 0.9, "sampled": 1.0}]}
+    ]);
+    store.set_message_tokens(answer, &tokens).await.unwrap();
+    // Kept across a reopen of the file.
+    drop(store);
+    let store = Store::open(&path).await.unwrap();
+    assert_eq!(store.message_tokens(answer).await.unwrap(), Some(tokens));
+    // Replaced, not duplicated; gone with the conversation.
+    store.set_message_tokens(answer, &json!([])).await.unwrap();
+    assert_eq!(store.message_tokens(answer).await.unwrap(), Some(json!([])));
+    store.delete_conversation(id).await.unwrap();
+    assert_eq!(store.message_tokens(answer).await.unwrap(), None);
+}

@@ -21,6 +21,7 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
   const scrollRef = useRef<HTMLDivElement>(null);
   const atBottom = useRef(true);
   const [usage, setUsage] = useState<ContextUsage | null>(null);
+  const [showProbs, setShowProbs] = useState(false);
   const messages = view.messages;
   const running = store.running(id);
 
@@ -88,6 +89,14 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
     if (path) api.exportConversation(id, format, path).catch((e) => onError(errorText(e)));
   };
 
+  const exportProbs = async (message: number) => {
+    const path = await save({
+      defaultPath: `answer-${message}-probabilities.json`,
+      filters: [{ name: "JSON", extensions: ["json"] }],
+    });
+    if (path) api.exportAnswer(message, path).catch((e) => onError(errorText(e)));
+  };
+
   return (
     <section className="chat" aria-label="Conversation">
       <div className="chat-header">
@@ -107,6 +116,10 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
             {usage.used_tokens.toLocaleString()} / {usage.context_length.toLocaleString()} tokens
           </span>
         )}
+        <label className="check small" title="Show answers as tokens tinted by how likely the model found them; hover or click one for its candidates.">
+          <input type="checkbox" data-testid="show-probs" checked={showProbs} onChange={(e) => setShowProbs(e.target.checked)} />
+          Probabilities
+        </label>
         <button type="button" aria-label="Export as Markdown" onClick={() => exportAs("markdown")}>
           Export .md
         </button>
@@ -144,6 +157,8 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
                   onContinue={(mid) => startAnswer((ch) => api.continueAnswer(mid, ch), m.content)}
                   onEdit={(mid, text) => startAnswer(async (ch) => (await api.editMessage(mid, text, ch)).answer_id)}
                   onBranch={(mid) => api.switchBranch(mid).then(onView, (e) => onError(errorText(e)))}
+                  showProbs={showProbs}
+                  onExportProbs={exportProbs}
                 />
               </div>
             );

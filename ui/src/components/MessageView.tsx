@@ -1,7 +1,31 @@
-import { memo, useMemo, useState } from "react";
-import type { ViewMessage } from "../lib/ipc";
+import { memo, useEffect, useMemo, useState } from "react";
+import { api, type TokenProbs, type ViewMessage } from "../lib/ipc";
 import type { LiveAnswer } from "../lib/live";
 import { renderMarkdown } from "../lib/markdown";
+import Sparkline from "./Sparkline";
+import TokenView from "./TokenView";
+
+/** Stored answers' token probabilities, fetched once per message when first shown. */
+const storedTokens = new Map<number, TokenProbs[] | null>();
+
+function useStoredTokens(id: number, wanted: boolean): TokenProbs[] | null | undefined {
+  const [tokens, setTokens] = useState(storedTokens.get(id));
+  useEffect(() => {
+    if (!wanted || storedTokens.has(id)) return;
+    let alive = true;
+    api.messageTokens(id).then(
+      (t) => {
+        storedTokens.set(id, t);
+        if (alive) setTokens(t);
+      },
+      () => alive && setTokens(null),
+    );
+    return () => {
+      alive = false;
+    };
+  }, [id, wanted]);
+  return tokens;
+}
 
 interface Props {
   message: ViewMessage;
@@ -14,6 +38,9 @@ interface Props {
   onContinue: (id: number) => void;
   onEdit: (id: number, text: string) => void;
   onBranch: (id: number) => void;
+  /** Show answers as tokens tinted by probability, with a popover of candidates. */
+  showProbs: boolean;
+  onExportProbs: (id: number) => void;
 }
 
 /** Copy buttons and links inside rendered markdown, handled by delegation: sanitised HTML
@@ -46,12 +73,16 @@ function Stats({ m, live }: { m: ViewMessage; live: LiveAnswer | undefined }) {
   );
 }
 
-function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegenerate, onContinue, onEdit, onBranch }: Props) {
+function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegenerate, onContinue, onEdit, onBranch, showProbs, onExportProbs }: Props) {
   const m = message;
   const text = live ? live.text : m.content;
   const status = live && !live.final ? live.status : live?.final?.status ?? m.status;
   const running = status === "streaming" || status === "queued" || status === "paused";
-  const html = useMemo(() => (m.role === "assistant" ? renderMarkdown(text) : ""), [m.role, text]);
+  const assistant = m.role === "assistant";
+  const stored = useStoredTokens(m.id, showProbs && assistant && !running && !live?.tokens.length);
+  const tokens = live?.tokens.length ? live.tokens : stored;
+  const asTokens = showProbs && assistant && !!tokens?.length;
+  const html = useMemo(() => (assistant && !asTokens ? renderMarkdown(text) : ""), [assistant, asTokens, text]);
   const [editing, setEditing] = useState(false);
   const [draft, setDraft] = useState(m.content);
   const index = m.siblings.indexOf(m.id);
@@ -75,7 +106,9 @@ function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegen
             Cancel
           </button>
         </div>
-      ) : m.role === "assistant" ? (
+      ) : asTokens && tokens ? (
+        <TokenView tokens={tokens} streaming={status === "streaming"} />
+      ) : assistant ? (
         <div className="md" onClick={onMarkdownClick} dangerouslySetInnerHTML={{ __html: html }} />
       ) : (
         <div className="plain">{text}</div>
@@ -100,6 +133,7 @@ function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegen
           </span>
         )}
         {m.role === "assistant" && <Stats m={live?.final ? { ...m, ...live.final, siblings: m.siblings } : m} live={live} />}
+        {running && live && live.rates.length > 1 && <Sparkline values={live.rates} label="tokens per second" />}
         {status === "stopped" && <span className="muted">stopped</span>}
         {status === "interrupted" && <span className="muted">interrupted</span>}
         <span className="spacer" />
@@ -132,6 +166,11 @@ function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegen
         {!running && m.role === "user" && (
           <button type="button" aria-label="Edit" onClick={() => (setDraft(m.content), setEditing(true))}>
             Edit
+          </button>
+        )}
+        {!running && assistant && (tokens?.length ?? 0) > 0 && (
+          <button type="button" aria-label="Export with probabilities" onClick={() => onExportProbs(m.id)}>
+            Export probabilities
           </button>
         )}
         {!running && (

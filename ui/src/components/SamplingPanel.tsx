@@ -1,4 +1,5 @@
 import { useEffect, useState } from "react";
+import NextTokenChart from "./NextTokenChart";
 import { api, errorText, DEFAULT_SETTINGS, type Conversation, type PanelSettings, type Preset, type RemoteBackend } from "../lib/ipc";
 
 interface Props {
@@ -7,6 +8,8 @@ interface Props {
   onChange: (s: PanelSettings) => void;
   onSystemPrompt: (prompt: string | null) => void;
   onError: (e: string) => void;
+  /** Changes when the chat's last message does (the preview's prompt changed). */
+  turn: string;
 }
 
 interface SliderProps {
@@ -142,7 +145,7 @@ function Backend({ remote, onChange }: { remote: RemoteBackend | null | undefine
   );
 }
 
-export default function SamplingPanel({ conversation, settings, onChange, onSystemPrompt, onError }: Props) {
+export default function SamplingPanel({ conversation, settings, onChange, onSystemPrompt, onError, turn }: Props) {
   const s = { ...DEFAULT_SETTINGS, ...settings };
   const set = (patch: Partial<PanelSettings>) => onChange({ ...s, ...patch });
   const [system, setSystem] = useState(conversation.system_prompt ?? "");
@@ -168,9 +171,14 @@ export default function SamplingPanel({ conversation, settings, onChange, onSyst
         hint="Drop tokens less likely than this fraction of the likeliest one." onChange={(v) => set({ min_p: v })} />
       <Slider id="repeat-penalty" label="Repeat penalty" value={s.repeat_penalty} min={1} max={2} step={0.01}
         hint="Makes recently used tokens less likely; 1 turns it off." onChange={(v) => set({ repeat_penalty: v })} />
+      {!s.remote && <NextTokenChart conversation={conversation.id} settings={s} turn={turn} />}
       <OptionalNumber id="max-tokens" label="Max tokens" value={s.max_tokens} placeholder="no limit" min={1}
         onChange={(v) => set({ max_tokens: v })} />
       <OptionalNumber id="seed" label="Seed" value={s.seed} placeholder="random" min={0} onChange={(v) => set({ seed: v })} />
+      <label className="check small" title="Keep each token's likeliest candidates with the answer (about 4% slower decoding).">
+        <input type="checkbox" data-testid="param-token-probs" checked={s.token_probs !== false} onChange={(e) => set({ token_probs: e.target.checked })} />
+        Keep token probabilities
+      </label>
 
       <div className="param">
         <label htmlFor="system-prompt">System prompt</label>

@@ -55,6 +55,8 @@ export interface PanelSettings {
   frequency_penalty: number;
   seed: number | null;
   max_tokens: number | null;
+  /** Keep each answer token's likeliest candidates (popover, tinting, export). */
+  token_probs?: boolean;
   /** Answer with a remote OpenAI-compatible server instead of this machine. */
   remote?: RemoteBackend | null;
 }
@@ -76,6 +78,7 @@ export const DEFAULT_SETTINGS: PanelSettings = {
   frequency_penalty: 0,
   seed: null,
   max_tokens: null,
+  token_probs: true,
 };
 
 export interface ConversationView {
@@ -139,7 +142,7 @@ export interface ContextUsage {
 export type ChatEvent =
   | { event: "queued"; data: { position: number } }
   | { event: "started"; data: { prompt_tokens: number; reused_tokens: number; dropped_messages: number } }
-  | { event: "token"; data: { text: string } }
+  | { event: "token"; data: { text: string; probs?: TokenProbs } }
   | { event: "stats"; data: { completion_tokens: number; tokens_per_second: number } }
   | { event: "done"; data: { message: Message } }
   | { event: "error"; data: { message: string } };
@@ -148,6 +151,55 @@ export type DownloadEvent =
   | { event: "progress"; data: { file: string; done_bytes: number; total_bytes: number; bytes_per_second: number } }
   | { event: "done"; data: { path: string } }
   | { event: "error"; data: { kind: string; message: string } };
+
+/** A candidate for one answer token: the model's probability and the one drawn from. */
+export interface CandidateText {
+  id: number;
+  text: string;
+  raw: number;
+  sampled: number;
+}
+
+/** One answer token with the candidates it was drawn from. */
+export interface TokenProbs {
+  id: number;
+  text: string;
+  candidates: CandidateText[];
+}
+
+export interface PreviewToken {
+  id: number;
+  text: string;
+  raw: number;
+  /** After penalties, temperature and top-k: what top-p and min-p see. */
+  softened: number;
+  /** After the whole pipeline: what a draw uses. */
+  sampled: number;
+}
+
+/** The distribution the first token of the chat's next answer is drawn from. */
+export interface Preview {
+  message: number | null;
+  candidates: PreviewToken[];
+  after_top_k: number;
+  after_top_p: number;
+  min_p_floor: number;
+  kept: number;
+}
+
+export type EngineState = "queued" | "prefilling" | "decoding" | "paused" | "finished" | "remote";
+
+export interface ActivityItem {
+  message: number;
+  conversation: number;
+  title: string;
+  state: EngineState;
+  priority: number;
+  prompt_tokens: number;
+  prefilled: number;
+  completion_tokens: number;
+  share: number;
+}
 
 export interface CommandError {
   kind: string;
@@ -230,6 +282,11 @@ export const api = {
   downloadModel: (spec: string, onProgress: Channel<DownloadEvent>) =>
     invoke<ModelInfo>("download_model", { spec, onProgress }),
   cancelDownload: (spec: string) => invoke<boolean>("cancel_download", { spec }),
+  messageTokens: (message: number) => invoke<TokenProbs[] | null>("message_tokens", { message }),
+  exportAnswer: (message: number, path: string) => invoke<void>("export_answer", { message, path }),
+  previewNext: (conversation: number, settings: PanelSettings) =>
+    invoke<Preview | null>("preview_next", { conversation, settings }),
+  activity: () => invoke<ActivityItem[]>("activity"),
 };
 
 export { Channel };

@@ -2,7 +2,7 @@
 // Channel per answer; they are gathered and shown once per animation frame, so a fast model
 // costs one render a frame however many answers stream. The sidebar reads this to show which
 // chats are generating and their growing text; the chat view overlays it on the stored message.
-import { Channel, type ChatEvent, type Message } from "./ipc";
+import { Channel, type ChatEvent, type Message, type TokenProbs } from "./ipc";
 
 export type LiveStatus = "queued" | "streaming" | "paused" | "done" | "stopped" | "error";
 
@@ -16,9 +16,19 @@ export interface LiveAnswer {
   tokensPerSecond: number;
   error: string | null;
   final: Message | null;
+  /** Tokens with their candidates, when the chat keeps token probabilities. */
+  tokens: TokenProbs[];
+  /** Tokens per second over the last half-second windows, oldest first (a sparkline). */
+  rates: number[];
 }
 
+/** Window of one sparkline sample, and how many samples are kept. */
+const RATE_WINDOW_MS = 500;
+const RATE_SAMPLES = 60;
+
 type Listener = () => void;
+
+const now = () => (typeof performance !== "undefined" ? performance.now() : Date.now());
 
 const nextFrame: (f: () => void) => void =
   typeof requestAnimationFrame === "function" ? (f) => requestAnimationFrame(() => f()) : (f) => setTimeout(f, 16);
@@ -26,6 +36,9 @@ const nextFrame: (f: () => void) => void =
 export class LiveStore {
   private answers = new Map<number, LiveAnswer>();
   private pending = new Map<number, string>();
+  private pendingTokens = new Map<number, TokenProbs[]>();
+  /** Per answer: tokens seen, and the time and count at the start of the current window. */
+  private counts = new Map<number, { seen: number; since: number; at: number }>();
   private scheduled = false;
   private listeners = new Set<Listener>();
   private doneListeners = new Set<(a: LiveAnswer) => void>();
@@ -83,6 +96,8 @@ export class LiveStore {
       tokensPerSecond: 0,
       error: null,
       final: null,
+      tokens: [],
+      rates: [],
     });
     this.changed();
     for (const e of early) this.apply(id, e);
@@ -102,10 +117,19 @@ export class LiveStore {
     const a = this.answers.get(id);
     if (!a) return;
     switch (e.event) {
-      case "token":
+      case "token": {
         this.pending.set(id, (this.pending.get(id) ?? "") + e.data.text);
+        if (e.data.probs) {
+          const list = this.pendingTokens.get(id) ?? [];
+          list.push(e.data.probs);
+          this.pendingTokens.set(id, list);
+        }
+        const c = this.counts.get(id);
+        if (c) c.seen++;
+        else this.counts.set(id, { seen: 1, since: 0, at: now() });
         this.schedule();
         return;
+      }
       case "queued":
         this.answers.set(id, { ...a, status: "queued", queuePosition: e.data.position });
         break;
@@ -150,11 +174,22 @@ export class LiveStore {
   private flush() {
     this.scheduled = false;
     if (this.pending.size === 0) return;
+    const t = now();
     for (const [id, text] of this.pending) {
       const a = this.answers.get(id);
-      if (a) this.answers.set(id, { ...a, text: a.text + text });
+      if (!a) continue;
+      const more = this.pendingTokens.get(id);
+      let rates = a.rates;
+      const c = this.counts.get(id);
+      if (c && t - c.at >= RATE_WINDOW_MS) {
+        rates = [...rates, ((c.seen - c.since) * 1000) / (t - c.at)].slice(-RATE_SAMPLES);
+        c.since = c.seen;
+        c.at = t;
+      }
+      this.answers.set(id, { ...a, text: a.text + text, tokens: more ? [...a.tokens, ...more] : a.tokens, rates });
     }
     this.pending.clear();
+    this.pendingTokens.clear();
     this.changed();
   }
 

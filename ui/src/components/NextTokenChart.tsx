@@ -1,0 +1,95 @@
+import { Fragment, useEffect, useRef, useState } from "react";
+import { api, errorText, type PanelSettings, type Preview, type PreviewToken } from "../lib/ipc";
+import { percent, showToken } from "./TokenView";
+
+/** Why a candidate gets nothing after sampling. */
+function cutBy(p: Preview, c: PreviewToken, index: number, settings: PanelSettings): string | null {
+  if (c.sampled > 0) return null;
+  if (settings.temperature === 0) return "temperature 0";
+  if (c.softened === 0) return "top-k";
+  if (index >= p.after_top_p) return "top-p";
+  if (c.softened < p.min_p_floor) return "min-p";
+  return "cut";
+}
+
+/**
+ * The distribution the chat's next answer starts from, redrawn as the sliders move: the model's
+ * probability (light) and what is left after temperature, top-k, top-p and min-p (solid), with
+ * the top-p cut drawn and each cut token labelled with what cut it. The engine keeps the
+ * prompt's logits, so a slider moving costs a resample, not a forward pass.
+ */
+export default function NextTokenChart({ conversation, settings, turn }: { conversation: number; settings: PanelSettings; turn: string }) {
+  const [preview, setPreview] = useState<Preview | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  // Latest wins: while one request is out, only the newest settings wait for it.
+  const inFlight = useRef(false);
+  const queued = useRef<PanelSettings | null>(null);
+
+  useEffect(() => {
+    let alive = true;
+    const ask = (s: PanelSettings) => {
+      inFlight.current = true;
+      api.previewNext(conversation, s).then(
+        (p) => {
+          if (!alive) return;
+          setPreview(p);
+          setError(null);
+        },
+        (e) => alive && setError(errorText(e)),
+      ).finally(() => {
+        inFlight.current = false;
+        const next = queued.current;
+        queued.current = null;
+        if (next && alive) ask(next);
+      });
+    };
+    if (inFlight.current) queued.current = settings;
+    else ask(settings);
+    return () => {
+      alive = false;
+      inFlight.current = false;
+    };
+  }, [conversation, settings, turn]);
+
+  if (error) return <p className="muted small">Next token: {error}</p>;
+  if (!preview) return <p className="muted small" data-testid="preview-empty">Ask something to see the distribution the answer starts from.</p>;
+  const topPCut = preview.after_top_p < preview.candidates.length && settings.top_p < 1 && settings.temperature > 0;
+  return (
+    <div className="next-token" data-testid="preview-chart" aria-label="Next-token distribution">
+      <h3>
+        Next token <span className="muted small">{preview.message ? "of a regenerated answer" : "of the answer"}</span>
+      </h3>
+      <table className="bars">
+        <tbody>
+          {preview.candidates.map((c, i) => {
+            const cut = cutBy(preview, c, i, settings);
+            return (
+              <Fragment key={c.id}>
+                {topPCut && i === preview.after_top_p && (
+                  <tr className="cut-line" data-testid="top-p-cut">
+                    <td colSpan={3}>top-p {settings.top_p} cuts here</td>
+                  </tr>
+                )}
+                <tr className={cut ? "cut" : ""} data-testid="preview-row" data-raw={c.raw} data-sampled={c.sampled}>
+                  <td className="tok-label">
+                    <code>{showToken(c.text)}</code>
+                  </td>
+                  <td className="bar-cell">
+                    <div className="bar raw" style={{ width: `${c.raw * 100}%` }} />
+                    <div className="bar sampled" style={{ width: `${c.sampled * 100}%` }} />
+                    {preview.min_p_floor > 0 && <div className="floor" style={{ left: `${preview.min_p_floor * 100}%` }} title="min-p floor" />}
+                  </td>
+                  <td className="bar-value">{cut ? `${percent(c.raw)} → cut (${cut})` : `${percent(c.raw)} → ${percent(c.sampled)}`}</td>
+                </tr>
+              </Fragment>
+            );
+          })}
+        </tbody>
+      </table>
+      <p className="muted small" data-testid="preview-kept">
+        {preview.kept === 1 ? "1 token can be drawn" : `${preview.kept.toLocaleString()} tokens can be drawn`}
+        {preview.min_p_floor > 0 && ` · min-p floor ${percent(preview.min_p_floor)}`}
+      </p>
+    </div>
+  );
+}
