@@ -256,6 +256,69 @@ def main() -> int:
             if "cannot reach" not in shown:
                 failures.append(f"the unreachable server's error is not shown clearly: {shown!r}")
             app.shot("app-remote")
+
+            # 5. The sampling, seen: the answer's tokens tinted with their candidates, the
+            #    next-token distribution redrawn as temperature moves, and the activity view
+            #    with two answers sharing the machine.
+            app.new_chat()
+            app.set_field('[aria-label="Temperature value"]', "1")
+            probs_id = app.ask("Name three colours.")
+            app.wait(lambda: app.status_of(probs_id) == "done", 300, "the answer did not finish")
+            app.tid("show-probs").click()
+            answer_el = app.find(f'[data-testid="message"][data-id="{probs_id}"]')
+            token = app.tid("token", answer_el)
+            token.click()
+            popover = app.tid("popover")
+            rows = popover.find_elements(By.CSS_SELECTOR, '[data-testid="candidate-row"]')
+            sampled = [float(r.get_attribute("data-sampled")) for r in rows]
+            drawn = popover.find_elements(By.CSS_SELECTOR, "tr.drawn")
+            print(f"popover: {len(rows)} candidates, sampled sum {sum(sampled):.3f}, drawn marked: {len(drawn)}")
+            if len(rows) < 8 or len(drawn) != 1 or sum(sampled) > 1.001:
+                failures.append(f"the probability popover is wrong: {len(rows)} rows, {sampled}, {len(drawn)} drawn")
+            app.shot("app-popover")
+            with sqlite3.connect(db) as c:
+                (kept, completion) = c.execute(
+                    "SELECT t.tokens, m.completion_tokens FROM message_tokens t JOIN messages m ON m.id = t.message_id"
+                    " WHERE t.message_id = ?", (int(probs_id),)
+                ).fetchone()
+            kept = json.loads(kept)
+            print(f"token probabilities kept: {len(kept)} tokens for {completion} answer tokens")
+            if len(kept) < completion:
+                failures.append(f"not every token's probabilities were kept: {len(kept)} < {completion}")
+
+            chart = app.tid("preview-chart")
+            top = lambda: float(app.find('[data-testid="preview-row"]', chart).get_attribute("data-sampled"))
+            app.wait(lambda: top() < 0.999, 60, "the preview did not show temperature 1")
+            warm = top()
+            slider = app.tid("param-temperature")
+            for _ in range(12):  # 1.0 → 0.4 in steps of 0.05
+                slider.send_keys(Keys.ARROW_LEFT)
+            app.wait(lambda: app.find('[aria-label="Temperature value"]').get_attribute("value") == "0.4", 30)
+            app.wait(lambda: top() > warm, 30, "the preview did not sharpen at a lower temperature")
+            time.sleep(1)  # the last redraw
+            print(f"next-token preview: top token {warm:.3f} at temperature 1, {top():.3f} at 0.4")
+            app.shot("app-distribution")
+
+            first_long = app.ask(LONG)
+            app.new_chat()
+            app.set_field("#max-tokens-field", "400")
+            second_long = app.ask("Write a long poem about the sea, the wind and the ships.")
+            app.tid("activity").click()
+            live_states = lambda: [r.get_attribute("data-state") for r in d.find_elements(By.CSS_SELECTOR, '[data-testid="activity-row"]')]
+            app.wait(lambda: sum(s in ("decoding", "prefilling") for s in live_states()) == 2, 120, "two answers are not running")
+            app.wait(lambda: len(d.find_elements(By.CSS_SELECTOR, '[data-testid="activity-row"] [data-testid="sparkline"]')) == 2, 30,
+                     "no speed sparklines")
+            print(f"activity: {live_states()}")
+            app.shot("app-activity")
+            for left in (1, 0):
+                app.find('[data-testid="activity-row"] .row-actions button:last-child').click()
+                app.wait(lambda: len(live_states()) <= left, 60, "stopping from the activity view did not stop the answer")
+            with sqlite3.connect(db) as c:
+                ended = [c.execute("SELECT status FROM messages WHERE id = ?", (int(i),)).fetchone()[0] for i in (first_long, second_long)]
+            print(f"stopped from the activity view: {ended}")
+            if ended != ["stopped", "stopped"]:
+                failures.append(f"answers stopped from the activity view are not kept as stopped: {ended}")
+            d.find_element(By.CSS_SELECTOR, '[aria-label="Close the activity view"]').click()
             app.tid("settings").click()
             app.tid("api-toggle").click()
             app.wait(lambda: "Not serving" in app.tid("api-status").text, 30, "the API did not stop")

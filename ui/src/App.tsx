@@ -228,6 +228,7 @@ export default function App() {
               .catch((e) => setError(errorText(e)))
           }
           onError={setError}
+          answering={view.messages[view.messages.length - 1]?.status === "streaming"}
           turn={`${view.messages.length}:${view.messages[view.messages.length - 1]?.id ?? 0}:${view.messages[view.messages.length - 1]?.status ?? ""}`}
         />
       )}

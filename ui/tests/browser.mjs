@@ -140,8 +140,15 @@ try {
       { id: 7, text: ".", candidates: [
         { id: 8, text: "!", raw: 0.5, sampled: 0.5 }, { id: 7, text: ".", raw: 0.4, sampled: 0.5 }, { id: 9, text: ",", raw: 0.02, sampled: 0 } ] },
     ];
+    const previews = () => page.evaluate(() => window.__rill.calls.filter((c) => c.cmd === "preview_next").length);
+    const before = await previews();
     for (const t of tokens) await emit({ event: "token", data: { text: t.text, probs: t } });
+    await page.getByTestId("param-temperature").fill("0.9");
+    await page.waitForTimeout(200);
+    // While the answer is written the preview waits: its prompt is the answer's own.
+    assert.equal(await previews(), before, "no preview while the chat's answer streams");
     await emit({ event: "done", data: { message: { completion_tokens: 2 } } });
+    await page.waitForFunction((b) => window.__rill.calls.filter((c) => c.cmd === "preview_next").length > b, before);
     await page.getByTestId("show-probs").check();
     const shown = answer.getByTestId("token");
     await shown.first().waitFor();

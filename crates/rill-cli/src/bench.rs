@@ -43,6 +43,10 @@ pub struct BenchArgs {
     /// views cost); 0 = off.
     #[arg(long, default_value_t = 0)]
     candidates: usize,
+    /// Instead: the next-token preview the sampling panel draws — once for a prompt not seen
+    /// before (it runs through the model), then this many times as a slider moves.
+    #[arg(long)]
+    preview: Option<usize>,
     /// One JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -172,6 +176,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
 
     if let Some(turns) = a.turns {
         return bench_turns(&a, &handle, turns);
+    }
+    if let Some(moves) = a.preview {
+        return bench_preview(&a, &handle, &base, moves);
     }
 
     // Background answers: long, started first, running until the measurement is over.
@@ -349,4 +356,57 @@ fn bench_turns(a: &BenchArgs, handle: &rill_engine::Handle, turns: usize) -> Res
         ..Report::new(a, prompt_tokens, &results)
     };
     print_report(a, handle, &report)
+}
+
+/// The sampling panel's preview: the first one runs the prompt through the model; the ones
+/// that follow (a slider moving) reshape the kept logits.
+fn bench_preview(
+    a: &BenchArgs,
+    handle: &rill_engine::Handle,
+    base: &[u32],
+    moves: usize,
+) -> Result<()> {
+    let prompt: Vec<u32> = base
+        .iter()
+        .cycle()
+        .skip(31)
+        .take(a.prompt_tokens)
+        .copied()
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    let preview = |temperature: f32| -> Result<f64> {
+        let t = Instant::now();
+        rt.block_on(handle.preview(rill_engine::PreviewRequest {
+            prompt: Prompt::Tokens(prompt.clone()),
+            params: SamplingParams {
+                temperature,
+                ..Default::default()
+            },
+            top: 12,
+        }))?;
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    };
+    let first_ms = preview(0.8)?;
+    let moved = (0..moves)
+        .map(|i| preview(0.1 + (i % 30) as f32 * 0.05))
+        .collect::<Result<Vec<_>>>()?;
+    let moved = percentiles(moved);
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "prompt_tokens": a.prompt_tokens,
+                "first_preview_ms": first_ms,
+                "slider_move_ms": moved,
+            })
+        );
+    } else {
+        println!("prompt       {} tokens", a.prompt_tokens);
+        println!("first        {first_ms:.1} ms  (the prompt through the model)");
+        println!(
+            "slider move  p50 {:.2} ms  p95 {:.2} ms  ({moves} moves, kept logits)",
+            moved.p50, moved.p95
+        );
+    }
+    Ok(())
 }

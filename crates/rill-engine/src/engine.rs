@@ -848,7 +848,11 @@ impl Worker {
                 continue;
             }
             if position == 0 {
-                let reused = self.prefixes.take_longest(self.seqs[i].tokens());
+                let reused = if self.seqs[i].is_preview() {
+                    self.prefixes.copy_longest(self.seqs[i].tokens())
+                } else {
+                    self.prefixes.take_longest(self.seqs[i].tokens())
+                };
                 let have = reused.as_ref().map_or(0, |c| c.len());
                 // A fresh cache starts at KV_MIN_CAPACITY positions: count what it will take.
                 let total = self.seqs[i].tokens().len();
@@ -862,7 +866,7 @@ impl Worker {
                     self.seqs[i].admit(reused);
                     continue;
                 }
-                if let Some(c) = reused {
+                if let Some(c) = reused.filter(|_| !self.seqs[i].is_preview()) {
                     let tokens = self.seqs[i].tokens()[..c.len()].to_vec();
                     self.prefixes.insert(tokens, c);
                 }

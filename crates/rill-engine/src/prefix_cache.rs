@@ -24,7 +24,8 @@ const MAX_ENTRIES: usize = 32;
 impl PrefixCache {
     /// Keeps `cache`, which holds the keys and values of `tokens`.
     pub fn insert(&mut self, tokens: Vec<u32>, cache: KvCache) {
-        if tokens.is_empty() {
+        // Nothing to keep when an entry already holds these tokens and more.
+        if tokens.is_empty() || self.entries.iter().any(|e| e.tokens.starts_with(&tokens)) {
             return;
         }
         // An entry that is a prefix of the new one is superseded by it.
@@ -43,6 +44,30 @@ impl PrefixCache {
     /// Takes the cache sharing the longest prefix with `prompt`, cut to that prefix. At least
     /// one prompt token is left to run, since the answer needs the logits of the last one.
     pub fn take_longest(&mut self, prompt: &[u32]) -> Option<KvCache> {
+        let (best, len) = self.longest(prompt)?;
+        let mut entry = self.entries.swap_remove(best);
+        entry.cache.truncate(len);
+        Some(entry.cache)
+    }
+
+    /// A copy of the longest shared prefix's cache (as [`take_longest`](Self::take_longest)),
+    /// leaving the entry whole: a preview looks at a conversation without taking its cache.
+    pub fn copy_longest(&mut self, prompt: &[u32]) -> Option<KvCache> {
+        let (best, len) = self.longest(prompt)?;
+        self.clock += 1;
+        let entry = &mut self.entries[best];
+        entry.last_used = self.clock;
+        match entry.cache.copy_prefix(len) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not copy a kept cache; computing afresh");
+                None
+            }
+        }
+    }
+
+    /// The entry sharing the longest prefix with `prompt`, and that length (leaving one token).
+    fn longest(&self, prompt: &[u32]) -> Option<(usize, usize)> {
         let limit = prompt.len().saturating_sub(1);
         let (best, len) = self
             .entries
@@ -60,12 +85,7 @@ impl PrefixCache {
                 )
             })
             .max_by_key(|&(_, len)| len)?;
-        if len == 0 {
-            return None;
-        }
-        let mut entry = self.entries.swap_remove(best);
-        entry.cache.truncate(len);
-        Some(entry.cache)
+        (len > 0).then_some((best, len))
     }
 
     /// Drops the least recently used entry; false when there is none.

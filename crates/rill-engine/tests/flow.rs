@@ -245,6 +245,25 @@ fn a_follow_up_turn_reuses_the_cache_of_the_first() {
         h.prefix_cache_bytes() > 0
     });
 
+    // The sampling panel previews the regenerate position (turn 1's prompt) as sliders move;
+    // looking must not take the conversation's kept cache apart.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    for temperature in [0.7, 0.3] {
+        let preview = rt
+            .block_on(h.preview(rill_engine::PreviewRequest {
+                prompt: Prompt::Messages(turn1.clone()),
+                params: SamplingParams {
+                    temperature,
+                    ..Default::default()
+                },
+                top: 8,
+            }))
+            .unwrap();
+        assert_eq!(preview.candidates.len(), 8);
+    }
+
     let mut turn2 = turn1;
     turn2.push(Message::assistant(answer.text.clone()));
     turn2.push(Message::user("What is my name?"));

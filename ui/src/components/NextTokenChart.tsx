@@ -18,7 +18,19 @@ function cutBy(p: Preview, c: PreviewToken, index: number, settings: PanelSettin
  * the top-p cut drawn and each cut token labelled with what cut it. The engine keeps the
  * prompt's logits, so a slider moving costs a resample, not a forward pass.
  */
-export default function NextTokenChart({ conversation, settings, turn }: { conversation: number; settings: PanelSettings; turn: string }) {
+export default function NextTokenChart({
+  conversation,
+  settings,
+  turn,
+  answering,
+}: {
+  conversation: number;
+  settings: PanelSettings;
+  turn: string;
+  /** An answer is being written in this chat: its prompt is the preview's, so asking now would
+   * compute it twice. The chart waits for the answer to end. */
+  answering: boolean;
+}) {
   const [preview, setPreview] = useState<Preview | null>(null);
   const [error, setError] = useState<string | null>(null);
   // Latest wins: while one request is out, only the newest settings wait for it.
@@ -26,6 +38,7 @@ export default function NextTokenChart({ conversation, settings, turn }: { conve
   const queued = useRef<PanelSettings | null>(null);
 
   useEffect(() => {
+    if (answering) return;
     let alive = true;
     const ask = (s: PanelSettings) => {
       inFlight.current = true;
@@ -49,15 +62,21 @@ export default function NextTokenChart({ conversation, settings, turn }: { conve
       alive = false;
       inFlight.current = false;
     };
-  }, [conversation, settings, turn]);
+  }, [conversation, settings, turn, answering]);
 
   if (error) return <p className="muted small">Next token: {error}</p>;
   if (!preview) return <p className="muted small" data-testid="preview-empty">Ask something to see the distribution the answer starts from.</p>;
+  // Bars are scaled to the largest value shown, so a flat distribution is still readable; the
+  // percentages are absolute.
+  const scale = 100 / Math.max(1e-6, ...preview.candidates.map((c) => Math.max(c.raw, c.sampled)));
   const topPCut = preview.after_top_p < preview.candidates.length && settings.top_p < 1 && settings.temperature > 0;
   return (
-    <div className="next-token" data-testid="preview-chart" aria-label="Next-token distribution">
+    <div className={`next-token ${answering ? "stale" : ""}`} data-testid="preview-chart" aria-label="Next-token distribution">
       <h3>
-        Next token <span className="muted small">{preview.message ? "of a regenerated answer" : "of the answer"}</span>
+        Next token{" "}
+        <span className="muted small">
+          {answering ? "(updates when the answer ends)" : preview.message ? "of a regenerated answer" : "of the answer"}
+        </span>
       </h3>
       <table className="bars">
         <tbody>
@@ -75,9 +94,8 @@ export default function NextTokenChart({ conversation, settings, turn }: { conve
                     <code>{showToken(c.text)}</code>
                   </td>
                   <td className="bar-cell">
-                    <div className="bar raw" style={{ width: `${c.raw * 100}%` }} />
-                    <div className="bar sampled" style={{ width: `${c.sampled * 100}%` }} />
-                    {preview.min_p_floor > 0 && <div className="floor" style={{ left: `${preview.min_p_floor * 100}%` }} title="min-p floor" />}
+                    <div className="bar raw" style={{ width: `${c.raw * scale}%` }} />
+                    <div className="bar sampled" style={{ width: `${c.sampled * scale}%` }} />
                   </td>
                   <td className="bar-value">{cut ? `${percent(c.raw)} → cut (${cut})` : `${percent(c.raw)} → ${percent(c.sampled)}`}</td>
                 </tr>
@@ -88,7 +106,7 @@ export default function NextTokenChart({ conversation, settings, turn }: { conve
       </table>
       <p className="muted small" data-testid="preview-kept">
         {preview.kept === 1 ? "1 token can be drawn" : `${preview.kept.toLocaleString()} tokens can be drawn`}
-        {preview.min_p_floor > 0 && ` · min-p floor ${percent(preview.min_p_floor)}`}
+        {preview.min_p_floor > 0 && ` · min-p keeps tokens above ${percent(preview.min_p_floor)} after temperature`}
       </p>
     </div>
   );

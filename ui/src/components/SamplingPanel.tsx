@@ -10,6 +10,7 @@ interface Props {
   onError: (e: string) => void;
   /** Changes when the chat's last message does (the preview's prompt changed). */
   turn: string;
+  answering: boolean;
 }
 
 interface SliderProps {
@@ -145,7 +146,7 @@ function Backend({ remote, onChange }: { remote: RemoteBackend | null | undefine
   );
 }
 
-export default function SamplingPanel({ conversation, settings, onChange, onSystemPrompt, onError, turn }: Props) {
+export default function SamplingPanel({ conversation, settings, onChange, onSystemPrompt, onError, turn, answering }: Props) {
   const s = { ...DEFAULT_SETTINGS, ...settings };
   const set = (patch: Partial<PanelSettings>) => onChange({ ...s, ...patch });
   const [system, setSystem] = useState(conversation.system_prompt ?? "");
@@ -171,7 +172,7 @@ export default function SamplingPanel({ conversation, settings, onChange, onSyst
         hint="Drop tokens less likely than this fraction of the likeliest one." onChange={(v) => set({ min_p: v })} />
       <Slider id="repeat-penalty" label="Repeat penalty" value={s.repeat_penalty} min={1} max={2} step={0.01}
         hint="Makes recently used tokens less likely; 1 turns it off." onChange={(v) => set({ repeat_penalty: v })} />
-      {!s.remote && <NextTokenChart conversation={conversation.id} settings={s} turn={turn} />}
+      {!s.remote && <NextTokenChart conversation={conversation.id} settings={s} turn={turn} answering={answering} />}
       <OptionalNumber id="max-tokens" label="Max tokens" value={s.max_tokens} placeholder="no limit" min={1}
         onChange={(v) => set({ max_tokens: v })} />
       <OptionalNumber id="seed" label="Seed" value={s.seed} placeholder="random" min={0} onChange={(v) => set({ seed: v })} />

@@ -48,4 +48,26 @@ describe("LiveStore", () => {
     expect(store.running(3)).toEqual([]);
     expect(done).toHaveBeenCalledOnce();
   });
+
+  it("keeps each token's candidates and samples the speed every half second", async () => {
+    vi.useFakeTimers({ toFake: ["requestAnimationFrame", "setTimeout", "Date"] });
+    const store = new LiveStore();
+    let channel!: Channel<ChatEvent>;
+    const id = await store.start(1, "", async (ch) => ((channel = ch), 5));
+    const token = (text: string, n: number) => ({
+      event: "token" as const,
+      data: { text, probs: { id: n, text, candidates: [{ id: n, text, raw: 0.5, sampled: 1 }] } },
+    });
+    // A token every 50 ms: 20 tok/s.
+    for (let i = 0; i < 40; i++) {
+      channel.onmessage(token(`t${i}`, i));
+      vi.advanceTimersByTime(50);
+    }
+    const a = store.get(id)!;
+    expect(a.tokens.map((t) => t.id)).toEqual([...Array(40).keys()]);
+    expect(a.tokens[3].candidates[0]).toMatchObject({ raw: 0.5, sampled: 1 });
+    expect(a.rates.length).toBeGreaterThanOrEqual(3);
+    for (const r of a.rates) expect(Math.abs(r - 20)).toBeLessThan(2.5);
+    vi.useRealTimers();
+  });
 });

@@ -28,7 +28,7 @@ const RATE_SAMPLES = 60;
 
 type Listener = () => void;
 
-const now = () => (typeof performance !== "undefined" ? performance.now() : Date.now());
+const now = () => Date.now();
 
 const nextFrame: (f: () => void) => void =
   typeof requestAnimationFrame === "function" ? (f) => requestAnimationFrame(() => f()) : (f) => setTimeout(f, 16);

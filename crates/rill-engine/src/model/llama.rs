@@ -93,6 +93,30 @@ impl KvCache {
         self.len = self.len.min(len);
     }
 
+    /// A copy of the first `len` positions with room for a few more: for a preview, which must
+    /// leave the kept cache it starts from as it was.
+    pub fn copy_prefix(&self, len: usize) -> Result<KvCache> {
+        let len = len.min(self.len);
+        let capacity = len + 16;
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for (k, v) in &self.layers {
+            let (b, h, _, d) = k.dims4()?;
+            let copy = |t: &Tensor| -> Result<Tensor> {
+                let out = Tensor::zeros((b, h, capacity, d), t.dtype(), t.device())?;
+                if len > 0 {
+                    out.slice_set(&t.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+                }
+                Ok(out)
+            };
+            layers.push((copy(k)?, copy(v)?));
+        }
+        Ok(KvCache {
+            layers,
+            len,
+            capacity,
+        })
+    }
+
     /// Makes room for `extra` more positions, doubling the capacity when it runs out.
     fn reserve(&mut self, cfg: &LlamaConfig, extra: usize, device: &Device) -> Result<()> {
         let need = self.len + extra;
