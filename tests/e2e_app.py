@@ -262,6 +262,7 @@ def main() -> int:
             #    with two answers sharing the machine.
             app.new_chat()
             app.set_field('[aria-label="Temperature value"]', "1")
+            app.set_field("#max-tokens-field", "60")
             probs_id = app.ask("Name three colours.")
             app.wait(lambda: app.status_of(probs_id) == "done", 300, "the answer did not finish")
             app.tid("show-probs").click()
@@ -286,6 +287,22 @@ def main() -> int:
             if len(kept) < completion:
                 failures.append(f"not every token's probabilities were kept: {len(kept)} < {completion}")
 
+            # Export with probabilities (the button opens the native save dialog, which a test
+            # cannot drive: the same command, called as the button does, from the page).
+            exported = work / "answer.json"
+            error = d.execute_async_script(
+                "const done = arguments[arguments.length - 1];"
+                "window.__TAURI_INTERNALS__.invoke('export_answer', {message: arguments[0], path: arguments[1]})"
+                ".then(() => done(null), (e) => done(JSON.stringify(e)));",
+                int(probs_id), str(exported),
+            )
+            doc = json.loads(exported.read_text()) if exported.exists() else {}
+            print(f"exported answer: {len(doc.get('tokens', []))} tokens, question {doc.get('question')!r}, error {error}")
+            if error or len(doc.get("tokens", [])) != len(kept) or doc.get("message", {}).get("id") != int(probs_id):
+                failures.append(f"the answer's export with probabilities is wrong: {error} {str(doc)[:300]}")
+            elif "".join(t["text"] for t in doc["tokens"]) != doc["message"]["content"]:
+                failures.append("the exported tokens do not add up to the answer")
+
             chart = app.tid("preview-chart")
             top = lambda: float(app.find('[data-testid="preview-row"]', chart).get_attribute("data-sampled"))
             app.wait(lambda: top() < 0.999, 60, "the preview did not show temperature 1")
@@ -299,6 +316,7 @@ def main() -> int:
             print(f"next-token preview: top token {warm:.3f} at temperature 1, {top():.3f} at 0.4")
             app.shot("app-distribution")
 
+            app.set_field("#max-tokens-field", "400")
             first_long = app.ask(LONG)
             app.new_chat()
             app.set_field("#max-tokens-field", "400")

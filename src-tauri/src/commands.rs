@@ -703,7 +703,6 @@ pub async fn preview_next(
             top: 12,
         })
         .await?;
-    let tok = handle.tokenizer();
     Ok(Some(Preview {
         message: answer,
         candidates: d
@@ -711,7 +710,7 @@ pub async fn preview_next(
             .iter()
             .map(|c| PreviewToken {
                 id: c.id,
-                text: String::from_utf8_lossy(tok.piece_bytes(c.id)).into_owned(),
+                text: rill_chat::token_text(&handle, c.id),
                 raw: c.raw,
                 softened: c.softened,
                 sampled: c.sampled,

@@ -65,7 +65,6 @@ impl TokenProbs {
         if candidates.is_empty() {
             return None;
         }
-        let tok = handle.tokenizer();
         Some(TokenProbs {
             id: *id,
             text: text.clone(),
@@ -73,13 +72,18 @@ impl TokenProbs {
                 .iter()
                 .map(|c| CandidateText {
                     id: c.id,
-                    text: String::from_utf8_lossy(tok.piece_bytes(c.id)).into_owned(),
+                    text: token_text(handle, c.id),
                     raw: c.raw,
                     sampled: c.sampled,
                 })
                 .collect(),
         })
     }
+}
+
+/// A token's own text, for showing it alone (a token that is half a character shows U+FFFD).
+pub fn token_text(handle: &Handle, id: u32) -> String {
+    String::from_utf8_lossy(handle.tokenizer().piece_bytes(id)).into_owned()
 }
 
 /// A saved answer and why it ended.

@@ -32,6 +32,7 @@
 pub mod engine;
 pub mod error;
 pub mod hub;
+pub mod kernels;
 pub mod model;
 pub(crate) mod prefix_cache;
 pub mod sampler;

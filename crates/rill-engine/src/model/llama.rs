@@ -30,16 +30,42 @@ pub struct LlamaConfig {
     pub context_length: usize,
 }
 
+/// A linear layer: our kernels where they run the format (CPU, Q4_1 and Q8_0), else candle's.
+enum Linear {
+    Ours(crate::kernels::QLinear),
+    Candle(QMatMul),
+}
+
+impl Linear {
+    fn new(t: QTensor, device: &Device) -> Result<Linear> {
+        if device.is_cpu() {
+            if let Some(l) =
+                crate::kernels::QLinear::from_qtensor(&t, crate::kernels::Isa::detect())
+            {
+                return Ok(Linear::Ours(l));
+            }
+        }
+        Ok(Linear::Candle(QMatMul::from_qtensor(t)?))
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(match self {
+            Linear::Ours(l) => l.forward(x)?,
+            Linear::Candle(m) => m.forward(x)?,
+        })
+    }
+}
+
 struct Layer {
     attn_norm: RmsNorm,
-    wq: QMatMul,
-    wk: QMatMul,
-    wv: QMatMul,
-    wo: QMatMul,
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
+    wo: Linear,
     ffn_norm: RmsNorm,
-    w_gate: QMatMul,
-    w_up: QMatMul,
-    w_down: QMatMul,
+    w_gate: Linear,
+    w_up: Linear,
+    w_down: Linear,
 }
 
 /// The weights of a llama-family model, loaded once and shared by every sequence.
@@ -48,7 +74,7 @@ pub struct Llama {
     embed: Tensor,
     layers: Vec<Layer>,
     norm: RmsNorm,
-    output: QMatMul,
+    output: Linear,
     cos: Tensor,
     sin: Tensor,
     device: Device,
@@ -252,15 +278,13 @@ impl Llama {
         let norm = RmsNorm::from_qtensor(tensor("output_norm.weight")?, cfg.rms_eps)?;
         // Small models tie the output projection to the embedding.
         let output = match ct.tensor_infos.contains_key("output.weight") {
-            true => QMatMul::from_qtensor(tensor("output.weight")?)?,
-            false => QMatMul::from_qtensor(embed_q)?,
+            true => Linear::new(tensor("output.weight")?, device)?,
+            false => Linear::new(embed_q, device)?,
         };
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
-            let mut mm = |n: &str| -> Result<QMatMul> {
-                Ok(QMatMul::from_qtensor(tensor(&format!(
-                    "blk.{i}.{n}.weight"
-                ))?)?)
+            let mut mm = |n: &str| -> Result<Linear> {
+                Linear::new(tensor(&format!("blk.{i}.{n}.weight"))?, device)
             };
             layers.push(Layer {
                 wq: mm("attn_q")?,

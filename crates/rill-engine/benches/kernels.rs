@@ -1,0 +1,80 @@
+//! The quantised kernels against their scalar reference (issue 6): one dot product over this
+//! model's 576 columns, and whole matmuls of its shapes for one row (a decode step) and 64 rows
+//! (a prefill chunk). `cargo bench -p rill-engine --bench kernels`.
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
+use rill_engine::kernels::{
+    quantize_q8_0, quantize_q8_1, BlockQ4_1, BlockQ8_0, BlockQ8_1, Isa, QLinear,
+};
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn dots(c: &mut Criterion) {
+    const BLOCKS: usize = 18; // 576 columns
+    let w = values(BLOCKS * 32, 1);
+    let x = values(BLOCKS * 32, 2);
+    let mut x1 = vec![BlockQ8_1::default(); BLOCKS];
+    quantize_q8_1(&x, &mut x1);
+    let mut x8 = vec![BlockQ8_0::default(); BLOCKS];
+    quantize_q8_0(&x, &mut x8);
+    let mut w8 = vec![BlockQ8_0::default(); BLOCKS];
+    quantize_q8_0(&w, &mut w8);
+    // Q4_1 blocks with arbitrary nibbles and scales: the kernel's speed does not depend on them.
+    let w4: Vec<BlockQ4_1> = (0..BLOCKS)
+        .map(|i| BlockQ4_1 {
+            d: half::f16::from_f32(0.01).to_bits(),
+            m: half::f16::from_f32(-0.1).to_bits(),
+            qs: std::array::from_fn(|j| (i * 7 + j * 13) as u8),
+        })
+        .collect();
+    let mut g = c.benchmark_group("dot, 576 columns");
+    for isa in Isa::available() {
+        g.bench_function(BenchmarkId::new("q4_1·q8_1", format!("{isa:?}")), |b| {
+            b.iter(|| isa.dot_q4_1_q8_1(black_box(&w4), black_box(&x1)))
+        });
+        g.bench_function(BenchmarkId::new("q8_0·q8_0", format!("{isa:?}")), |b| {
+            b.iter(|| isa.dot_q8_0_q8_0(black_box(&w8), black_box(&x8)))
+        });
+    }
+    g.finish();
+}
+
+fn matmuls(c: &mut Criterion) {
+    // The FFN's up projection (1536 × 576, Q4_1) and the tied output (49152 × 576, Q8_0).
+    for (name, n_out, dtype) in [
+        ("ffn_up q4_1", 1536, GgmlDType::Q4_1),
+        ("output q8_0", 49152, GgmlDType::Q8_0),
+    ] {
+        let wt = Tensor::from_vec(values(n_out * 576, 3), (n_out, 576), &Device::Cpu).unwrap();
+        let q = QTensor::quantize(&wt, dtype).unwrap();
+        let mut g = c.benchmark_group(format!("matmul {name}"));
+        g.sample_size(20);
+        for rows in [1usize, 64] {
+            let x = values(rows * 576, 4);
+            let mut out = vec![0f32; rows * n_out];
+            for isa in Isa::available() {
+                let lin = QLinear::from_qtensor(&q, isa).unwrap();
+                g.bench_function(
+                    BenchmarkId::new(format!("{rows} rows"), format!("{isa:?}")),
+                    |b| b.iter(|| lin.matmul(black_box(&x), rows, &mut out)),
+                );
+            }
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, dots, matmuls);
+criterion_main!(benches);

@@ -1,0 +1,520 @@
+//! Quantised weights × activations, our own kernels (issue 6, first part).
+//!
+//! candle 0.11 compiles its SIMD dot products only when the *build* targets AVX
+//! (`target-cpu=native`); a release build that runs on any x86-64 gets its scalar loops, and its
+//! Q4_1 dot product has no SIMD path at all. Here the instruction set is chosen at run time
+//! (`is_x86_feature_detected!`), so one binary is fast on any machine, with a scalar reference
+//! every SIMD path is tested against.
+//!
+//! Formats, as GGUF stores them (blocks of 32 weights): Q4_1 (`d`, `m` as f16, 16 bytes of
+//! nibbles: weight = d·q + m) against activations quantised to Q8_1 (`d`, `s = d·Σq` as f16, 32
+//! signed bytes), and Q8_0 (`d` as f16, 32 signed bytes) against Q8_0. Activations are
+//! quantised exactly as ggml does, once per row per matmul. Other formats stay with candle.
+//!
+//! The matmul splits the weight rows across rayon's pool (the threads candle's ops already keep
+//! warm); each weight row is read once per call and dotted with every activation row, so a
+//! batched decode step reads the weights once for all the answers in it.
+
+use std::sync::OnceLock;
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use half::f16;
+use rayon::prelude::*;
+
+const QK: usize = 32;
+
+/// 32 weights: `d·q + m`, q in 0..16; element j in the low nibble of `qs[j]`, element j+16 in
+/// the high nibble.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BlockQ4_1 {
+    pub d: u16,
+    pub m: u16,
+    pub qs: [u8; QK / 2],
+}
+
+/// 32 weights: `d·q`, q in -127..=127.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockQ8_0 {
+    pub d: u16,
+    pub qs: [i8; QK],
+}
+
+/// 32 activations: `d·q`, with `s = d·Σq` for the Q4_1 offset term.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockQ8_1 {
+    pub d: u16,
+    pub s: u16,
+    pub qs: [i8; QK],
+}
+
+// The blocks are read straight from GGUF bytes: no padding allowed.
+const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
+const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
+const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);
+
+impl Default for BlockQ8_0 {
+    fn default() -> Self {
+        BlockQ8_0 { d: 0, qs: [0; QK] }
+    }
+}
+
+impl Default for BlockQ8_1 {
+    fn default() -> Self {
+        BlockQ8_1 {
+            d: 0,
+            s: 0,
+            qs: [0; QK],
+        }
+    }
+}
+
+/// f16 → f32 by table (256 KB, built once): as fast as F16C and the same on every machine.
+fn f16_table() -> &'static [f32] {
+    static TABLE: OnceLock<Vec<f32>> = OnceLock::new();
+    TABLE.get_or_init(|| (0..=u16::MAX).map(|b| f16::from_bits(b).to_f32()).collect())
+}
+
+#[inline(always)]
+fn h(t: &[f32], bits: u16) -> f32 {
+    // A table of 65,536 entries indexed by a u16: always in bounds.
+    t[bits as usize]
+}
+
+/// Copies GGUF block bytes into typed blocks. `T` is one of the `repr(C)` blocks above: plain
+/// bytes with no padding (asserted at compile time), so any bit pattern is a valid value.
+fn blocks<T: Copy + Default>(bytes: &[u8]) -> Option<Vec<T>> {
+    let size = std::mem::size_of::<T>();
+    if bytes.len() % size != 0 {
+        return None;
+    }
+    let n = bytes.len() / size;
+    let mut out = vec![T::default(); n];
+    // SAFETY: `out` holds exactly `n * size` bytes; `T` is plain old data (see above), and the
+    // copy is bytewise, so the alignment of `bytes` does not matter.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, n * size);
+    }
+    Some(out)
+}
+
+/// ggml's `quantize_row_q8_0`.
+pub fn quantize_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
+    for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        b.d = f16::from_f32(d).to_bits();
+        for (q, v) in b.qs.iter_mut().zip(xs) {
+            *q = (v * id).round() as i8;
+        }
+    }
+}
+
+/// ggml's `quantize_row_q8_1` (as candle does it, `s` rounded through f16).
+pub fn quantize_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
+    for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let d16 = f16::from_f32(d);
+        let mut sum = 0i32;
+        for (q, v) in b.qs.iter_mut().zip(xs) {
+            *q = (v * id).round() as i8;
+            sum += *q as i32;
+        }
+        b.d = d16.to_bits();
+        b.s = (f16::from_f32(sum as f32) * d16).to_bits();
+    }
+}
+
+/// The scalar reference: Σ over blocks of d_x·d_y·Σ(q_x·q_y) + m_x·s_y.
+pub fn dot_q4_1_q8_1_scalar(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+    let t = f16_table();
+    let mut sum = 0f32;
+    for (x, y) in x.iter().zip(y) {
+        let mut si = 0i32;
+        for j in 0..QK / 2 {
+            si += (x.qs[j] & 0x0F) as i32 * y.qs[j] as i32;
+            si += (x.qs[j] >> 4) as i32 * y.qs[j + QK / 2] as i32;
+        }
+        sum += si as f32 * h(t, x.d) * h(t, y.d) + h(t, x.m) * h(t, y.s);
+    }
+    sum
+}
+
+/// The scalar reference: Σ over blocks of d_x·d_y·Σ(q_x·q_y).
+pub fn dot_q8_0_q8_0_scalar(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+    let t = f16_table();
+    let mut sum = 0f32;
+    for (x, y) in x.iter().zip(y) {
+        let si: i32 =
+            x.qs.iter()
+                .zip(&y.qs)
+                .map(|(&a, &b)| a as i32 * b as i32)
+                .sum();
+        sum += si as f32 * h(t, x.d) * h(t, y.d);
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use std::arch::x86_64::*;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2 and FMA; `x` and `y` the same length.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+        let t = f16_table();
+        let low = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = _mm256_setzero_ps();
+        let mut offsets = 0f32;
+        for (x, y) in x.iter().zip(y) {
+            offsets += h(t, x.m) * h(t, y.s);
+            let nibbles = _mm_loadu_si128(x.qs.as_ptr() as *const __m128i);
+            // Elements 0..16 are the low nibbles, 16..32 the high ones.
+            let qx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nibbles, 4), nibbles), low);
+            let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+            // u8 × i8 pairs → i16 (at most 2·15·127, no saturation) → i32.
+            let pairs = _mm256_maddubs_epi16(qx, qy);
+            let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(h(t, x.d) * h(t, y.d)), sums, acc);
+        }
+        hsum(acc) + offsets
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2 and FMA; `x` and `y` the same length.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+        let t = f16_table();
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = _mm256_setzero_ps();
+        for (x, y) in x.iter().zip(y) {
+            let qx = _mm256_loadu_si256(x.qs.as_ptr() as *const __m256i);
+            let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+            // |x| · (y with x's sign): u8 × i8 for maddubs (at most 2·127·127, no saturation).
+            let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+            let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(h(t, x.d) * h(t, y.d)), sums, acc);
+        }
+        hsum(acc)
+    }
+}
+
+/// The instruction set the kernels use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    Scalar,
+    Avx2,
+}
+
+impl Isa {
+    /// The best this CPU has; `RILL_KERNELS=scalar` forces the reference (for benchmarks).
+    pub fn detect() -> Isa {
+        static ISA: OnceLock<Isa> = OnceLock::new();
+        *ISA.get_or_init(|| {
+            if std::env::var("RILL_KERNELS").is_ok_and(|v| v == "scalar") {
+                return Isa::Scalar;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                return Isa::Avx2;
+            }
+            Isa::Scalar
+        })
+    }
+
+    /// Every instruction set this CPU can run (for tests against the reference).
+    pub fn available() -> Vec<Isa> {
+        let mut v = vec![Isa::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            v.push(Isa::Avx2);
+        }
+        v
+    }
+
+    pub fn dot_q4_1_q8_1(self, x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+        assert_eq!(x.len(), y.len());
+        match self {
+            // SAFETY: `Avx2` is only ever chosen when the CPU reports AVX2 and FMA.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { avx2::dot_q4_1_q8_1(x, y) },
+            _ => dot_q4_1_q8_1_scalar(x, y),
+        }
+    }
+
+    pub fn dot_q8_0_q8_0(self, x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+        assert_eq!(x.len(), y.len());
+        match self {
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { avx2::dot_q8_0_q8_0(x, y) },
+            _ => dot_q8_0_q8_0_scalar(x, y),
+        }
+    }
+}
+
+enum Weights {
+    Q4_1(Vec<BlockQ4_1>),
+    Q8_0(Vec<BlockQ8_0>),
+}
+
+/// A quantised weight matrix `[n_out, k]` (GGUF's row-major layout) that our kernels run.
+pub struct QLinear {
+    weights: Weights,
+    n_out: usize,
+    k: usize,
+    isa: Isa,
+}
+
+/// Weight rows per task: enough work per task to amortise rayon's hand-off, enough tasks to
+/// balance the threads.
+const ROWS_PER_TASK: usize = 64;
+
+impl QLinear {
+    /// The matrix, when its format is one the kernels run (Q4_1, Q8_0) and its rows are whole
+    /// blocks; `None` leaves it to candle.
+    pub fn from_qtensor(t: &QTensor, isa: Isa) -> Option<QLinear> {
+        let dims = t.shape().dims();
+        let [n_out, k] = dims else { return None };
+        let (n_out, k) = (*n_out, *k);
+        if k % QK != 0 {
+            return None;
+        }
+        let bytes = t.data().ok()?;
+        let weights = match t.dtype() {
+            GgmlDType::Q4_1 => Weights::Q4_1(blocks(&bytes)?),
+            GgmlDType::Q8_0 => Weights::Q8_0(blocks(&bytes)?),
+            _ => return None,
+        };
+        let n_blocks = match &weights {
+            Weights::Q4_1(w) => w.len(),
+            Weights::Q8_0(w) => w.len(),
+        };
+        (n_blocks == n_out * k / QK).then_some(QLinear {
+            weights,
+            n_out,
+            k,
+            isa,
+        })
+    }
+
+    pub fn n_out(&self) -> usize {
+        self.n_out
+    }
+
+    /// `out[i][j] = Σ_k x[i][k]·w[j][k]` for the `m` rows of `x` (`m × k`, row-major);
+    /// `out` is `m × n_out`.
+    pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        assert_eq!(x.len(), m * self.k);
+        assert_eq!(out.len(), m * self.n_out);
+        let isa = self.isa;
+        // Transposed result (`n_out × m`): each task owns whole weight rows.
+        let out_t = match &self.weights {
+            Weights::Q4_1(w) => rows_times(w, x, m, self.k, quantize_q8_1, |a, b| {
+                isa.dot_q4_1_q8_1(a, b)
+            }),
+            Weights::Q8_0(w) => rows_times(w, x, m, self.k, quantize_q8_0, |a, b| {
+                isa.dot_q8_0_q8_0(a, b)
+            }),
+        };
+        if m == 1 {
+            out.copy_from_slice(&out_t);
+        } else {
+            for j in 0..self.n_out {
+                for i in 0..m {
+                    out[i * self.n_out + j] = out_t[j * m + i];
+                }
+            }
+        }
+    }
+
+    /// `x · wᵀ` for a `[m, k]` tensor of f32 on the CPU.
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let (m, k) = x.dims2()?;
+        if k != self.k {
+            candle_core::bail!("QLinear: input has {k} columns, the weights {}", self.k);
+        }
+        let xs = x.flatten_all()?.to_vec1::<f32>()?;
+        let mut out = vec![0f32; m * self.n_out];
+        self.matmul(&xs, m, &mut out);
+        Tensor::from_vec(out, (m, self.n_out), &Device::Cpu)
+    }
+}
+
+/// Every weight row (of `w`, `k / 32` blocks each) dotted with every row of `x` (`m × k`, quantised
+/// once with `quantize`); the result is `n_out × m`, weight rows split across rayon's pool.
+fn rows_times<W: Sync, A: Copy + Default + Send + Sync>(
+    w: &[W],
+    x: &[f32],
+    m: usize,
+    k: usize,
+    quantize: fn(&[f32], &mut [A]),
+    dot: impl Fn(&[W], &[A]) -> f32 + Sync,
+) -> Vec<f32> {
+    let kb = k / QK;
+    let n_out = w.len() / kb;
+    let mut xq = vec![A::default(); m * kb];
+    for (row, q) in x.chunks_exact(k).zip(xq.chunks_exact_mut(kb)) {
+        quantize(row, q);
+    }
+    let mut out_t = vec![0f32; n_out * m];
+    out_t
+        .par_chunks_mut(ROWS_PER_TASK * m)
+        .enumerate()
+        .for_each(|(task, chunk)| {
+            for (r, dst) in chunk.chunks_exact_mut(m).enumerate() {
+                let j = task * ROWS_PER_TASK + r;
+                let wr = &w[j * kb..(j + 1) * kb];
+                for (i, d) in dst.iter_mut().enumerate() {
+                    *d = dot(wr, &xq[i * kb..(i + 1) * kb]);
+                }
+            }
+        });
+    out_t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator (the tests need no `rand`).
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> f32 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.0 >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+        }
+        fn vec(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| self.next()).collect()
+        }
+    }
+
+    fn q4_1(x: &[f32]) -> Vec<BlockQ4_1> {
+        // ggml's quantize_row_q4_1.
+        x.chunks_exact(QK)
+            .map(|xs| {
+                let min = xs.iter().copied().fold(f32::INFINITY, f32::min);
+                let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let d = (max - min) / 15.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let mut b = BlockQ4_1 {
+                    d: f16::from_f32(d).to_bits(),
+                    m: f16::from_f32(min).to_bits(),
+                    qs: [0; 16],
+                };
+                for j in 0..16 {
+                    let q0 = (((xs[j] - min) * id + 0.5) as u8).min(15);
+                    let q1 = (((xs[j + 16] - min) * id + 0.5) as u8).min(15);
+                    b.qs[j] = q0 | (q1 << 4);
+                }
+                b
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_simd_dot_product_equals_the_scalar_reference() {
+        let mut r = Lcg(7);
+        // 1, 3 and 18 blocks (this model's 576 columns), 49 (ragged), 96.
+        for blocks in [1, 3, 18, 49, 96] {
+            let w = r.vec(blocks * QK);
+            let x: Vec<f32> = r.vec(blocks * QK).iter().map(|v| v * 3.0).collect();
+            let wq = q4_1(&w);
+            let mut x1 = vec![BlockQ8_1::default(); blocks];
+            quantize_q8_1(&x, &mut x1);
+            let mut w8 = vec![BlockQ8_0::default(); blocks];
+            let mut x8 = vec![BlockQ8_0::default(); blocks];
+            quantize_q8_0(&w, &mut w8);
+            quantize_q8_0(&x, &mut x8);
+            let exact: f32 = w.iter().zip(&x).map(|(a, b)| a * b).sum();
+            let (ref41, ref80) = (
+                dot_q4_1_q8_1_scalar(&wq, &x1),
+                dot_q8_0_q8_0_scalar(&w8, &x8),
+            );
+            // The reference is the real product, up to quantisation error.
+            let scale = (blocks * QK) as f32;
+            assert!(
+                (ref41 - exact).abs() < 0.1 * scale.sqrt() * 3.0,
+                "{ref41} vs {exact}"
+            );
+            assert!(
+                (ref80 - exact).abs() < 0.02 * scale.sqrt() * 3.0,
+                "{ref80} vs {exact}"
+            );
+            for isa in Isa::available() {
+                let (a, b) = (isa.dot_q4_1_q8_1(&wq, &x1), isa.dot_q8_0_q8_0(&w8, &x8));
+                let tol = |v: f32| 1e-4 * v.abs().max(1.0);
+                assert!(
+                    (a - ref41).abs() <= tol(ref41),
+                    "{isa:?} q4_1 {blocks}: {a} vs {ref41}"
+                );
+                assert!(
+                    (b - ref80).abs() <= tol(ref80),
+                    "{isa:?} q8_0 {blocks}: {b} vs {ref80}"
+                );
+            }
+        }
+    }
+
+    /// candle's own matmul quantises activations the same way (ggml's), so the two agree up to
+    /// the order of float additions.
+    #[test]
+    fn the_matmul_equals_candles_on_the_same_weights() {
+        use candle_core::Module;
+        let mut r = Lcg(11);
+        let (n_out, k, m) = (70, 576, 5);
+        let w = r.vec(n_out * k);
+        let x = r.vec(m * k);
+        let wt = Tensor::from_vec(w, (n_out, k), &Device::Cpu).unwrap();
+        let xt = Tensor::from_vec(x, (m, k), &Device::Cpu).unwrap();
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+            let q = QTensor::quantize(&wt, dtype).unwrap();
+            let theirs = candle_core::quantized::QMatMul::from_qtensor(
+                QTensor::quantize(&wt, dtype).unwrap(),
+            )
+            .unwrap()
+            .forward(&xt)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+            for isa in Isa::available() {
+                let lin = QLinear::from_qtensor(&q, isa).expect("a supported format");
+                let ours = lin.forward(&xt).unwrap().to_vec2::<f32>().unwrap();
+                for (a, b) in ours.iter().flatten().zip(theirs.iter().flatten()) {
+                    assert!(
+                        (a - b).abs() <= 1e-3 * b.abs().max(1.0),
+                        "{dtype:?} {isa:?}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unsupported_formats_and_ragged_rows_are_left_to_candle() {
+        let wt = Tensor::zeros((8, 256), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let q = QTensor::quantize(&wt, GgmlDType::Q4K).unwrap();
+        assert!(QLinear::from_qtensor(&q, Isa::Scalar).is_none());
+    }
+}
