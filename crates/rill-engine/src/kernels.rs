@@ -357,6 +357,65 @@ impl QLinear {
         self.matmul(&xs, m, &mut out);
         Tensor::from_vec(out, (m, self.n_out), &Device::Cpu)
     }
+
+    /// Stacks matrices that read the same input (q, k and v; gate and up) into one, so one call
+    /// quantises the input once and hands the threads one job. `None` unless all share the
+    /// format, the input width and the instruction set.
+    pub fn stack(parts: Vec<QLinear>) -> Option<QLinear> {
+        let first = parts.first()?;
+        let (k, isa) = (first.k, first.isa);
+        if parts.iter().any(|p| p.k != k || p.isa != isa) {
+            return None;
+        }
+        let n_out = parts.iter().map(|p| p.n_out).sum();
+        let mut all = parts.into_iter();
+        let weights = match all.next()?.weights {
+            Weights::Q4_1(mut w) => {
+                for p in all {
+                    let Weights::Q4_1(more) = p.weights else {
+                        return None;
+                    };
+                    w.extend(more);
+                }
+                Weights::Q4_1(w)
+            }
+            Weights::Q8_0(mut w) => {
+                for p in all {
+                    let Weights::Q8_0(more) = p.weights else {
+                        return None;
+                    };
+                    w.extend(more);
+                }
+                Weights::Q8_0(w)
+            }
+        };
+        Some(QLinear {
+            weights,
+            n_out,
+            k,
+            isa,
+        })
+    }
+
+    /// [`forward`](Self::forward) of a stacked matrix, cut back into its parts' outputs
+    /// (`widths`, which add up to `n_out`).
+    pub fn forward_parts(&self, x: &Tensor, widths: &[usize]) -> candle_core::Result<Vec<Tensor>> {
+        let (m, _) = x.dims2()?;
+        let whole = self.forward(x)?.to_vec2::<f32>()?;
+        let mut from = 0;
+        widths
+            .iter()
+            .map(|&w| {
+                let part: Vec<f32> = whole
+                    .iter()
+                    .flat_map(|row| &row[from..from + w])
+                    .copied()
+                    .collect();
+                from += w;
+                Tensor::from_vec(part, (m, w), &Device::Cpu)
+            })
+            .collect()
+    }
 }
 
 /// Every weight row (of `w`, `k / 32` blocks each) dotted with every row of `x` (`m × k`, quantised
@@ -509,6 +568,46 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_stacked_matrix_gives_each_part_its_own_output() {
+        let mut r = Lcg(5);
+        let k = 64;
+        let parts: Vec<(usize, Tensor)> = [40, 8, 8]
+            .into_iter()
+            .map(|n| {
+                (
+                    n,
+                    Tensor::from_vec(r.vec(n * k), (n, k), &Device::Cpu).unwrap(),
+                )
+            })
+            .collect();
+        let x = Tensor::from_vec(r.vec(3 * k), (3, k), &Device::Cpu).unwrap();
+        let lin = |t: &Tensor| {
+            QLinear::from_qtensor(
+                &QTensor::quantize(t, GgmlDType::Q4_1).unwrap(),
+                Isa::detect(),
+            )
+            .unwrap()
+        };
+        let alone: Vec<Vec<Vec<f32>>> = parts
+            .iter()
+            .map(|(_, t)| lin(t).forward(&x).unwrap().to_vec2().unwrap())
+            .collect();
+        let stacked = QLinear::stack(parts.iter().map(|(_, t)| lin(t)).collect()).unwrap();
+        let widths: Vec<usize> = parts.iter().map(|(n, _)| *n).collect();
+        let outs = stacked.forward_parts(&x, &widths).unwrap();
+        for (o, a) in outs.iter().zip(&alone) {
+            assert_eq!(&o.to_vec2::<f32>().unwrap(), a);
+        }
+        // Mixed formats do not stack.
+        let q8 = QLinear::from_qtensor(
+            &QTensor::quantize(&parts[1].1, GgmlDType::Q8_0).unwrap(),
+            Isa::detect(),
+        )
+        .unwrap();
+        assert!(QLinear::stack(vec![lin(&parts[0].1), q8]).is_none());
     }
 
     #[test]

@@ -56,15 +56,52 @@ impl Linear {
     }
 }
 
+/// Linear layers that read the same input (q, k, v; gate, up): one stacked matmul when our
+/// kernels take them all, else each on its own.
+enum Group {
+    Stacked(crate::kernels::QLinear, Vec<usize>),
+    Apart(Vec<Linear>),
+}
+
+impl Group {
+    fn new(parts: Vec<QTensor>, device: &Device) -> Result<Group> {
+        if device.is_cpu() {
+            let isa = crate::kernels::Isa::detect();
+            let ours: Option<Vec<_>> = parts
+                .iter()
+                .map(|t| crate::kernels::QLinear::from_qtensor(t, isa))
+                .collect();
+            if let Some(ours) = ours {
+                let widths = ours.iter().map(|l| l.n_out()).collect();
+                if let Some(stacked) = crate::kernels::QLinear::stack(ours) {
+                    return Ok(Group::Stacked(stacked, widths));
+                }
+            }
+        }
+        Ok(Group::Apart(
+            parts
+                .into_iter()
+                .map(|t| Linear::new(t, device))
+                .collect::<Result<_>>()?,
+        ))
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
+        Ok(match self {
+            Group::Stacked(l, widths) => l.forward_parts(x, widths)?,
+            Group::Apart(ls) => ls.iter().map(|l| l.forward(x)).collect::<Result<_>>()?,
+        })
+    }
+}
+
 struct Layer {
     attn_norm: RmsNorm,
-    wq: Linear,
-    wk: Linear,
-    wv: Linear,
+    /// q, k, v.
+    qkv: Group,
     wo: Linear,
     ffn_norm: RmsNorm,
-    w_gate: Linear,
-    w_up: Linear,
+    /// gate, up.
+    gate_up: Group,
     w_down: Linear,
 }
 
@@ -283,17 +320,19 @@ impl Llama {
         };
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
-            let mut mm = |n: &str| -> Result<Linear> {
-                Linear::new(tensor(&format!("blk.{i}.{n}.weight"))?, device)
-            };
+            let mut weight = |n: &str| tensor(&format!("blk.{i}.{n}.weight"));
+            let qkv = Group::new(
+                vec![weight("attn_q")?, weight("attn_k")?, weight("attn_v")?],
+                device,
+            )?;
+            let gate_up = Group::new(vec![weight("ffn_gate")?, weight("ffn_up")?], device)?;
+            let wo = Linear::new(weight("attn_output")?, device)?;
+            let w_down = Linear::new(weight("ffn_down")?, device)?;
             layers.push(Layer {
-                wq: mm("attn_q")?,
-                wk: mm("attn_k")?,
-                wv: mm("attn_v")?,
-                wo: mm("attn_output")?,
-                w_gate: mm("ffn_gate")?,
-                w_up: mm("ffn_up")?,
-                w_down: mm("ffn_down")?,
+                qkv,
+                wo,
+                gate_up,
+                w_down,
                 attn_norm: RmsNorm::from_qtensor(
                     tensor(&format!("blk.{i}.attn_norm.weight"))?,
                     cfg.rms_eps,
@@ -384,11 +423,11 @@ impl Llama {
             .index_select(&Tensor::new(ids.as_slice(), &self.device)?, 0)?;
         for (li, layer) in self.layers.iter().enumerate() {
             let h = layer.attn_norm.forward(&x)?;
-            let (q, k, v) = (
-                layer.wq.forward(&h)?,
-                layer.wk.forward(&h)?,
-                layer.wv.forward(&h)?,
-            );
+            let [q, k, v]: [Tensor; 3] = layer
+                .qkv
+                .forward(&h)?
+                .try_into()
+                .map_err(|_| Error::Candle(candle_core::Error::Msg("q, k, v".into())))?;
             let mut ys = Vec::with_capacity(batch.len());
             for ((_, cache), (row, t, cos, sin, mask)) in batch.iter_mut().zip(&spans) {
                 let (row, t) = (*row, *t);
@@ -421,8 +460,12 @@ impl Llama {
             x = (x + layer.wo.forward(&y)?)?;
 
             let h = layer.ffn_norm.forward(&x)?;
-            let gate = layer.w_gate.forward(&h)?.silu()?;
-            x = (x + layer.w_down.forward(&(gate * layer.w_up.forward(&h)?)?)?)?;
+            let [gate, up]: [Tensor; 2] = layer
+                .gate_up
+                .forward(&h)?
+                .try_into()
+                .map_err(|_| Error::Candle(candle_core::Error::Msg("gate, up".into())))?;
+            x = (x + layer.w_down.forward(&(gate.silu()? * up)?)?)?;
         }
         for (tokens, cache) in batch.iter_mut() {
             cache.advance(tokens.len());
