@@ -295,6 +295,10 @@ impl Engine {
                 num_cpus::get_physical().max(1).to_string(),
             );
         }
+        // Physical cores: hyper-threads share the SIMD units the matmuls saturate.
+        let threads = config
+            .threads
+            .unwrap_or_else(|| num_cpus::get_physical().max(1));
         let device = config.device.device()?;
         let cap = config.context_size.unwrap_or(DEFAULT_CONTEXT_CAP);
         if cap == 0 {
@@ -330,6 +334,11 @@ impl Engine {
             budget,
             prefill_chunk: config.prefill_chunk,
             row_ms: 0.0,
+            pool: rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("rill-compute-{i}"))
+                .build()
+                .map_err(|e| Error::param("threads", e.to_string()))?,
             preview: None,
             previews: Vec::new(),
         };
@@ -721,6 +730,8 @@ struct Worker {
     prefill_chunk: usize,
     /// Running average of the milliseconds one row of a forward pass costs.
     row_ms: f64,
+    /// The threads forward passes run on.
+    pool: rayon::ThreadPool,
     /// The last preview's prompt and logits: a slider moving asks again for the same prompt.
     preview: Option<(Vec<u32>, Vec<f32>)>,
     /// Previews waiting for their prompt's logits, by sequence id.
@@ -930,7 +941,11 @@ impl Worker {
                 members.iter_mut().map(|(s, n)| s.step_input(*n)).collect();
             let rows: usize = inputs.iter().map(|(t, _)| t.len()).sum();
             let started = Instant::now();
-            let result = self.model.forward_batch(&mut inputs);
+            // Inside the engine's own pool: the parallel matmuls (and candle's ops) split work
+            // among threads that are already awake in this pass, instead of waking a pool from
+            // outside and sleeping until it is done, once per matmul (211 times a token).
+            let model = &self.model;
+            let result = self.pool.install(|| model.forward_batch(&mut inputs));
             drop(inputs);
             let ms = started.elapsed().as_secs_f64() * 1000.0 / rows as f64;
             self.row_ms = if self.row_ms == 0.0 {
