@@ -292,12 +292,12 @@ impl QLinear {
     /// The matrix, when its format is one the kernels run (Q4_1, Q8_0) and its rows are whole
     /// blocks; `None` leaves it to candle.
     pub fn from_qtensor(t: &QTensor, isa: Isa) -> Option<QLinear> {
-        let dims = t.shape().dims();
-        let [n_out, k] = dims else { return None };
-        let (n_out, k) = (*n_out, *k);
-        if k % QK != 0 {
+        if !Self::supports(t) {
             return None;
         }
+        let &[n_out, k] = t.shape().dims() else {
+            return None;
+        };
         let bytes = t.data().ok()?;
         let weights = match t.dtype() {
             GgmlDType::Q4_1 => Weights::Q4_1(blocks(&bytes)?),
@@ -316,8 +316,52 @@ impl QLinear {
         })
     }
 
+    /// Whether [`from_qtensor`](Self::from_qtensor) takes this tensor (without copying it).
+    pub fn supports(t: &QTensor) -> bool {
+        matches!(t.shape().dims(), &[_, k] if k % QK == 0)
+            && matches!(t.dtype(), GgmlDType::Q4_1 | GgmlDType::Q8_0)
+    }
+
     pub fn n_out(&self) -> usize {
         self.n_out
+    }
+
+    /// Row `j` as f32 into `out` (`k` values): an embedding lookup straight from the quantised
+    /// table, so the table never has to exist in f32 (113 MB for a 49,152 × 576 vocabulary).
+    pub fn dequantize_row(&self, j: usize, out: &mut [f32]) {
+        let kb = self.k / QK;
+        let t = f16_table();
+        match &self.weights {
+            Weights::Q4_1(w) => {
+                for (b, o) in w[j * kb..(j + 1) * kb].iter().zip(out.chunks_exact_mut(QK)) {
+                    let (d, m) = (h(t, b.d), h(t, b.m));
+                    for (i, q) in b.qs.iter().enumerate() {
+                        o[i] = d * (q & 0x0F) as f32 + m;
+                        o[i + QK / 2] = d * (q >> 4) as f32 + m;
+                    }
+                }
+            }
+            Weights::Q8_0(w) => {
+                for (b, o) in w[j * kb..(j + 1) * kb].iter().zip(out.chunks_exact_mut(QK)) {
+                    let d = h(t, b.d);
+                    for (v, q) in o.iter_mut().zip(&b.qs) {
+                        *v = d * *q as f32;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The rows `ids` as a `[ids.len(), k]` tensor; `None` when an id is out of range.
+    pub fn rows(&self, ids: &[u32]) -> Option<candle_core::Result<Tensor>> {
+        let mut out = vec![0f32; ids.len() * self.k];
+        for (&id, o) in ids.iter().zip(out.chunks_exact_mut(self.k)) {
+            if id as usize >= self.n_out {
+                return None;
+            }
+            self.dequantize_row(id as usize, o);
+        }
+        Some(Tensor::from_vec(out, (ids.len(), self.k), &Device::Cpu))
     }
 
     /// `out[i][j] = Σ_k x[i][k]·w[j][k]` for the `m` rows of `x` (`m × k`, row-major);
@@ -608,6 +652,32 @@ mod tests {
         )
         .unwrap();
         assert!(QLinear::stack(vec![lin(&parts[0].1), q8]).is_none());
+    }
+
+    #[test]
+    fn rows_dequantise_like_candle() {
+        let wt = Tensor::from_vec(Lcg(9).vec(6 * 64), (6, 64), &Device::Cpu).unwrap();
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+            let q = QTensor::quantize(&wt, dtype).unwrap();
+            let theirs = q
+                .dequantize(&Device::Cpu)
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap();
+            let lin = QLinear::from_qtensor(&q, Isa::Scalar).unwrap();
+            let ours = lin
+                .rows(&[4, 0, 4])
+                .unwrap()
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap();
+            assert_eq!(
+                ours,
+                vec![theirs[4].clone(), theirs[0].clone(), theirs[4].clone()],
+                "{dtype:?}"
+            );
+            assert!(lin.rows(&[6]).is_none());
+        }
     }
 
     #[test]

@@ -56,6 +56,16 @@ impl Linear {
     }
 }
 
+/// The token embedding table.
+enum Embedding {
+    /// In f32 (formats our kernels do not read, GPUs).
+    Table(Tensor),
+    /// Quantised, rows dequantised on lookup.
+    Quantized(crate::kernels::QLinear),
+    /// The output projection's matrix, rows dequantised on lookup.
+    Tied,
+}
+
 /// Linear layers that read the same input (q, k, v; gate, up): one stacked matmul when our
 /// kernels take them all, else each on its own.
 enum Group {
@@ -108,7 +118,7 @@ struct Layer {
 /// The weights of a llama-family model, loaded once and shared by every sequence.
 pub struct Llama {
     cfg: LlamaConfig,
-    embed: Tensor,
+    embed: Embedding,
     layers: Vec<Layer>,
     norm: RmsNorm,
     output: Linear,
@@ -311,13 +321,29 @@ impl Llama {
             })
         };
         let embed_q = tensor("token_embd.weight")?;
-        let embed = embed_q.dequantize(device)?;
+        let tied = !ct.tensor_infos.contains_key("output.weight");
+        // The lookup table stays quantised where our kernels read its format: rows are
+        // dequantised as tokens come. When the output projection is the same matrix (tied), the
+        // output layer's copy serves both.
+        let ours = device.is_cpu() && crate::kernels::QLinear::supports(&embed_q);
+        let embed = match (ours, tied) {
+            (true, true) => Embedding::Tied,
+            (true, false) => {
+                match crate::kernels::QLinear::from_qtensor(&embed_q, crate::kernels::Isa::detect())
+                {
+                    Some(q) => Embedding::Quantized(q),
+                    None => Embedding::Table(embed_q.dequantize(device)?),
+                }
+            }
+            (false, _) => Embedding::Table(embed_q.dequantize(device)?),
+        };
         let norm = RmsNorm::from_qtensor(tensor("output_norm.weight")?, cfg.rms_eps)?;
         // Small models tie the output projection to the embedding.
-        let output = match ct.tensor_infos.contains_key("output.weight") {
-            true => Linear::new(tensor("output.weight")?, device)?,
-            false => Linear::new(embed_q, device)?,
+        let output = match tied {
+            false => Linear::new(tensor("output.weight")?, device)?,
+            true => Linear::new(embed_q, device)?,
         };
+
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
             let mut weight = |n: &str| tensor(&format!("blk.{i}.{n}.weight"));
@@ -353,6 +379,25 @@ impl Llama {
             sin,
             device: device.clone(),
         })
+    }
+
+    /// The embedding rows of `ids`.
+    fn embed(&self, ids: &[u32]) -> Result<Tensor> {
+        let rows = match (&self.embed, &self.output) {
+            (Embedding::Table(t), _) => {
+                return Ok(t.index_select(&Tensor::new(ids, &self.device)?, 0)?)
+            }
+            (Embedding::Quantized(q), _) | (Embedding::Tied, Linear::Ours(q)) => q.rows(ids),
+            // Tied is only chosen when the output runs on our kernels.
+            (Embedding::Tied, Linear::Candle(_)) => None,
+        };
+        match rows {
+            Some(r) => Ok(r?),
+            None => Err(Error::param(
+                "prompt",
+                "a token id is outside the model's embedding table",
+            )),
+        }
     }
 
     pub fn config(&self) -> &LlamaConfig {
@@ -418,9 +463,7 @@ impl Llama {
             row += t;
         }
 
-        let mut x = self
-            .embed
-            .index_select(&Tensor::new(ids.as_slice(), &self.device)?, 0)?;
+        let mut x = self.embed(&ids)?;
         for (li, layer) in self.layers.iter().enumerate() {
             let h = layer.attn_norm.forward(&x)?;
             let [q, k, v]: [Tensor; 3] = layer
