@@ -1,4 +1,4 @@
-import { Fragment, useEffect, useRef, useState } from "react";
+import { Fragment, useCallback, useEffect, useRef, useState } from "react";
 import { api, errorText, type PanelSettings, type Preview, type PreviewToken } from "../lib/ipc";
 import { percent, showToken } from "./TokenView";
 
@@ -33,36 +33,43 @@ export default function NextTokenChart({
 }) {
   const [preview, setPreview] = useState<Preview | null>(null);
   const [error, setError] = useState<string | null>(null);
-  // Latest wins: while one request is out, only the newest settings wait for it.
+  // One request at a time, the newest settings next: a slider dragged while the first preview
+  // of a long prompt runs through the model must not queue that prompt once per step.
+  const mounted = useRef(true);
   const inFlight = useRef(false);
-  const queued = useRef<PanelSettings | null>(null);
-
+  const next = useRef<{ conversation: number; settings: PanelSettings } | null>(null);
   useEffect(() => {
-    if (answering) return;
-    let alive = true;
-    const ask = (s: PanelSettings) => {
-      inFlight.current = true;
-      api.previewNext(conversation, s).then(
+    mounted.current = true;
+    return () => {
+      mounted.current = false;
+    };
+  }, []);
+  const pump = useCallback(() => {
+    const ask = next.current;
+    if (inFlight.current || !ask) return;
+    next.current = null;
+    inFlight.current = true;
+    api
+      .previewNext(ask.conversation, ask.settings)
+      .then(
         (p) => {
-          if (!alive) return;
+          if (!mounted.current) return;
           setPreview(p);
           setError(null);
         },
-        (e) => alive && setError(errorText(e)),
-      ).finally(() => {
+        (e) => mounted.current && setError(errorText(e)),
+      )
+      .finally(() => {
         inFlight.current = false;
-        const next = queued.current;
-        queued.current = null;
-        if (next && alive) ask(next);
+        if (mounted.current) pump();
       });
-    };
-    if (inFlight.current) queued.current = settings;
-    else ask(settings);
-    return () => {
-      alive = false;
-      inFlight.current = false;
-    };
-  }, [conversation, settings, turn, answering]);
+  }, []);
+
+  useEffect(() => {
+    if (answering) return;
+    next.current = { conversation, settings };
+    pump();
+  }, [conversation, settings, turn, answering, pump]);
 
   if (error) return <p className="muted small">Next token: {error}</p>;
   if (!preview) return <p className="muted small" data-testid="preview-empty">Ask something to see the distribution the answer starts from.</p>;
