@@ -401,11 +401,14 @@ impl QLinear {
         if m == 1 {
             out.copy_from_slice(&out_t);
         } else {
-            for j in 0..self.n_out {
-                for i in 0..m {
-                    out[i * self.n_out + j] = out_t[j * m + i];
-                }
-            }
+            // Back to `m × n_out`, one output row per task (a prefill chunk has many).
+            out.par_chunks_mut(self.n_out)
+                .enumerate()
+                .for_each(|(i, row)| {
+                    for (j, v) in row.iter_mut().enumerate() {
+                        *v = out_t[j * m + i];
+                    }
+                });
         }
     }
 
