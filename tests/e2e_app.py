@@ -167,7 +167,7 @@ def main() -> int:
             # 2. The flow: a long answer streams in one chat; a short question in another
             #    chat gets its whole answer while the long one is still being written.
             app.new_chat()
-            app.set_field("#max-tokens-field", "400")
+            app.set_field("#max-tokens-field", "4000")
             long_id = app.ask(LONG)
             app.wait(lambda: len(app.last_answer().text) > 20, 120, "the long answer did not start")
             long_chat = app.find('[data-testid="conversation-item"].active').get_attribute("data-id")
@@ -200,6 +200,8 @@ def main() -> int:
                 print(f"stopped answer kept: {status}, {len(content)} chars")
                 if status != "stopped" or len(content) < 20:
                     failures.append(f"the stopped answer was not kept: {status} {content!r}")
+            else:
+                failures.append(f"the long answer was {app.status_of(long_id)} before Stop could be tried")
             app.shot("app-stopped")
 
             # 3. The API from the window's settings: serve, answer a real HTTP client, log it.
@@ -316,10 +318,10 @@ def main() -> int:
             print(f"next-token preview: top token {warm:.3f} at temperature 1, {top():.3f} at 0.4")
             app.shot("app-distribution")
 
-            app.set_field("#max-tokens-field", "400")
+            app.set_field("#max-tokens-field", "4000")
             first_long = app.ask(LONG)
             app.new_chat()
-            app.set_field("#max-tokens-field", "400")
+            app.set_field("#max-tokens-field", "4000")
             second_long = app.ask("Write a long poem about the sea, the wind and the ships.")
             app.tid("activity").click()
             live_states = lambda: [r.get_attribute("data-state") for r in d.find_elements(By.CSS_SELECTOR, '[data-testid="activity-row"]')]
