@@ -191,7 +191,10 @@ def main() -> int:
             long_item.find_element(By.CSS_SELECTOR, "button.conv-open").click()
             app.wait(lambda: app.status_of(long_id) in ("streaming", "stopped", "done"), 30)
             if app.status_of(long_id) == "streaming":
-                app.tid("stop", app.find(f'[data-testid="message"][data-id="{long_id}"]')).click()
+                # A click in the page, not at coordinates: the answer streams fast enough that the
+                # button moves between WebDriver measuring it and clicking.
+                stop = app.tid("stop", app.find(f'[data-testid="message"][data-id="{long_id}"]'))
+                d.execute_script("arguments[0].click()", stop)
                 app.wait(lambda: app.status_of(long_id) == "stopped", 60, "stop did not stop")
                 with sqlite3.connect(db) as c:
                     (status, content) = c.execute(
@@ -324,14 +327,20 @@ def main() -> int:
             app.set_field("#max-tokens-field", "4000")
             second_long = app.ask("Write a long poem about the sea, the wind and the ships.")
             app.tid("activity").click()
-            live_states = lambda: [r.get_attribute("data-state") for r in d.find_elements(By.CSS_SELECTOR, '[data-testid="activity-row"]')]
+            # The view redraws twice a second: read it (and click in it) in one step in the page,
+            # so no element goes stale between finding and using it.
+            live_states = lambda: d.execute_script(
+                "return [...document.querySelectorAll('[data-testid=activity-row]')].map(r => r.dataset.state)"
+            )
             app.wait(lambda: sum(s in ("decoding", "prefilling") for s in live_states()) == 2, 120, "two answers are not running")
             app.wait(lambda: len(d.find_elements(By.CSS_SELECTOR, '[data-testid="activity-row"] [data-testid="sparkline"]')) == 2, 30,
                      "no speed sparklines")
             print(f"activity: {live_states()}")
             app.shot("app-activity")
             for left in (1, 0):
-                app.find('[data-testid="activity-row"] .row-actions button:last-child').click()
+                d.execute_script(
+                    "document.querySelector('[data-testid=activity-row] .row-actions button:last-child').click()"
+                )
                 app.wait(lambda: len(live_states()) <= left, 60, "stopping from the activity view did not stop the answer")
             with sqlite3.connect(db) as c:
                 ended = [c.execute("SELECT status FROM messages WHERE id = ?", (int(i),)).fetchone()[0] for i in (first_long, second_long)]
