@@ -389,26 +389,25 @@ impl QLinear {
         assert_eq!(x.len(), m * self.k);
         assert_eq!(out.len(), m * self.n_out);
         let isa = self.isa;
-        // Transposed result (`n_out × m`): each task owns whole weight rows.
-        let out_t = match &self.weights {
-            Weights::Q4_1(w) => rows_times(w, x, m, self.k, quantize_q8_1, |a, b| {
-                isa.dot_q4_1_q8_1(a, b)
-            }),
-            Weights::Q8_0(w) => rows_times(w, x, m, self.k, quantize_q8_0, |a, b| {
-                isa.dot_q8_0_q8_0(a, b)
-            }),
-        };
-        if m == 1 {
-            out.copy_from_slice(&out_t);
-        } else {
-            // Back to `m × n_out`, one output row per task (a prefill chunk has many).
-            out.par_chunks_mut(self.n_out)
-                .enumerate()
-                .for_each(|(i, row)| {
-                    for (j, v) in row.iter_mut().enumerate() {
-                        *v = out_t[j * m + i];
-                    }
-                });
+        match &self.weights {
+            Weights::Q4_1(w) => rows_times(
+                w,
+                x,
+                m,
+                self.k,
+                quantize_q8_1,
+                |a, b| isa.dot_q4_1_q8_1(a, b),
+                out,
+            ),
+            Weights::Q8_0(w) => rows_times(
+                w,
+                x,
+                m,
+                self.k,
+                quantize_q8_0,
+                |a, b| isa.dot_q8_0_q8_0(a, b),
+                out,
+            ),
         }
     }
 
@@ -484,8 +483,14 @@ impl QLinear {
     }
 }
 
-/// Every weight row (of `w`, `k / 32` blocks each) dotted with every row of `x` (`m × k`, quantised
-/// once with `quantize`); the result is `n_out × m`, weight rows split across rayon's pool.
+/// Activation rows per task when a call has many (a prefill chunk).
+const ACT_ROWS_PER_TASK: usize = 8;
+
+/// Every weight row (of `w`, `k / 32` blocks each) dotted with every row of `x` (`m × k`,
+/// quantised once with `quantize`) into `out` (`m × n_out`). Few rows (decode): the weight rows
+/// are split across rayon's pool and the result is gathered back. Many rows (prefill): the
+/// activation rows are split instead, each task writing its own output rows while each weight
+/// row, read once per task, stays in L1 for all of the task's rows.
 fn rows_times<W: Sync, A: Copy + Default + Send + Sync>(
     w: &[W],
     x: &[f32],
@@ -493,13 +498,31 @@ fn rows_times<W: Sync, A: Copy + Default + Send + Sync>(
     k: usize,
     quantize: fn(&[f32], &mut [A]),
     dot: impl Fn(&[W], &[A]) -> f32 + Sync,
-) -> Vec<f32> {
+    out: &mut [f32],
+) {
     let kb = k / QK;
     let n_out = w.len() / kb;
     let mut xq = vec![A::default(); m * kb];
     for (row, q) in x.chunks_exact(k).zip(xq.chunks_exact_mut(kb)) {
         quantize(row, q);
     }
+    if m >= 2 * ACT_ROWS_PER_TASK {
+        out.par_chunks_mut(ACT_ROWS_PER_TASK * n_out)
+            .enumerate()
+            .for_each(|(task, chunk)| {
+                let first = task * ACT_ROWS_PER_TASK;
+                let rows = chunk.len() / n_out;
+                for j in 0..n_out {
+                    let wr = &w[j * kb..(j + 1) * kb];
+                    for r in 0..rows {
+                        let i = first + r;
+                        chunk[r * n_out + j] = dot(wr, &xq[i * kb..(i + 1) * kb]);
+                    }
+                }
+            });
+        return;
+    }
+    // Transposed result (`n_out × m`): each task owns whole weight rows.
     let mut out_t = vec![0f32; n_out * m];
     out_t
         .par_chunks_mut(ROWS_PER_TASK * m)
@@ -513,7 +536,15 @@ fn rows_times<W: Sync, A: Copy + Default + Send + Sync>(
                 }
             }
         });
-    out_t
+    if m == 1 {
+        out.copy_from_slice(&out_t);
+    } else {
+        for (i, row) in out.chunks_exact_mut(n_out).enumerate() {
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = out_t[j * m + i];
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -608,12 +639,16 @@ mod tests {
     fn the_matmul_equals_candles_on_the_same_weights() {
         use candle_core::Module;
         let mut r = Lcg(11);
-        let (n_out, k, m) = (70, 576, 5);
+        let (n_out, k) = (70, 576);
         let w = r.vec(n_out * k);
-        let x = r.vec(m * k);
         let wt = Tensor::from_vec(w, (n_out, k), &Device::Cpu).unwrap();
-        let xt = Tensor::from_vec(x, (m, k), &Device::Cpu).unwrap();
-        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+        // 1 row (decode), 5 (split by weight rows), 37 (prefill: split by activation rows,
+        // the last task short).
+        for (m, dtype) in [1, 5, 37]
+            .into_iter()
+            .flat_map(|m| [(m, GgmlDType::Q4_1), (m, GgmlDType::Q8_0)])
+        {
+            let xt = Tensor::from_vec(r.vec(m * k), (m, k), &Device::Cpu).unwrap();
             let q = QTensor::quantize(&wt, dtype).unwrap();
             let theirs = candle_core::quantized::QMatMul::from_qtensor(
                 QTensor::quantize(&wt, dtype).unwrap(),
