@@ -267,10 +267,15 @@ pub async fn export_conversation(
             )))
         }
     };
-    // Write-then-rename: a full disk never leaves half a file under the chosen name.
+    write_whole(&path, text).await
+}
+
+/// Writes a file the user chose so that a full disk never leaves half a file under that name:
+/// into a neighbour first, then renamed over it.
+async fn write_whole(path: &std::path::Path, text: String) -> Result<()> {
     let tmp = path.with_extension("rill-tmp");
     tokio::fs::write(&tmp, text).await?;
-    tokio::fs::rename(&tmp, &path).await?;
+    tokio::fs::rename(&tmp, path).await?;
     Ok(())
 }
 
@@ -641,11 +646,7 @@ pub async fn export_answer(state: State<'_, AppState>, message: i64, path: PathB
         },
         "tokens": tokens.unwrap_or(serde_json::Value::Array(Vec::new())),
     });
-    let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
-    let tmp = path.with_extension("rill-tmp");
-    tokio::fs::write(&tmp, text).await?;
-    tokio::fs::rename(&tmp, &path).await?;
-    Ok(())
+    write_whole(&path, serde_json::to_string_pretty(&doc).unwrap_or_default()).await
 }
 
 /// A candidate of the next-token preview, with its text.
