@@ -646,7 +646,11 @@ pub async fn export_answer(state: State<'_, AppState>, message: i64, path: PathB
         },
         "tokens": tokens.unwrap_or(serde_json::Value::Array(Vec::new())),
     });
-    write_whole(&path, serde_json::to_string_pretty(&doc).unwrap_or_default()).await
+    write_whole(
+        &path,
+        serde_json::to_string_pretty(&doc).unwrap_or_default(),
+    )
+    .await
 }
 
 /// A candidate of the next-token preview, with its text.

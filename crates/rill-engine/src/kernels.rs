@@ -413,6 +413,12 @@ impl QLinear {
 
     /// `x · wᵀ` for a `[m, k]` tensor of f32 on the CPU.
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let (m, out) = self.run(x)?;
+        Tensor::from_vec(out, (m, self.n_out), &Device::Cpu)
+    }
+
+    /// The product of a `[m, k]` tensor as `m` and a row-major `m × n_out` buffer.
+    fn run(&self, x: &Tensor) -> candle_core::Result<(usize, Vec<f32>)> {
         let (m, k) = x.dims2()?;
         if k != self.k {
             candle_core::bail!("QLinear: input has {k} columns, the weights {}", self.k);
@@ -420,7 +426,7 @@ impl QLinear {
         let xs = x.flatten_all()?.to_vec1::<f32>()?;
         let mut out = vec![0f32; m * self.n_out];
         self.matmul(&xs, m, &mut out);
-        Tensor::from_vec(out, (m, self.n_out), &Device::Cpu)
+        Ok((m, out))
     }
 
     /// Stacks matrices that read the same input (q, k and v; gate and up) into one, so one call
@@ -465,14 +471,14 @@ impl QLinear {
     /// [`forward`](Self::forward) of a stacked matrix, cut back into its parts' outputs
     /// (`widths`, which add up to `n_out`).
     pub fn forward_parts(&self, x: &Tensor, widths: &[usize]) -> candle_core::Result<Vec<Tensor>> {
-        let (m, _) = x.dims2()?;
-        let whole = self.forward(x)?.to_vec2::<f32>()?;
+        // Cut from the product buffer itself, not from a tensor made of it and read back.
+        let (m, whole) = self.run(x)?;
         let mut from = 0;
         widths
             .iter()
             .map(|&w| {
                 let part: Vec<f32> = whole
-                    .iter()
+                    .chunks_exact(self.n_out)
                     .flat_map(|row| &row[from..from + w])
                     .copied()
                     .collect();
