@@ -554,7 +554,6 @@ fn stream(
     on_event: Channel<ChatEvent>,
 ) -> i64 {
     let id = answering.message_id();
-    let handle = answering.handle().clone();
     state.track(
         id,
         LiveAnswer {
@@ -565,7 +564,7 @@ fn stream(
     tauri::async_runtime::spawn(async move {
         // A page that went away (reload, closed window) does not stop the answer: it is
         // saved, and shown when the conversation is opened again.
-        let forward = |e: &Event| {
+        let forward = |e: &Event, probs: Option<&rill_chat::TokenProbs>| {
             let event = match e {
                 Event::Queued { position } => ChatEvent::Queued {
                     position: *position,
@@ -583,7 +582,7 @@ fn stream(
                     text, candidates, ..
                 } if !text.is_empty() || !candidates.is_empty() => ChatEvent::Token {
                     text: text.clone(),
-                    probs: rill_chat::TokenProbs::of(&handle, e),
+                    probs: probs.cloned(),
                 },
                 Event::Stats {
                     completion_tokens,
@@ -597,7 +596,7 @@ fn stream(
             };
             let _ = on_event.send(event);
         };
-        let result = answering.finish(forward).await;
+        let result = answering.finish_with_probs(forward).await;
         let state = app.state::<AppState>();
         state.untrack(id);
         let last = match result {

@@ -181,7 +181,15 @@ pub async fn begin(
             settings,
         )
         .await?;
-    start(handle, store, writer, Prompt::Messages(messages), options).await
+    start(
+        handle,
+        store,
+        writer,
+        Prompt::Messages(messages),
+        options,
+        Vec::new(),
+    )
+    .await
 }
 
 /// What the model is asked for an answer under `parent`: the conversation's system prompt and
@@ -213,7 +221,15 @@ pub async fn begin_continue(
     // The template opens the assistant's turn; the partial answer follows it verbatim.
     let prompt = handle.render(&before)? + &partial.content;
     let writer = store.resume_answer(message).await?;
-    start(handle, store, writer, Prompt::Text(prompt), options).await
+    // It keeps the probabilities of the part it already has.
+    let kept = match options.top_candidates {
+        0 => Vec::new(),
+        _ => match store.message_tokens(message).await? {
+            Some(v) => serde_json::from_value(v).unwrap_or_default(),
+            None => Vec::new(),
+        },
+    };
+    start(handle, store, writer, Prompt::Text(prompt), options, kept).await
 }
 
 /// An answer on its way: the stored message it grows into, the controls of its generation
@@ -222,8 +238,8 @@ pub struct Answering {
     generation: Generation,
     writer: rill_store::StreamWriter,
     handle: Handle,
-    /// Set when the answer keeps its token probabilities.
-    probs: Option<Store>,
+    /// Set when the answer keeps its token probabilities: where, and those it has so far.
+    probs: Option<(Store, Vec<TokenProbs>)>,
 }
 
 async fn start(
@@ -232,6 +248,7 @@ async fn start(
     writer: rill_store::StreamWriter,
     prompt: Prompt,
     options: AnswerOptions,
+    kept: Vec<TokenProbs>,
 ) -> Result<Answering> {
     let request = GenerateRequest {
         params: options.params,
@@ -245,7 +262,7 @@ async fn start(
             generation,
             writer,
             handle: handle.clone(),
-            probs: (options.top_candidates > 0).then(|| store.clone()),
+            probs: (options.top_candidates > 0).then(|| (store.clone(), kept)),
         }),
         Err(e) => {
             writer
@@ -262,11 +279,6 @@ impl Answering {
         self.writer.message_id()
     }
 
-    /// The engine the answer runs on.
-    pub fn handle(&self) -> &Handle {
-        &self.handle
-    }
-
     /// Steers the generation while it runs.
     pub fn control(&self) -> Control {
         self.generation.control().clone()
@@ -275,20 +287,23 @@ impl Answering {
     /// Streams the answer to its end, saving it as it grows, and returns the saved message.
     /// `on_event` sees every event. A stopped answer is kept with status `stopped`.
     pub async fn finish(self, mut on_event: impl FnMut(&Event)) -> Result<Answer> {
+        self.finish_with_probs(|e, _| on_event(e)).await
+    }
+
+    /// [`finish`](Self::finish), with each token's probabilities (when the answer keeps them)
+    /// beside its event, so a caller that shows them need not build them again.
+    pub async fn finish_with_probs(
+        self,
+        mut on_event: impl FnMut(&Event, Option<&TokenProbs>),
+    ) -> Result<Answer> {
         let Answering {
             mut generation,
             writer,
             handle,
             probs,
         } = self;
-        let mut tokens: Vec<TokenProbs> = Vec::new();
         let id = writer.message_id();
-        // A continued answer keeps the probabilities of the part it already had.
-        if let Some(store) = &probs {
-            if let Some(kept) = store.message_tokens(id).await? {
-                tokens = serde_json::from_value(kept).unwrap_or_default();
-            }
-        }
+        let (store, mut tokens) = probs.unzip();
         let result = loop {
             let Some(event) = generation.next_event().await else {
                 writer
@@ -302,12 +317,16 @@ impl Answering {
                     "the engine stopped before the answer ended".into(),
                 ));
             };
-            on_event(&event);
+            let token_probs = match tokens {
+                Some(_) => TokenProbs::of(&handle, &event),
+                None => None,
+            };
+            on_event(&event, token_probs.as_ref());
             match event {
                 Event::Token { ref text, .. } => {
                     writer.push(text);
-                    if probs.is_some() {
-                        tokens.extend(TokenProbs::of(&handle, &event));
+                    if let (Some(kept), Some(p)) = (tokens.as_mut(), token_probs) {
+                        kept.push(p);
                     }
                 }
                 Event::Done {
@@ -333,7 +352,7 @@ impl Answering {
                 Event::Queued { .. } | Event::Started { .. } | Event::Stats { .. } => {}
             }
         };
-        if let Some(store) = &probs {
+        if let (Some(store), Some(tokens)) = (store, tokens) {
             if !tokens.is_empty() {
                 let json = serde_json::to_value(&tokens).unwrap_or_default();
                 store.set_message_tokens(id, &json).await?;
