@@ -1,6 +1,7 @@
-import { useEffect, useRef, useState } from "react";
+import { useRef, useState } from "react";
 import { api, errorText, type ActivityItem } from "../lib/ipc";
 import { live } from "../lib/live";
+import { usePoll } from "../lib/usePoll";
 import Sparkline from "./Sparkline";
 
 const POLL_MS = 500;
@@ -17,35 +18,26 @@ export default function ActivityView({ onClose, onOpen }: { onClose: () => void;
   const [error, setError] = useState<string | null>(null);
   const last = useRef(new Map<number, { tokens: number; at: number; rates: number[] }>());
 
-  useEffect(() => {
-    let alive = true;
-    const poll = () =>
-      api.activity().then(
-        (items) => {
-          if (!alive) return;
-          const t = performance.now();
-          const seen = last.current;
-          const next: Row[] = items.map((a) => {
-            const before = seen.get(a.message);
-            let rates = before?.rates ?? [];
-            if (before && t > before.at) {
-              rates = [...rates, ((a.completion_tokens - before.tokens) * 1000) / (t - before.at)].slice(-SAMPLES);
-            }
-            seen.set(a.message, { tokens: a.completion_tokens, at: t, rates });
-            return { ...a, rates };
-          });
-          for (const id of [...seen.keys()]) if (!items.some((a) => a.message === id)) seen.delete(id);
-          setRows(next);
-        },
-        (e) => alive && setError(errorText(e)),
-      );
-    poll();
-    const timer = setInterval(poll, POLL_MS);
-    return () => {
-      alive = false;
-      clearInterval(timer);
-    };
-  }, []);
+  usePoll(
+    api.activity,
+    POLL_MS,
+    (items) => {
+      const t = performance.now();
+      const seen = last.current;
+      const next: Row[] = items.map((a) => {
+        const before = seen.get(a.message);
+        let rates = before?.rates ?? [];
+        if (before && t > before.at) {
+          rates = [...rates, ((a.completion_tokens - before.tokens) * 1000) / (t - before.at)].slice(-SAMPLES);
+        }
+        seen.set(a.message, { tokens: a.completion_tokens, at: t, rates });
+        return { ...a, rates };
+      });
+      for (const id of [...seen.keys()]) if (!items.some((a) => a.message === id)) seen.delete(id);
+      setRows(next);
+    },
+    (e) => setError(errorText(e)),
+  );
 
   const act = (p: Promise<unknown>) => p.catch((e) => setError(errorText(e)));
 

@@ -1,4 +1,5 @@
-import { useEffect, useState } from "react";
+import { useState } from "react";
+import { usePoll } from "../lib/usePoll";
 import { api, errorText, type ApiSettings, type ApiStatus } from "../lib/ipc";
 
 /** App settings: the OpenAI-compatible API that serves the model in use to other programs. */
@@ -8,24 +9,15 @@ export default function SettingsView({ onClose }: { onClose: () => void }) {
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
 
-  useEffect(() => {
-    let alive = true;
-    const poll = () =>
-      api.apiStatus().then(
-        (s) => {
-          if (!alive) return;
-          setStatus(s);
-          setDraft((d) => d ?? s.settings);
-        },
-        (e) => setError(errorText(e)),
-      );
-    poll();
-    const t = setInterval(poll, 1500);
-    return () => {
-      alive = false;
-      clearInterval(t);
-    };
-  }, []);
+  usePoll(
+    api.apiStatus,
+    1500,
+    (s) => {
+      setStatus(s);
+      setDraft((d) => d ?? s.settings);
+    },
+    (e) => setError(errorText(e)),
+  );
 
   const apply = async (next: ApiSettings) => {
     setDraft(next);
