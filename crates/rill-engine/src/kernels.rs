@@ -226,6 +226,97 @@ mod avx2 {
         }
         hsum(acc)
     }
+
+    /// The tile of [`Format::tile`] for Q4_1 × Q8_1: each weight block is unpacked once for
+    /// the C activation rows, each activation block loaded once for the R weight rows.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA; every slice as long as `w[0]`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn tile_q4_1<const R: usize, const C: usize>(
+        w: [&[BlockQ4_1]; R],
+        wd: [&[f32]; R],
+        a: [&[BlockQ8_1]; C],
+        ad: [&[f32]; C],
+        offsets: Offsets,
+    ) -> [[f32; C]; R] {
+        let low = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        // Lane c of off[r]: Σ_b m_r·s_c, one 4-wide multiply-add per weight block.
+        let mut off = [_mm_setzero_ps(); R];
+        for b in 0..w[0].len() {
+            let mut qx = [_mm256_setzero_si256(); R];
+            let mut dx = [_mm256_setzero_ps(); R];
+            let s = _mm_loadu_ps(offsets.s.as_ptr().add(b * offsets.stride + offsets.first));
+            for r in 0..R {
+                let nibbles = _mm_loadu_si128(w[r].get_unchecked(b).qs.as_ptr() as *const __m128i);
+                qx[r] =
+                    _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nibbles, 4), nibbles), low);
+                dx[r] = _mm256_broadcast_ss(wd[r].get_unchecked(b));
+                off[r] = _mm_fmadd_ps(_mm_broadcast_ss(offsets.m[r].get_unchecked(b)), s, off[r]);
+            }
+            for c in 0..C {
+                let qy = _mm256_loadu_si256(a[c].get_unchecked(b).qs.as_ptr() as *const __m256i);
+                let dy = _mm256_broadcast_ss(ad[c].get_unchecked(b));
+                for r in 0..R {
+                    let pairs = _mm256_maddubs_epi16(qx[r], qy);
+                    let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dx[r], dy), sums, acc[r][c]);
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            let mut o = [0f32; 4];
+            _mm_storeu_ps(o.as_mut_ptr(), off[r]);
+            for c in 0..C {
+                out[r][c] = hsum(acc[r][c]) + o[c];
+            }
+        }
+        out
+    }
+
+    /// The tile of [`Format::tile`] for Q8_0 × Q8_0.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA; every slice as long as `w[0]`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn tile_q8_0<const R: usize, const C: usize>(
+        w: [&[BlockQ8_0]; R],
+        wd: [&[f32]; R],
+        a: [&[BlockQ8_0]; C],
+        ad: [&[f32]; C],
+    ) -> [[f32; C]; R] {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for b in 0..w[0].len() {
+            let mut qx = [_mm256_setzero_si256(); R];
+            let mut ax = [_mm256_setzero_si256(); R];
+            let mut dx = [_mm256_setzero_ps(); R];
+            for r in 0..R {
+                qx[r] = _mm256_loadu_si256(w[r].get_unchecked(b).qs.as_ptr() as *const __m256i);
+                ax[r] = _mm256_sign_epi8(qx[r], qx[r]);
+                dx[r] = _mm256_broadcast_ss(wd[r].get_unchecked(b));
+            }
+            for c in 0..C {
+                let qy = _mm256_loadu_si256(a[c].get_unchecked(b).qs.as_ptr() as *const __m256i);
+                let dy = _mm256_broadcast_ss(ad[c].get_unchecked(b));
+                for r in 0..R {
+                    let pairs = _mm256_maddubs_epi16(ax[r], _mm256_sign_epi8(qy, qx[r]));
+                    let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dx[r], dy), sums, acc[r][c]);
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = hsum(acc[r][c]);
+            }
+        }
+        out
+    }
 }
 
 /// AVX2 with FMA and F16C (every AVX2 CPU has the other two).
@@ -388,26 +479,9 @@ impl QLinear {
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
         assert_eq!(x.len(), m * self.k);
         assert_eq!(out.len(), m * self.n_out);
-        let isa = self.isa;
         match &self.weights {
-            Weights::Q4_1(w) => rows_times(
-                w,
-                x,
-                m,
-                self.k,
-                quantize_q8_1,
-                |a, b| isa.dot_q4_1_q8_1(a, b),
-                out,
-            ),
-            Weights::Q8_0(w) => rows_times(
-                w,
-                x,
-                m,
-                self.k,
-                quantize_q8_0,
-                |a, b| isa.dot_q8_0_q8_0(a, b),
-                out,
-            ),
+            Weights::Q4_1(w) => rows_times(self.isa, w, x, m, self.k, out),
+            Weights::Q8_0(w) => rows_times(self.isa, w, x, m, self.k, out),
         }
     }
 
@@ -489,42 +563,304 @@ impl QLinear {
     }
 }
 
+/// A weight block format the kernels run, and the activation blocks it is dotted with.
+trait Format: Copy + Sync {
+    type Act: Copy + Default + Send + Sync;
+    /// Whether a block has an offset `m` (weight = d·q + m), whose term m·s is added apart.
+    const OFFSET: bool;
+    fn quantize(x: &[f32], out: &mut [Self::Act]);
+    /// `(d, m)` of a weight block (`m` = 0 without an offset).
+    fn scales(&self, t: &[f32]) -> (f32, f32);
+    /// `(d, s)` of an activation block (`s` = d·Σq, or 0 when the format needs none).
+    fn act_scales(a: &Self::Act, t: &[f32]) -> (f32, f32);
+    /// Σ q_w·q_a of one pair of blocks (the scalar tile).
+    fn block_dot(&self, a: &Self::Act) -> i32;
+    fn dot(isa: Isa, w: &[Self], a: &[Self::Act]) -> f32;
+    /// `out[r][c] = Σ_b wd[r][b]·ad[c][b]·Σ q_w·q_a (+ m_r[b]·s_c[b])` for R weight rows × C
+    /// activation rows; every slice `w[0].len()` blocks long, `offsets` as [`Offsets`] says.
+    fn tile<const R: usize, const C: usize>(
+        isa: Isa,
+        w: [&[Self]; R],
+        wd: [&[f32]; R],
+        a: [&[Self::Act]; C],
+        ad: [&[f32]; C],
+        offsets: Offsets,
+    ) -> [[f32; C]; R] {
+        let kb = w[0].len();
+        assert!(wd.iter().chain(&ad).all(|v| v.len() == kb) && a.iter().all(|v| v.len() == kb));
+        if Self::OFFSET {
+            assert!(offsets.m.iter().take(R).all(|m| m.len() >= kb));
+            assert!(offsets.first + 4 + (kb - 1) * offsets.stride <= offsets.s.len());
+        }
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx2 {
+            // SAFETY: `Avx2` is only chosen when the CPU has AVX2 and FMA; the lengths are
+            // asserted above.
+            return unsafe { Self::tile_avx2(w, wd, a, ad, offsets) };
+        }
+        let _ = isa;
+        let mut out = [[0f32; C]; R];
+        for (r, o) in out.iter_mut().enumerate() {
+            for (c, v) in o.iter_mut().enumerate() {
+                for (b, x) in w[r].iter().enumerate() {
+                    *v += x.block_dot(&a[c][b]) as f32 * (wd[r][b] * ad[c][b]);
+                    if Self::OFFSET {
+                        *v += offsets.m[r][b] * offsets.s[b * offsets.stride + offsets.first + c];
+                    }
+                }
+            }
+        }
+        out
+    }
+    /// # Safety
+    /// AVX2 and FMA; the lengths [`tile`](Self::tile) asserts.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile_avx2<const R: usize, const C: usize>(
+        w: [&[Self]; R],
+        wd: [&[f32]; R],
+        a: [&[Self::Act]; C],
+        ad: [&[f32]; C],
+        offsets: Offsets,
+    ) -> [[f32; C]; R];
+}
+
+/// What a tile needs for the offset terms Σ_b m·s of a format with offsets: the weight rows'
+/// `m` as f32, and the activations' `s` block-major (`s[b·stride + i]` for activation row
+/// `i`, with at least 4 readable from `first`, the tile's first row).
+#[derive(Clone, Copy)]
+pub(crate) struct Offsets<'a> {
+    m: [&'a [f32]; TILE_W],
+    s: &'a [f32],
+    stride: usize,
+    first: usize,
+}
+
+impl Format for BlockQ4_1 {
+    type Act = BlockQ8_1;
+    const OFFSET: bool = true;
+    fn quantize(x: &[f32], out: &mut [BlockQ8_1]) {
+        quantize_q8_1(x, out)
+    }
+    fn scales(&self, t: &[f32]) -> (f32, f32) {
+        (h(t, self.d), h(t, self.m))
+    }
+    fn act_scales(a: &BlockQ8_1, t: &[f32]) -> (f32, f32) {
+        (h(t, a.d), h(t, a.s))
+    }
+    fn block_dot(&self, a: &BlockQ8_1) -> i32 {
+        (0..QK / 2)
+            .map(|j| {
+                (self.qs[j] & 0x0F) as i32 * a.qs[j] as i32
+                    + (self.qs[j] >> 4) as i32 * a.qs[j + QK / 2] as i32
+            })
+            .sum()
+    }
+    fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_1]) -> f32 {
+        isa.dot_q4_1_q8_1(w, a)
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile_avx2<const R: usize, const C: usize>(
+        w: [&[Self]; R],
+        wd: [&[f32]; R],
+        a: [&[BlockQ8_1]; C],
+        ad: [&[f32]; C],
+        offsets: Offsets,
+    ) -> [[f32; C]; R] {
+        avx2::tile_q4_1(w, wd, a, ad, offsets)
+    }
+}
+
+impl Format for BlockQ8_0 {
+    type Act = BlockQ8_0;
+    const OFFSET: bool = false;
+    fn quantize(x: &[f32], out: &mut [BlockQ8_0]) {
+        quantize_q8_0(x, out)
+    }
+    fn scales(&self, t: &[f32]) -> (f32, f32) {
+        (h(t, self.d), 0.0)
+    }
+    fn act_scales(a: &BlockQ8_0, t: &[f32]) -> (f32, f32) {
+        (h(t, a.d), 0.0)
+    }
+    fn block_dot(&self, a: &BlockQ8_0) -> i32 {
+        self.qs
+            .iter()
+            .zip(&a.qs)
+            .map(|(&x, &y)| x as i32 * y as i32)
+            .sum()
+    }
+    fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_0]) -> f32 {
+        isa.dot_q8_0_q8_0(w, a)
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile_avx2<const R: usize, const C: usize>(
+        w: [&[Self]; R],
+        wd: [&[f32]; R],
+        a: [&[BlockQ8_0]; C],
+        ad: [&[f32]; C],
+        _: Offsets,
+    ) -> [[f32; C]; R] {
+        avx2::tile_q8_0(w, wd, a, ad)
+    }
+}
+
+/// Activations quantised once per call, with their blocks' scales as f32: `d` row-major,
+/// `s` block-major with a stride of `m` rounded up to a whole tile (zeros after the last row).
+struct Acts<A> {
+    q: Vec<A>,
+    d: Vec<f32>,
+    s: Vec<f32>,
+    stride: usize,
+    kb: usize,
+}
+
+impl<A> Acts<A> {
+    fn row(&self, i: usize) -> std::ops::Range<usize> {
+        i * self.kb..(i + 1) * self.kb
+    }
+}
+
+/// Weight rows per tile and activation rows per tile: each weight block is unpacked once for 4
+/// activation rows and each activation block loaded once for 2 weight rows.
+const TILE_W: usize = 2;
+const TILE_A: usize = 4;
+
+/// `set(i, j, x_i · w_j)` for weight rows `js` and activation rows `is`, tile by tile.
+fn tiles<F: Format>(
+    isa: Isa,
+    w: &[F],
+    acts: &Acts<F::Act>,
+    js: std::ops::Range<usize>,
+    is: std::ops::Range<usize>,
+    mut set: impl FnMut(usize, usize, f32),
+) {
+    let kb = acts.kb;
+    let t = f16_table();
+    // The tile's weight scales and offsets as f32, converted once for all activation rows.
+    let mut wd = vec![0f32; TILE_W * kb];
+    let mut wm = vec![0f32; TILE_W * kb];
+    for j in js.clone().step_by(TILE_W) {
+        let nr = TILE_W.min(js.end - j);
+        for r in 0..nr {
+            let row = &w[(j + r) * kb..(j + r + 1) * kb];
+            for (b, x) in row.iter().enumerate() {
+                (wd[r * kb + b], wm[r * kb + b]) = x.scales(t);
+            }
+        }
+        for i in is.clone().step_by(TILE_A) {
+            let nc = TILE_A.min(is.end - i);
+            let offsets = Offsets {
+                m: [&wm[..kb], &wm[kb..]],
+                s: &acts.s,
+                stride: acts.stride,
+                first: i,
+            };
+            let block = tile_dyn(isa, w, &wd, acts, offsets, j, nr, i, nc);
+            for (r, row) in block.iter().enumerate().take(nr) {
+                for (c, &v) in row.iter().enumerate().take(nc) {
+                    set(i + c, j + r, v);
+                }
+            }
+        }
+    }
+}
+
+/// [`Format::tile`] for `nr` ≤ 2 weight rows from `j` and `nc` ≤ 4 activation rows from `i`.
+#[allow(clippy::too_many_arguments)]
+fn tile_dyn<F: Format>(
+    isa: Isa,
+    w: &[F],
+    wd: &[f32],
+    acts: &Acts<F::Act>,
+    offsets: Offsets,
+    j: usize,
+    nr: usize,
+    i: usize,
+    nc: usize,
+) -> [[f32; TILE_A]; TILE_W] {
+    let kb = acts.kb;
+    fn widen<const R: usize, const C: usize>(t: [[f32; C]; R]) -> [[f32; TILE_A]; TILE_W] {
+        let mut out = [[0f32; TILE_A]; TILE_W];
+        for (o, row) in out.iter_mut().zip(t) {
+            o[..C].copy_from_slice(&row);
+        }
+        out
+    }
+    macro_rules! run {
+        ($r:literal, $c:literal) => {
+            widen(F::tile::<$r, $c>(
+                isa,
+                std::array::from_fn(|r| &w[(j + r) * kb..(j + r + 1) * kb]),
+                std::array::from_fn(|r| &wd[r * kb..(r + 1) * kb]),
+                std::array::from_fn(|c| &acts.q[acts.row(i + c)]),
+                std::array::from_fn(|c| &acts.d[acts.row(i + c)]),
+                offsets,
+            ))
+        };
+    }
+    match (nr, nc) {
+        (2, 4) => run!(2, 4),
+        (2, 3) => run!(2, 3),
+        (2, 2) => run!(2, 2),
+        (2, _) => run!(2, 1),
+        (_, 4) => run!(1, 4),
+        (_, 3) => run!(1, 3),
+        (_, 2) => run!(1, 2),
+        _ => run!(1, 1),
+    }
+}
+
 /// Activation rows per task when a call has many (a prefill chunk).
-const ACT_ROWS_PER_TASK: usize = 8;
+const ACT_ROWS_PER_TASK: usize = 32;
 
 /// Every weight row (of `w`, `k / 32` blocks each) dotted with every row of `x` (`m × k`,
-/// quantised once with `quantize`) into `out` (`m × n_out`). Few rows (decode): the weight rows
-/// are split across rayon's pool and the result is gathered back. Many rows (prefill): the
-/// activation rows are split instead, each task writing its own output rows while each weight
-/// row, read once per task, stays in L1 for all of the task's rows.
-fn rows_times<W: Sync, A: Copy + Default + Send + Sync>(
-    w: &[W],
-    x: &[f32],
-    m: usize,
-    k: usize,
-    quantize: fn(&[f32], &mut [A]),
-    dot: impl Fn(&[W], &[A]) -> f32 + Sync,
-    out: &mut [f32],
-) {
+/// quantised once) into `out` (`m × n_out`). One row (decode): the weight rows are split across
+/// rayon's pool, one dot product each. A few rows (a batched decode): still split by weight rows,
+/// in tiles of 2 weight rows × 4 activation rows, and gathered back. Many rows (prefill): the
+/// activation rows are split instead, each task writing its own output rows while each pair of
+/// weight rows, read once per task, stays in L1 for all of the task's rows.
+fn rows_times<F: Format>(isa: Isa, w: &[F], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
     let kb = k / QK;
     let n_out = w.len() / kb;
-    let mut xq = vec![A::default(); m * kb];
-    for (row, q) in x.chunks_exact(k).zip(xq.chunks_exact_mut(kb)) {
-        quantize(row, q);
+    let mut q = vec![F::Act::default(); m * kb];
+    for (row, q) in x.chunks_exact(k).zip(q.chunks_exact_mut(kb)) {
+        F::quantize(row, q);
     }
+    if m == 1 {
+        out.par_chunks_mut(ROWS_PER_TASK)
+            .enumerate()
+            .for_each(|(task, chunk)| {
+                for (r, d) in chunk.iter_mut().enumerate() {
+                    let j = task * ROWS_PER_TASK + r;
+                    *d = F::dot(isa, &w[j * kb..(j + 1) * kb], &q);
+                }
+            });
+        return;
+    }
+    let t = f16_table();
+    let stride = m.div_ceil(TILE_A) * TILE_A;
+    let mut d = vec![0f32; m * kb];
+    let mut s = vec![0f32; stride * kb];
+    for (n, a) in q.iter().enumerate() {
+        let (i, b) = (n / kb, n % kb);
+        (d[n], s[b * stride + i]) = F::act_scales(a, t);
+    }
+    let acts = Acts {
+        q,
+        d,
+        s,
+        stride,
+        kb,
+    };
     if m >= 2 * ACT_ROWS_PER_TASK {
         out.par_chunks_mut(ACT_ROWS_PER_TASK * n_out)
             .enumerate()
             .for_each(|(task, chunk)| {
                 let first = task * ACT_ROWS_PER_TASK;
                 let rows = chunk.len() / n_out;
-                for j in 0..n_out {
-                    let wr = &w[j * kb..(j + 1) * kb];
-                    for r in 0..rows {
-                        let i = first + r;
-                        chunk[r * n_out + j] = dot(wr, &xq[i * kb..(i + 1) * kb]);
-                    }
-                }
+                tiles(isa, w, &acts, 0..n_out, first..first + rows, |i, j, v| {
+                    chunk[(i - first) * n_out + j] = v
+                });
             });
         return;
     }
@@ -534,21 +870,15 @@ fn rows_times<W: Sync, A: Copy + Default + Send + Sync>(
         .par_chunks_mut(ROWS_PER_TASK * m)
         .enumerate()
         .for_each(|(task, chunk)| {
-            for (r, dst) in chunk.chunks_exact_mut(m).enumerate() {
-                let j = task * ROWS_PER_TASK + r;
-                let wr = &w[j * kb..(j + 1) * kb];
-                for (i, d) in dst.iter_mut().enumerate() {
-                    *d = dot(wr, &xq[i * kb..(i + 1) * kb]);
-                }
-            }
+            let first = task * ROWS_PER_TASK;
+            let rows = chunk.len() / m;
+            tiles(isa, w, &acts, first..first + rows, 0..m, |i, j, v| {
+                chunk[(j - first) * m + i] = v
+            });
         });
-    if m == 1 {
-        out.copy_from_slice(&out_t);
-    } else {
-        for (i, row) in out.chunks_exact_mut(n_out).enumerate() {
-            for (j, v) in row.iter_mut().enumerate() {
-                *v = out_t[j * m + i];
-            }
+    for (i, row) in out.chunks_exact_mut(n_out).enumerate() {
+        for (j, v) in row.iter_mut().enumerate() {
+            *v = out_t[j * m + i];
         }
     }
 }
@@ -635,6 +965,49 @@ mod tests {
                     (b - ref80).abs() <= tol(ref80),
                     "{isa:?} q8_0 {blocks}: {b} vs {ref80}"
                 );
+            }
+        }
+    }
+
+    /// Every tile shape (1–2 weight rows × 1–4 activation rows), both splits of the work and
+    /// both formats give each output what the scalar dot product of its pair gives.
+    #[test]
+    fn every_tile_equals_the_scalar_dot_products() {
+        let mut r = Lcg(3);
+        // 7 weight rows (a last odd one), 49 blocks (ragged); 1–9 rows (decode, batched decode,
+        // every remainder of 4) and 70 (prefill, the last task short).
+        let (n_out, k) = (7, 49 * QK);
+        let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+            let q = QTensor::quantize(&wt, dtype).unwrap();
+            for m in (1..=9).chain([70]) {
+                let x = r.vec(m * k);
+                for isa in Isa::available() {
+                    let lin = QLinear::from_qtensor(&q, isa).unwrap();
+                    let mut out = vec![0f32; m * n_out];
+                    lin.matmul(&x, m, &mut out);
+                    for (i, row) in out.chunks_exact(n_out).enumerate() {
+                        let xs = &x[i * k..(i + 1) * k];
+                        for (j, &v) in row.iter().enumerate() {
+                            let want = match &lin.weights {
+                                Weights::Q4_1(w) => {
+                                    let mut a = vec![BlockQ8_1::default(); k / QK];
+                                    quantize_q8_1(xs, &mut a);
+                                    dot_q4_1_q8_1_scalar(&w[j * 49..(j + 1) * 49], &a)
+                                }
+                                Weights::Q8_0(w) => {
+                                    let mut a = vec![BlockQ8_0::default(); k / QK];
+                                    quantize_q8_0(xs, &mut a);
+                                    dot_q8_0_q8_0_scalar(&w[j * 49..(j + 1) * 49], &a)
+                                }
+                            };
+                            assert!(
+                                (v - want).abs() <= 1e-4 * want.abs().max(1.0),
+                                "{dtype:?} {isa:?} m={m} ({i}, {j}): {v} vs {want}"
+                            );
+                        }
+                    }
+                }
             }
         }
     }
