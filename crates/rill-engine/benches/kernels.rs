@@ -61,7 +61,7 @@ fn matmuls(c: &mut Criterion) {
         let q = QTensor::quantize(&wt, dtype).unwrap();
         let mut g = c.benchmark_group(format!("matmul {name}"));
         g.sample_size(20);
-        for rows in [1usize, 64] {
+        for rows in [1usize, 4, 64] {
             let x = values(rows * 576, 4);
             let mut out = vec![0f32; rows * n_out];
             for isa in Isa::available() {

@@ -227,38 +227,44 @@ mod avx2 {
         hsum(acc)
     }
 
-    /// The tile of [`Format::tile`] for Q4_1 × Q8_1: each weight block is unpacked once for
-    /// the C activation rows, each activation block loaded once for the R weight rows.
+    /// One tile for Q4_1 × Q8_1: `R` weight rows from `w` × `C` activation rows from `a`
+    /// (`kb` blocks each, their scales `ad`, their `s` at `s[b·stride + c]`). Each weight block
+    /// is unpacked and its scales converted once for the C activation rows, each activation
+    /// block loaded once for the R weight rows.
     ///
     /// # Safety
-    /// The CPU must have AVX2 and FMA; every slice as long as `w[0]`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn tile_q4_1<const R: usize, const C: usize>(
-        w: [&[BlockQ4_1]; R],
-        wd: [&[f32]; R],
-        a: [&[BlockQ8_1]; C],
-        ad: [&[f32]; C],
-        offsets: Offsets,
+    /// AVX2, FMA and F16C; every row and scale read lies inside its allocation.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile_q4_1<const R: usize, const C: usize>(
+        w: *const BlockQ4_1,
+        kb: usize,
+        a: *const BlockQ8_1,
+        ad: *const f32,
+        s: *const f32,
+        stride: usize,
     ) -> [[f32; C]; R] {
         let low = _mm256_set1_epi8(0x0F);
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         // Lane c of off[r]: Σ_b m_r·s_c, one 4-wide multiply-add per weight block.
         let mut off = [_mm_setzero_ps(); R];
-        for b in 0..w[0].len() {
+        for b in 0..kb {
             let mut qx = [_mm256_setzero_si256(); R];
             let mut dx = [_mm256_setzero_ps(); R];
-            let s = _mm_loadu_ps(offsets.s.as_ptr().add(b * offsets.stride + offsets.first));
+            let sy = _mm_loadu_ps(s.add(b * stride));
             for r in 0..R {
-                let nibbles = _mm_loadu_si128(w[r].get_unchecked(b).qs.as_ptr() as *const __m128i);
+                let x = &*w.add(r * kb + b);
+                let nibbles = _mm_loadu_si128(x.qs.as_ptr() as *const __m128i);
                 qx[r] =
                     _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nibbles, 4), nibbles), low);
-                dx[r] = _mm256_broadcast_ss(wd[r].get_unchecked(b));
-                off[r] = _mm_fmadd_ps(_mm_broadcast_ss(offsets.m[r].get_unchecked(b)), s, off[r]);
+                let dm = two_halves(&x.d);
+                dx[r] = _mm256_broadcastss_ps(dm);
+                off[r] = _mm_fmadd_ps(_mm_shuffle_ps(dm, dm, 0b01_01_01_01), sy, off[r]);
             }
             for c in 0..C {
-                let qy = _mm256_loadu_si256(a[c].get_unchecked(b).qs.as_ptr() as *const __m256i);
-                let dy = _mm256_broadcast_ss(ad[c].get_unchecked(b));
+                let qy = _mm256_loadu_si256((*a.add(c * kb + b)).qs.as_ptr() as *const __m256i);
+                let dy = _mm256_broadcast_ss(&*ad.add(c * kb + b));
                 for r in 0..R {
                     let pairs = _mm256_maddubs_epi16(qx[r], qy);
                     let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
@@ -277,31 +283,35 @@ mod avx2 {
         out
     }
 
-    /// The tile of [`Format::tile`] for Q8_0 × Q8_0.
+    /// One tile for Q8_0 × Q8_0, as [`tile_q4_1`] (no offsets: `s` and `stride` unused).
     ///
     /// # Safety
-    /// The CPU must have AVX2 and FMA; every slice as long as `w[0]`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn tile_q8_0<const R: usize, const C: usize>(
-        w: [&[BlockQ8_0]; R],
-        wd: [&[f32]; R],
-        a: [&[BlockQ8_0]; C],
-        ad: [&[f32]; C],
+    /// As [`tile_q4_1`].
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile_q8_0<const R: usize, const C: usize>(
+        w: *const BlockQ8_0,
+        kb: usize,
+        a: *const BlockQ8_0,
+        ad: *const f32,
+        _s: *const f32,
+        _stride: usize,
     ) -> [[f32; C]; R] {
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); C]; R];
-        for b in 0..w[0].len() {
+        for b in 0..kb {
             let mut qx = [_mm256_setzero_si256(); R];
             let mut ax = [_mm256_setzero_si256(); R];
             let mut dx = [_mm256_setzero_ps(); R];
             for r in 0..R {
-                qx[r] = _mm256_loadu_si256(w[r].get_unchecked(b).qs.as_ptr() as *const __m256i);
+                let x = &*w.add(r * kb + b);
+                qx[r] = _mm256_loadu_si256(x.qs.as_ptr() as *const __m256i);
                 ax[r] = _mm256_sign_epi8(qx[r], qx[r]);
-                dx[r] = _mm256_broadcast_ss(wd[r].get_unchecked(b));
+                dx[r] = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(x.d as i32)));
             }
             for c in 0..C {
-                let qy = _mm256_loadu_si256(a[c].get_unchecked(b).qs.as_ptr() as *const __m256i);
-                let dy = _mm256_broadcast_ss(ad[c].get_unchecked(b));
+                let qy = _mm256_loadu_si256((*a.add(c * kb + b)).qs.as_ptr() as *const __m256i);
+                let dy = _mm256_broadcast_ss(&*ad.add(c * kb + b));
                 for r in 0..R {
                     let pairs = _mm256_maddubs_epi16(ax[r], _mm256_sign_epi8(qy, qx[r]));
                     let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
@@ -317,6 +327,59 @@ mod avx2 {
         }
         out
     }
+
+    /// The tiles of [`Format::rows`] for one format: weight rows `R` at a time (its tile's
+    /// height), activation rows [`TILE_A`] at a time, the last tiles of each smaller.
+    macro_rules! rows {
+        ($name:ident, $tile:ident, $w:ty, $a:ty, $r:literal) => {
+            /// # Safety
+            /// AVX2, FMA and F16C; the bounds [`Format::rows`] asserts.
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub unsafe fn $name(
+                w: &[$w],
+                acts: &Acts<$a>,
+                is: std::ops::Range<usize>,
+                out: &mut [f32],
+                sj: usize,
+                si: usize,
+            ) {
+                let kb = acts.kb;
+                let n = w.len() / kb;
+                let o = out.as_mut_ptr();
+                for j in (0..n).step_by($r) {
+                    let wp = w.as_ptr().add(j * kb);
+                    for i in is.clone().step_by(TILE_A) {
+                        let (a, ad) = (acts.q.as_ptr().add(i * kb), acts.d.as_ptr().add(i * kb));
+                        let s = acts.s.as_ptr().add(i);
+                        let at = (j * sj + (i - is.start) * si) as isize;
+                        macro_rules! go {
+                            ($rr:literal, $cc:literal) => {{
+                                let t = $tile::<$rr, $cc>(wp, kb, a, ad, s, acts.stride);
+                                for (r, row) in t.iter().enumerate() {
+                                    for (c, v) in row.iter().enumerate() {
+                                        *o.offset(at + (r * sj + c * si) as isize) = *v;
+                                    }
+                                }
+                            }};
+                        }
+                        match ($r.min(n - j), TILE_A.min(is.end - i)) {
+                            (2, 4) => go!(2, 4),
+                            (2, 3) => go!(2, 3),
+                            (2, 2) => go!(2, 2),
+                            (2, _) => go!(2, 1),
+                            (_, 4) => go!(1, 4),
+                            (_, 3) => go!(1, 3),
+                            (_, 2) => go!(1, 2),
+                            _ => go!(1, 1),
+                        }
+                    }
+                }
+            }
+        };
+    }
+    // Two Q4_1 rows per tile; one Q8_0 row (two spill registers and measured slower).
+    rows!(rows_q4_1, tile_q4_1, BlockQ4_1, BlockQ8_1, 2);
+    rows!(rows_q8_0, tile_q8_0, BlockQ8_0, BlockQ8_0, 1);
 }
 
 /// AVX2 with FMA and F16C (every AVX2 CPU has the other two).
@@ -576,63 +639,58 @@ trait Format: Copy + Sync {
     /// Σ q_w·q_a of one pair of blocks (the scalar tile).
     fn block_dot(&self, a: &Self::Act) -> i32;
     fn dot(isa: Isa, w: &[Self], a: &[Self::Act]) -> f32;
-    /// `out[r][c] = Σ_b wd[r][b]·ad[c][b]·Σ q_w·q_a (+ m_r[b]·s_c[b])` for R weight rows × C
-    /// activation rows; every slice `w[0].len()` blocks long, `offsets` as [`Offsets`] says.
-    fn tile<const R: usize, const C: usize>(
+    /// Every weight row `j` of `w` (whole rows of `acts.kb` blocks) dotted with every
+    /// activation row `i` in `is`, into `out[j·sj + (i - is.start)·si]`.
+    fn rows(
         isa: Isa,
-        w: [&[Self]; R],
-        wd: [&[f32]; R],
-        a: [&[Self::Act]; C],
-        ad: [&[f32]; C],
-        offsets: Offsets,
-    ) -> [[f32; C]; R] {
-        let kb = w[0].len();
-        assert!(wd.iter().chain(&ad).all(|v| v.len() == kb) && a.iter().all(|v| v.len() == kb));
-        if Self::OFFSET {
-            assert!(offsets.m.iter().take(R).all(|m| m.len() >= kb));
-            assert!(offsets.first + 4 + (kb - 1) * offsets.stride <= offsets.s.len());
-        }
+        w: &[Self],
+        acts: &Acts<Self::Act>,
+        is: std::ops::Range<usize>,
+        out: &mut [f32],
+        sj: usize,
+        si: usize,
+    ) {
+        let kb = acts.kb;
+        let n = w.len() / kb;
+        assert!(w.len() % kb == 0 && is.start < is.end && is.end * kb <= acts.q.len());
+        assert!(acts.d.len() == acts.q.len() && acts.s.len() >= kb * acts.stride);
+        assert!(acts.stride >= is.end.div_ceil(TILE_A) * TILE_A);
+        assert!(n == 0 || (n - 1) * sj + (is.len() - 1) * si < out.len());
         #[cfg(target_arch = "x86_64")]
         if isa == Isa::Avx2 {
-            // SAFETY: `Avx2` is only chosen when the CPU has AVX2 and FMA; the lengths are
-            // asserted above.
-            return unsafe { Self::tile_avx2(w, wd, a, ad, offsets) };
+            // SAFETY: `Avx2` is only chosen when the CPU has AVX2, FMA and F16C; every row,
+            // scale (`s` is padded to whole tiles) and output the tiles touch is inside the
+            // bounds asserted above.
+            return unsafe { Self::rows_avx2(w, acts, is, out, sj, si) };
         }
         let _ = isa;
-        let mut out = [[0f32; C]; R];
-        for (r, o) in out.iter_mut().enumerate() {
-            for (c, v) in o.iter_mut().enumerate() {
-                for (b, x) in w[r].iter().enumerate() {
-                    *v += x.block_dot(&a[c][b]) as f32 * (wd[r][b] * ad[c][b]);
+        let t = f16_table();
+        for j in 0..n {
+            for i in is.clone() {
+                let mut v = 0f32;
+                for b in 0..kb {
+                    let (x, y) = (&w[j * kb + b], &acts.q[i * kb + b]);
+                    let (d, m) = x.scales(t);
+                    v += x.block_dot(y) as f32 * (d * acts.d[i * kb + b]);
                     if Self::OFFSET {
-                        *v += offsets.m[r][b] * offsets.s[b * offsets.stride + offsets.first + c];
+                        v += m * acts.s[b * acts.stride + i];
                     }
                 }
+                out[j * sj + (i - is.start) * si] = v;
             }
         }
-        out
     }
     /// # Safety
-    /// AVX2 and FMA; the lengths [`tile`](Self::tile) asserts.
+    /// AVX2, FMA and F16C; the bounds [`rows`](Self::rows) asserts.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn tile_avx2<const R: usize, const C: usize>(
-        w: [&[Self]; R],
-        wd: [&[f32]; R],
-        a: [&[Self::Act]; C],
-        ad: [&[f32]; C],
-        offsets: Offsets,
-    ) -> [[f32; C]; R];
-}
-
-/// What a tile needs for the offset terms Σ_b m·s of a format with offsets: the weight rows'
-/// `m` as f32, and the activations' `s` block-major (`s[b·stride + i]` for activation row
-/// `i`, with at least 4 readable from `first`, the tile's first row).
-#[derive(Clone, Copy)]
-pub(crate) struct Offsets<'a> {
-    m: [&'a [f32]; TILE_W],
-    s: &'a [f32],
-    stride: usize,
-    first: usize,
+    unsafe fn rows_avx2(
+        w: &[Self],
+        acts: &Acts<Self::Act>,
+        is: std::ops::Range<usize>,
+        out: &mut [f32],
+        sj: usize,
+        si: usize,
+    );
 }
 
 impl Format for BlockQ4_1 {
@@ -659,14 +717,15 @@ impl Format for BlockQ4_1 {
         isa.dot_q4_1_q8_1(w, a)
     }
     #[cfg(target_arch = "x86_64")]
-    unsafe fn tile_avx2<const R: usize, const C: usize>(
-        w: [&[Self]; R],
-        wd: [&[f32]; R],
-        a: [&[BlockQ8_1]; C],
-        ad: [&[f32]; C],
-        offsets: Offsets,
-    ) -> [[f32; C]; R] {
-        avx2::tile_q4_1(w, wd, a, ad, offsets)
+    unsafe fn rows_avx2(
+        w: &[Self],
+        acts: &Acts<BlockQ8_1>,
+        is: std::ops::Range<usize>,
+        out: &mut [f32],
+        sj: usize,
+        si: usize,
+    ) {
+        avx2::rows_q4_1(w, acts, is, out, sj, si)
     }
 }
 
@@ -693,14 +752,15 @@ impl Format for BlockQ8_0 {
         isa.dot_q8_0_q8_0(w, a)
     }
     #[cfg(target_arch = "x86_64")]
-    unsafe fn tile_avx2<const R: usize, const C: usize>(
-        w: [&[Self]; R],
-        wd: [&[f32]; R],
-        a: [&[BlockQ8_0]; C],
-        ad: [&[f32]; C],
-        _: Offsets,
-    ) -> [[f32; C]; R] {
-        avx2::tile_q8_0(w, wd, a, ad)
+    unsafe fn rows_avx2(
+        w: &[Self],
+        acts: &Acts<BlockQ8_0>,
+        is: std::ops::Range<usize>,
+        out: &mut [f32],
+        sj: usize,
+        si: usize,
+    ) {
+        avx2::rows_q8_0(w, acts, is, out, sj, si)
     }
 }
 
@@ -714,101 +774,8 @@ struct Acts<A> {
     kb: usize,
 }
 
-impl<A> Acts<A> {
-    fn row(&self, i: usize) -> std::ops::Range<usize> {
-        i * self.kb..(i + 1) * self.kb
-    }
-}
-
-/// Weight rows per tile and activation rows per tile: each weight block is unpacked once for 4
-/// activation rows and each activation block loaded once for 2 weight rows.
-const TILE_W: usize = 2;
+/// Activation rows per tile: each weight block is unpacked once for 4 activation rows.
 const TILE_A: usize = 4;
-
-/// `set(i, j, x_i · w_j)` for weight rows `js` and activation rows `is`, tile by tile.
-fn tiles<F: Format>(
-    isa: Isa,
-    w: &[F],
-    acts: &Acts<F::Act>,
-    js: std::ops::Range<usize>,
-    is: std::ops::Range<usize>,
-    mut set: impl FnMut(usize, usize, f32),
-) {
-    let kb = acts.kb;
-    let t = f16_table();
-    // The tile's weight scales and offsets as f32, converted once for all activation rows.
-    let mut wd = vec![0f32; TILE_W * kb];
-    let mut wm = vec![0f32; TILE_W * kb];
-    for j in js.clone().step_by(TILE_W) {
-        let nr = TILE_W.min(js.end - j);
-        for r in 0..nr {
-            let row = &w[(j + r) * kb..(j + r + 1) * kb];
-            for (b, x) in row.iter().enumerate() {
-                (wd[r * kb + b], wm[r * kb + b]) = x.scales(t);
-            }
-        }
-        for i in is.clone().step_by(TILE_A) {
-            let nc = TILE_A.min(is.end - i);
-            let offsets = Offsets {
-                m: [&wm[..kb], &wm[kb..]],
-                s: &acts.s,
-                stride: acts.stride,
-                first: i,
-            };
-            let block = tile_dyn(isa, w, &wd, acts, offsets, j, nr, i, nc);
-            for (r, row) in block.iter().enumerate().take(nr) {
-                for (c, &v) in row.iter().enumerate().take(nc) {
-                    set(i + c, j + r, v);
-                }
-            }
-        }
-    }
-}
-
-/// [`Format::tile`] for `nr` ≤ 2 weight rows from `j` and `nc` ≤ 4 activation rows from `i`.
-#[allow(clippy::too_many_arguments)]
-fn tile_dyn<F: Format>(
-    isa: Isa,
-    w: &[F],
-    wd: &[f32],
-    acts: &Acts<F::Act>,
-    offsets: Offsets,
-    j: usize,
-    nr: usize,
-    i: usize,
-    nc: usize,
-) -> [[f32; TILE_A]; TILE_W] {
-    let kb = acts.kb;
-    fn widen<const R: usize, const C: usize>(t: [[f32; C]; R]) -> [[f32; TILE_A]; TILE_W] {
-        let mut out = [[0f32; TILE_A]; TILE_W];
-        for (o, row) in out.iter_mut().zip(t) {
-            o[..C].copy_from_slice(&row);
-        }
-        out
-    }
-    macro_rules! run {
-        ($r:literal, $c:literal) => {
-            widen(F::tile::<$r, $c>(
-                isa,
-                std::array::from_fn(|r| &w[(j + r) * kb..(j + r + 1) * kb]),
-                std::array::from_fn(|r| &wd[r * kb..(r + 1) * kb]),
-                std::array::from_fn(|c| &acts.q[acts.row(i + c)]),
-                std::array::from_fn(|c| &acts.d[acts.row(i + c)]),
-                offsets,
-            ))
-        };
-    }
-    match (nr, nc) {
-        (2, 4) => run!(2, 4),
-        (2, 3) => run!(2, 3),
-        (2, 2) => run!(2, 2),
-        (2, _) => run!(2, 1),
-        (_, 4) => run!(1, 4),
-        (_, 3) => run!(1, 3),
-        (_, 2) => run!(1, 2),
-        _ => run!(1, 1),
-    }
-}
 
 /// Activation rows per task when a call has many (a prefill chunk).
 const ACT_ROWS_PER_TASK: usize = 32;
@@ -858,9 +825,7 @@ fn rows_times<F: Format>(isa: Isa, w: &[F], x: &[f32], m: usize, k: usize, out: 
             .for_each(|(task, chunk)| {
                 let first = task * ACT_ROWS_PER_TASK;
                 let rows = chunk.len() / n_out;
-                tiles(isa, w, &acts, 0..n_out, first..first + rows, |i, j, v| {
-                    chunk[(i - first) * n_out + j] = v
-                });
+                F::rows(isa, w, &acts, first..first + rows, chunk, 1, n_out);
             });
         return;
     }
@@ -872,9 +837,15 @@ fn rows_times<F: Format>(isa: Isa, w: &[F], x: &[f32], m: usize, k: usize, out: 
         .for_each(|(task, chunk)| {
             let first = task * ROWS_PER_TASK;
             let rows = chunk.len() / m;
-            tiles(isa, w, &acts, first..first + rows, 0..m, |i, j, v| {
-                chunk[(j - first) * m + i] = v
-            });
+            F::rows(
+                isa,
+                &w[first * kb..(first + rows) * kb],
+                &acts,
+                0..m,
+                chunk,
+                m,
+                1,
+            );
         });
     for (i, row) in out.chunks_exact_mut(n_out).enumerate() {
         for (j, v) in row.iter_mut().enumerate() {
