@@ -9,7 +9,15 @@
 //! Formats, as GGUF stores them (blocks of 32 weights): Q4_1 (`d`, `m` as f16, 16 bytes of
 //! nibbles: weight = d·q + m) against activations quantised to Q8_1 (`d`, `s = d·Σq` as f16, 32
 //! signed bytes), and Q8_0 (`d` as f16, 32 signed bytes) against Q8_0. Activations are
-//! quantised exactly as ggml does, once per row per matmul. Other formats stay with candle.
+//! quantised exactly as ggml does, once per row per matmul.
+//!
+//! Three more formats are repacked into those two when a model loads, so the same kernels run
+//! them: Q4_0 as Q4_1 with `m = −8·d` (exact); Q5_0 as Q8_0 with bytes `q − 16` (exact); Q4_K (super-blocks of 256 with 6-bit sub-block
+//! scales and mins) as Q4_1 blocks of 32 with the same nibbles and each sub-block's scale and min
+//! rounded to f16 (relative error ≤ 2⁻¹¹; 5 bits per weight instead of 4.5); Q6_K dequantised
+//! and quantised again as Q8_0 (each weight moves by at most half an 8-bit step of its block,
+//! about a quarter of its 6-bit step; 8.5 bits per weight instead of 6.56). Other formats stay
+//! with candle.
 //!
 //! The matmul splits the weight rows across rayon's pool (the threads candle's ops already keep
 //! warm); each weight row is read once per call and dotted with every activation row, so a
@@ -55,6 +63,121 @@ pub struct BlockQ8_1 {
 const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);
+
+/// 32 weights: `d·(q − 8)`, q in 0..16, nibbles laid out as in [`BlockQ4_1`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BlockQ4_0 {
+    pub d: u16,
+    pub qs: [u8; QK / 2],
+}
+
+/// 256 weights in 8 sub-blocks of 32: `d·sc_j·q − dmin·m_j`, the 6-bit `sc_j`, `m_j` packed in
+/// `scales`; the 32 bytes of `qs` from 32·p hold sub-block 2p in their low nibbles and 2p + 1
+/// in their high ones.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockQ4K {
+    pub d: u16,
+    pub dmin: u16,
+    pub scales: [u8; 12],
+    pub qs: [u8; 128],
+}
+
+/// 32 weights: `d·(q − 16)`, q in 0..32: the low 4 bits as in [`BlockQ4_0`], bit 4 of element
+/// j in bit j of `qh` (little-endian).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BlockQ5_0 {
+    pub d: u16,
+    pub qh: [u8; 4],
+    pub qs: [u8; QK / 2],
+}
+
+const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
+const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);
+const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
+
+impl Default for BlockQ4K {
+    fn default() -> Self {
+        BlockQ4K {
+            d: 0,
+            dmin: 0,
+            scales: [0; 12],
+            qs: [0; 128],
+        }
+    }
+}
+
+/// Q4_0 is Q4_1 with `m = −8·d`: exact in f16 (a power of two), so the Q4_1 kernels run it
+/// unchanged, for 2 more bytes per 32 weights.
+fn q4_0_as_q4_1(w: &[BlockQ4_0]) -> Vec<BlockQ4_1> {
+    w.iter()
+        .map(|b| BlockQ4_1 {
+            d: b.d,
+            m: (f16::from_bits(b.d) * f16::from_f32(-8.0)).to_bits(),
+            qs: b.qs,
+        })
+        .collect()
+}
+
+/// Q5_0 is Q8_0 with bytes `q − 16` (exact; 8.5 bits per weight instead of 5.5).
+fn q5_0_as_q8_0(w: &[BlockQ5_0]) -> Vec<BlockQ8_0> {
+    w.iter()
+        .map(|b| {
+            let qh = u32::from_le_bytes(b.qh);
+            BlockQ8_0 {
+                d: b.d,
+                qs: std::array::from_fn(|e| {
+                    let low = if e < 16 {
+                        b.qs[e] & 0x0F
+                    } else {
+                        b.qs[e - 16] >> 4
+                    };
+                    let high = ((qh >> e) & 1) as u8;
+                    (low | (high << 4)) as i8 - 16
+                }),
+            }
+        })
+        .collect()
+}
+
+/// ggml's `get_scale_min_k4`: sub-block `j`'s 6-bit scale and min.
+fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// Q4_K as Q4_1 blocks of 32: the same nibbles, each sub-block's `d·sc` and `−dmin·m` rounded
+/// to f16 (relative error ≤ 2⁻¹¹, far below the 4-bit rounding of the weights themselves), so
+/// the Q4_1 kernels run it (5 bits per weight instead of 4.5).
+fn q4_k_as_q4_1(w: &[BlockQ4K]) -> Vec<BlockQ4_1> {
+    let mut out = Vec::with_capacity(w.len() * 8);
+    for b in w {
+        let (d, dmin) = (
+            f16::from_bits(b.d).to_f32(),
+            f16::from_bits(b.dmin).to_f32(),
+        );
+        for j in 0..8 {
+            let (sc, m) = scale_min_k4(j, &b.scales);
+            let bytes = &b.qs[32 * (j / 2)..32 * (j / 2) + 32];
+            let shift = 4 * (j % 2);
+            let v = |e: usize| (bytes[e] >> shift) & 0x0F;
+            out.push(BlockQ4_1 {
+                d: f16::from_f32(d * sc as f32).to_bits(),
+                m: f16::from_f32(-dmin * m as f32).to_bits(),
+                qs: std::array::from_fn(|e| v(e) | (v(e + 16) << 4)),
+            });
+        }
+    }
+    out
+}
 
 impl Default for BlockQ8_0 {
     fn default() -> Self {
@@ -477,6 +600,17 @@ impl QLinear {
         let weights = match t.dtype() {
             GgmlDType::Q4_1 => Weights::Q4_1(blocks(&bytes)?),
             GgmlDType::Q8_0 => Weights::Q8_0(blocks(&bytes)?),
+            GgmlDType::Q4_0 => Weights::Q4_1(q4_0_as_q4_1(&blocks(&bytes)?)),
+            GgmlDType::Q5_0 => Weights::Q8_0(q5_0_as_q8_0(&blocks(&bytes)?)),
+            GgmlDType::Q4K => Weights::Q4_1(q4_k_as_q4_1(&blocks(&bytes)?)),
+            GgmlDType::Q6K => {
+                // Dequantised and quantised again, a matrix at a time (see the module's notes).
+                let x = t.dequantize(&Device::Cpu).ok()?.flatten_all().ok()?;
+                let x = x.to_vec1::<f32>().ok()?;
+                let mut w = vec![BlockQ8_0::default(); x.len() / QK];
+                quantize_q8_0(&x, &mut w);
+                Weights::Q8_0(w)
+            }
             _ => return None,
         };
         let n_blocks = match &weights {
@@ -494,7 +628,15 @@ impl QLinear {
     /// Whether [`from_qtensor`](Self::from_qtensor) takes this tensor (without copying it).
     pub fn supports(t: &QTensor) -> bool {
         matches!(t.shape().dims(), &[_, k] if k % QK == 0)
-            && matches!(t.dtype(), GgmlDType::Q4_1 | GgmlDType::Q8_0)
+            && matches!(
+                t.dtype(),
+                GgmlDType::Q4_1
+                    | GgmlDType::Q8_0
+                    | GgmlDType::Q4_0
+                    | GgmlDType::Q5_0
+                    | GgmlDType::Q4K
+                    | GgmlDType::Q6K
+            )
     }
 
     pub fn n_out(&self) -> usize {
@@ -1089,10 +1231,88 @@ mod tests {
         }
     }
 
+    /// The repacked formats: Q4_0's and Q5_0's rows come back exactly as candle dequantises
+    /// them, Q4_K's within the f16 rounding of their sub-block scales, Q6_K's within half an
+    /// 8-bit step.
+    #[test]
+    fn repacked_formats_dequantise_like_candle() {
+        let (n, k) = (6, 512);
+        let wt = Tensor::from_vec(Lcg(21).vec(n * k), (n, k), &Device::Cpu).unwrap();
+        for (dtype, tol) in [
+            (GgmlDType::Q4_0, 0.0),
+            (GgmlDType::Q5_0, 0.0),
+            (GgmlDType::Q4K, 1.5e-3),
+            (GgmlDType::Q6K, 1.0 / 200.0),
+        ] {
+            let q = QTensor::quantize(&wt, dtype).unwrap();
+            let theirs = q
+                .dequantize(&Device::Cpu)
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap();
+            let lin = QLinear::from_qtensor(&q, Isa::detect()).expect("a repacked format");
+            let ids: Vec<u32> = (0..n as u32).collect();
+            let ours = lin.rows(&ids).unwrap().unwrap().to_vec2::<f32>().unwrap();
+            for (a, b) in ours.iter().zip(&theirs) {
+                let max = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+                for (x, y) in a.iter().zip(b) {
+                    assert!((x - y).abs() <= tol * max, "{dtype:?}: {x} vs {y}");
+                }
+            }
+        }
+    }
+
+    /// Their products against the exact product of the weights as candle dequantises them: off
+    /// only by the rounding of the 8-bit activations (and Q6_K's requantisation), a small part
+    /// of Σ|w·x|. A wrong nibble or scale layout would be off by a large part of it.
+    #[test]
+    fn the_repacked_formats_multiply_like_their_weights() {
+        let mut r = Lcg(23);
+        let (n_out, k) = (9, 768);
+        let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
+        for dtype in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q5_0,
+            GgmlDType::Q4K,
+            GgmlDType::Q6K,
+        ] {
+            let q = QTensor::quantize(&wt, dtype).unwrap();
+            let w = q
+                .dequantize(&Device::Cpu)
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap();
+            for m in [1, 5, 70] {
+                let x = r.vec(m * k);
+                for isa in Isa::available() {
+                    let lin = QLinear::from_qtensor(&q, isa).unwrap();
+                    let mut out = vec![0f32; m * n_out];
+                    lin.matmul(&x, m, &mut out);
+                    for (i, row) in out.chunks_exact(n_out).enumerate() {
+                        let xs = &x[i * k..(i + 1) * k];
+                        for (j, &v) in row.iter().enumerate() {
+                            let exact: f32 = w[j].iter().zip(xs).map(|(a, b)| a * b).sum();
+                            let size: f32 = w[j].iter().zip(xs).map(|(a, b)| (a * b).abs()).sum();
+                            assert!(
+                                (v - exact).abs() <= 0.01 * size,
+                                "{dtype:?} {isa:?} m={m}: {v} vs {exact} (Σ|w·x| {size})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn unsupported_formats_and_ragged_rows_are_left_to_candle() {
         let wt = Tensor::zeros((8, 256), candle_core::DType::F32, &Device::Cpu).unwrap();
-        let q = QTensor::quantize(&wt, GgmlDType::Q4K).unwrap();
-        assert!(QLinear::from_qtensor(&q, Isa::Scalar).is_none());
+        for dtype in [GgmlDType::Q5K, GgmlDType::Q5_1, GgmlDType::F16] {
+            let q = QTensor::quantize(&wt, dtype).unwrap();
+            assert!(
+                QLinear::from_qtensor(&q, Isa::Scalar).is_none(),
+                "{dtype:?}"
+            );
+        }
     }
 }
