@@ -372,7 +372,9 @@ mod avx2 {
         let low = _mm256_set1_epi8(0x0F);
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); C]; R];
-        // Lane c of off[r]: Σ_b m_r·s_c, one 4-wide multiply-add per weight block.
+        // Lane c of off[r]: Σ_b m_r·s_c, a 4-wide multiply and add per weight block, summed in
+        // the order `dot_q4_1_q8_1` sums them, so a row's output is the same alone or in a
+        // batch (and everything else in the tile rounds as it does there too).
         let mut off = [_mm_setzero_ps(); R];
         for b in 0..kb {
             let mut qx = [_mm256_setzero_si256(); R];
@@ -385,7 +387,8 @@ mod avx2 {
                     _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nibbles, 4), nibbles), low);
                 let dm = two_halves(&x.d);
                 dx[r] = _mm256_broadcastss_ps(dm);
-                off[r] = _mm_fmadd_ps(_mm_shuffle_ps(dm, dm, 0b01_01_01_01), sy, off[r]);
+                let m = _mm_shuffle_ps(dm, dm, 0b01_01_01_01);
+                off[r] = _mm_add_ps(off[r], _mm_mul_ps(m, sy));
             }
             for c in 0..C {
                 let qy = _mm256_loadu_si256((*a.add(c * kb + b)).qs.as_ptr() as *const __m256i);
@@ -811,14 +814,17 @@ trait Format: Copy + Sync {
         let t = f16_table();
         for j in 0..n {
             for i in is.clone() {
+                // Term by term as the scalar dot products, so a row's output does not depend
+                // on the rows beside it.
                 let mut v = 0f32;
                 for b in 0..kb {
                     let (x, y) = (&w[j * kb + b], &acts.q[i * kb + b]);
                     let (d, m) = x.scales(t);
-                    v += x.block_dot(y) as f32 * (d * acts.d[i * kb + b]);
+                    let mut term = x.block_dot(y) as f32 * d * acts.d[i * kb + b];
                     if Self::OFFSET {
-                        v += m * acts.s[b * acts.stride + i];
+                        term += m * acts.s[b * acts.stride + i];
                     }
+                    v += term;
                 }
                 out[j * sj + (i - is.start) * si] = v;
             }
@@ -1121,6 +1127,43 @@ mod tests {
                                 "{dtype:?} {isa:?} m={m} ({i}, {j}): {v} vs {want}"
                             );
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A row's output is the same, bit for bit, alone (the dot products) and among others (the
+    /// tiles, either split): decoding answers together changes none of their numbers, and a
+    /// prefill chunk's matmuls give each row what a one-row step would.
+    #[test]
+    fn a_row_gives_the_same_bits_alone_and_in_a_batch() {
+        let mut r = Lcg(31);
+        let (n_out, k) = (11, 576);
+        let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
+        for dtype in [
+            GgmlDType::Q4_1,
+            GgmlDType::Q8_0,
+            GgmlDType::Q4K,
+            GgmlDType::Q6K,
+        ] {
+            let k = if matches!(dtype, GgmlDType::Q4K | GgmlDType::Q6K) {
+                512
+            } else {
+                k
+            };
+            let wt = wt.narrow(1, 0, k).unwrap().contiguous().unwrap();
+            let q = QTensor::quantize(&wt, dtype).unwrap();
+            for isa in Isa::available() {
+                let lin = QLinear::from_qtensor(&q, isa).unwrap();
+                for m in [3, 70] {
+                    let x = r.vec(m * k);
+                    let mut together = vec![0f32; m * n_out];
+                    lin.matmul(&x, m, &mut together);
+                    for (i, row) in together.chunks_exact(n_out).enumerate() {
+                        let mut alone = vec![0f32; n_out];
+                        lin.matmul(&x[i * k..(i + 1) * k], 1, &mut alone);
+                        assert_eq!(row, &alone[..], "{dtype:?} {isa:?} m={m} row {i}");
                     }
                 }
             }
