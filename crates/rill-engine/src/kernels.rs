@@ -1,4 +1,4 @@
-//! Quantised weights × activations, our own kernels (issue 6, first part).
+//! Quantised weights × activations, our own kernels (issue 6).
 //!
 //! candle 0.11 compiles its SIMD dot products only when the *build* targets AVX
 //! (`target-cpu=native`); a release build that runs on any x86-64 gets its scalar loops, and its
@@ -11,17 +11,21 @@
 //! signed bytes), and Q8_0 (`d` as f16, 32 signed bytes) against Q8_0. Activations are
 //! quantised exactly as ggml does, once per row per matmul.
 //!
-//! Three more formats are repacked into those two when a model loads, so the same kernels run
-//! them: Q4_0 as Q4_1 with `m = −8·d` (exact); Q5_0 as Q8_0 with bytes `q − 16` (exact); Q4_K (super-blocks of 256 with 6-bit sub-block
-//! scales and mins) as Q4_1 blocks of 32 with the same nibbles and each sub-block's scale and min
-//! rounded to f16 (relative error ≤ 2⁻¹¹; 5 bits per weight instead of 4.5); Q6_K dequantised
-//! and quantised again as Q8_0 (each weight moves by at most half an 8-bit step of its block,
-//! about a quarter of its 6-bit step; 8.5 bits per weight instead of 6.56). Other formats stay
-//! with candle.
+//! Four more formats are repacked into those two when a model loads, so the same kernels run
+//! them: Q4_0 as Q4_1 with `m = −8·d` (exact); Q5_0 as Q8_0 with bytes `q − 16` (exact); Q4_K
+//! (super-blocks of 256 with 6-bit sub-block scales and mins) as Q4_1 blocks of 32 with the same
+//! nibbles and each sub-block's scale and min rounded to f16 (relative error ≤ 2⁻¹¹; 5 bits per
+//! weight instead of 4.5); Q6_K dequantised and quantised again as Q8_0 (each weight moves by at
+//! most half an 8-bit step of its block, about a quarter of its 6-bit step; 8.5 bits per weight
+//! instead of 6.56). Other formats stay with candle.
 //!
-//! The matmul splits the weight rows across rayon's pool (the threads candle's ops already keep
-//! warm); each weight row is read once per call and dotted with every activation row, so a
-//! batched decode step reads the weights once for all the answers in it.
+//! A matmul of one row (a decode step) runs one dot product per weight row, the weight rows split
+//! across the engine's rayon pool. Several rows run in tiles (2 weight rows × 4 activation rows
+//! for Q4_1, 1 × 4 for Q8_0): each weight block is unpacked once for four rows, each activation
+//! block read once per weight row pair. A few rows (a batched decode) split the weight rows
+//! across the threads; many (a prefill chunk) split the activation rows, 32 per task, so each
+//! weight row is read once per task and stays in L1 for all of its rows. The tiles round exactly
+//! as the dot products do, so a row's output never depends on the rows beside it.
 
 use std::sync::OnceLock;
 

@@ -30,7 +30,8 @@ pub struct LlamaConfig {
     pub context_length: usize,
 }
 
-/// A linear layer: our kernels where they run the format (CPU, Q4_1 and Q8_0), else candle's.
+/// A linear layer: our kernels where they run the format (CPU; Q4_0, Q4_1, Q5_0, Q8_0, Q4_K,
+/// Q6_K), else candle's.
 enum Linear {
     Ours(crate::kernels::QLinear),
     Candle(QMatMul),
