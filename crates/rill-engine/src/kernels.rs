@@ -634,7 +634,7 @@ impl QLinear {
 
     /// Whether [`from_qtensor`](Self::from_qtensor) takes this tensor (without copying it).
     pub fn supports(t: &QTensor) -> bool {
-        matches!(t.shape().dims(), &[_, k] if k % QK == 0)
+        matches!(t.shape().dims(), &[_, k] if k > 0 && k % QK == 0)
             && matches!(
                 t.dtype(),
                 GgmlDType::Q4_1
@@ -805,13 +805,13 @@ trait Format: Copy + Sync {
         let n = w.len() / kb;
         assert!(w.len() % kb == 0 && is.start < is.end && is.end * kb <= acts.q.len());
         assert!(acts.d.len() == acts.q.len() && acts.s.len() >= kb * acts.stride);
-        assert!(acts.stride >= is.end.div_ceil(TILE_A) * TILE_A);
+        assert!(is.start % TILE_A == 0 && acts.stride >= is.end.div_ceil(TILE_A) * TILE_A);
         assert!(n == 0 || (n - 1) * sj + (is.len() - 1) * si < out.len());
         #[cfg(target_arch = "x86_64")]
         if isa == Isa::Avx2 {
             // SAFETY: `Avx2` is only chosen when the CPU has AVX2, FMA and F16C; every row,
-            // scale (`s` is padded to whole tiles) and output the tiles touch is inside the
-            // bounds asserted above.
+            // scale (tiles start at whole tiles and `s` is padded to whole tiles) and output the
+            // tiles touch is inside the bounds asserted above.
             return unsafe { Self::rows_avx2(w, acts, is, out, sj, si) };
         }
         let _ = isa;
@@ -1361,5 +1361,9 @@ mod tests {
                 "{dtype:?}"
             );
         }
+        // An empty row (a malformed file) is not ours to divide by.
+        let empty = Tensor::zeros((8, 0), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let q = QTensor::quantize(&empty, GgmlDType::Q8_0).unwrap();
+        assert!(QLinear::from_qtensor(&q, Isa::Scalar).is_none());
     }
 }
