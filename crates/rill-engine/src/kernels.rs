@@ -780,15 +780,9 @@ impl QLinear {
 /// A weight block format the kernels run, and the activation blocks it is dotted with.
 trait Format: Copy + Sync {
     type Act: Copy + Default + Send + Sync;
-    /// Whether a block has an offset `m` (weight = d·q + m), whose term m·s is added apart.
-    const OFFSET: bool;
     fn quantize(x: &[f32], out: &mut [Self::Act]);
-    /// `(d, m)` of a weight block (`m` = 0 without an offset).
-    fn scales(&self, t: &[f32]) -> (f32, f32);
     /// `(d, s)` of an activation block (`s` = d·Σq, or 0 when the format needs none).
     fn act_scales(a: &Self::Act, t: &[f32]) -> (f32, f32);
-    /// Σ q_w·q_a of one pair of blocks (the scalar tile).
-    fn block_dot(&self, a: &Self::Act) -> i32;
     fn dot(isa: Isa, w: &[Self], a: &[Self::Act]) -> f32;
     /// Every weight row `j` of `w` (whole rows of `acts.kb` blocks) dotted with every
     /// activation row `i` in `is`, into `out[j·sj + (i - is.start)·si]`.
@@ -815,22 +809,11 @@ trait Format: Copy + Sync {
             return unsafe { Self::rows_avx2(w, acts, is, out, sj, si) };
         }
         let _ = isa;
-        let t = f16_table();
+        // The scalar reference, pair by pair: the tiles round as it does.
         for j in 0..n {
             for i in is.clone() {
-                // Term by term as the scalar dot products, so a row's output does not depend
-                // on the rows beside it.
-                let mut v = 0f32;
-                for b in 0..kb {
-                    let (x, y) = (&w[j * kb + b], &acts.q[i * kb + b]);
-                    let (d, m) = x.scales(t);
-                    let mut term = x.block_dot(y) as f32 * d * acts.d[i * kb + b];
-                    if Self::OFFSET {
-                        term += m * acts.s[b * acts.stride + i];
-                    }
-                    v += term;
-                }
-                out[j * sj + (i - is.start) * si] = v;
+                let (x, y) = (&w[j * kb..(j + 1) * kb], &acts.q[i * kb..(i + 1) * kb]);
+                out[j * sj + (i - is.start) * si] = Self::dot(Isa::Scalar, x, y);
             }
         }
     }
@@ -849,23 +832,11 @@ trait Format: Copy + Sync {
 
 impl Format for BlockQ4_1 {
     type Act = BlockQ8_1;
-    const OFFSET: bool = true;
     fn quantize(x: &[f32], out: &mut [BlockQ8_1]) {
         quantize_q8_1(x, out)
     }
-    fn scales(&self, t: &[f32]) -> (f32, f32) {
-        (h(t, self.d), h(t, self.m))
-    }
     fn act_scales(a: &BlockQ8_1, t: &[f32]) -> (f32, f32) {
         (h(t, a.d), h(t, a.s))
-    }
-    fn block_dot(&self, a: &BlockQ8_1) -> i32 {
-        (0..QK / 2)
-            .map(|j| {
-                (self.qs[j] & 0x0F) as i32 * a.qs[j] as i32
-                    + (self.qs[j] >> 4) as i32 * a.qs[j + QK / 2] as i32
-            })
-            .sum()
     }
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_1]) -> f32 {
         isa.dot_q4_1_q8_1(w, a)
@@ -885,22 +856,11 @@ impl Format for BlockQ4_1 {
 
 impl Format for BlockQ8_0 {
     type Act = BlockQ8_0;
-    const OFFSET: bool = false;
     fn quantize(x: &[f32], out: &mut [BlockQ8_0]) {
         quantize_q8_0(x, out)
     }
-    fn scales(&self, t: &[f32]) -> (f32, f32) {
-        (h(t, self.d), 0.0)
-    }
     fn act_scales(a: &BlockQ8_0, t: &[f32]) -> (f32, f32) {
         (h(t, a.d), 0.0)
-    }
-    fn block_dot(&self, a: &BlockQ8_0) -> i32 {
-        self.qs
-            .iter()
-            .zip(&a.qs)
-            .map(|(&x, &y)| x as i32 * y as i32)
-            .sum()
     }
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_0]) -> f32 {
         isa.dot_q8_0_q8_0(w, a)
