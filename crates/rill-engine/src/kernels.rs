@@ -706,7 +706,7 @@ impl QLinear {
     }
 
     /// The product of a `[m, k]` tensor as `m` and a row-major `m × n_out` buffer.
-    fn run(&self, x: &Tensor) -> candle_core::Result<(usize, Vec<f32>)> {
+    pub(crate) fn run(&self, x: &Tensor) -> candle_core::Result<(usize, Vec<f32>)> {
         let (m, k) = x.dims2()?;
         if k != self.k {
             candle_core::bail!("QLinear: input has {k} columns, the weights {}", self.k);
@@ -969,20 +969,21 @@ fn rows_times<F: Format>(isa: Isa, w: &[F], x: &[f32], m: usize, k: usize, out: 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A small deterministic generator (the tests need no `rand`).
-    struct Lcg(u64);
+    pub(crate) struct Lcg(pub u64);
     impl Lcg {
-        fn next(&mut self) -> f32 {
+        /// Uniform in [-1, 1).
+        pub fn next(&mut self) -> f32 {
             self.0 = self
                 .0
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             ((self.0 >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
         }
-        fn vec(&mut self, n: usize) -> Vec<f32> {
+        pub fn vec(&mut self, n: usize) -> Vec<f32> {
             (0..n).map(|_| self.next()).collect()
         }
     }

@@ -288,7 +288,7 @@ fn a_follow_up_turn_reuses_the_cache_of_the_first() {
 #[test]
 fn a_full_budget_queues_new_requests_and_evicts_paused_caches() {
     // Room for about one sequence of this size: 300 positions of this model's KV cache.
-    let per_token = 2 * 30 * 3 * 64 * 4;
+    let per_token = 2 * 30 * 3 * 64 * 2; // K and V, 30 layers, 3 KV heads of 64, in f16
     let e = engine(|c| EngineConfig {
         kv_budget: Some(300 * per_token),
         ..c
@@ -469,7 +469,7 @@ fn eight_batched_answers_are_greedy_up_to_near_ties() {
 /// and is recomputed; both finish whole, and memory stays within the budget plus one answer.
 #[test]
 fn answers_that_outgrow_the_budget_are_preempted_and_recomputed_not_aborted() {
-    let per_token = 2 * 30 * 3 * 64 * 4;
+    let per_token = 2 * 30 * 3 * 64 * 2; // K and V, 30 layers, 3 KV heads of 64, in f16
     let budget = 700 * per_token;
     let e = engine(|c| EngineConfig {
         kv_budget: Some(budget),

@@ -231,30 +231,85 @@ fn max_tokens_ends_with_length() {
 
 #[test]
 fn same_seed_same_text_and_another_seed_another_text() {
-    // Each run on an engine of its own: a seed reproduces the text under the same conditions.
-    // A prompt prefilled in other chunks (because other answers were streaming, or a kept
-    // prefix was reused) rounds its int8 activations a little differently, which can change a
-    // draw from a flat distribution (README, "The flow"; llama.cpp behaves the same).
-    let sample = |seed| {
-        let e = Engine::start(EngineConfig::new(model_path())).expect("the test model loads");
-        let h = e.handle();
-        let req = GenerateRequest {
-            params: SamplingParams {
-                temperature: 1.2,
-                seed: Some(seed),
-                top_k: None,
-                min_p: 0.0,
-                top_p: 1.0,
-                ..Default::default()
-            },
-            max_tokens: Some(24),
-            ..GenerateRequest::chat(vec![Message::user("Tell me a story about a dragon.")])
-        };
-        h.generate(req).unwrap().collect_blocking().unwrap().text
+    // A seed reproduces the text whatever else the engine is doing: alone on an engine of its
+    // own, or on the shared engine beside other answers, where its prompt is prefilled in other
+    // chunks and its tokens decoded in batches (every row's arithmetic is independent of the
+    // rows beside it: kernels.rs, attention.rs).
+    let req = |seed| GenerateRequest {
+        params: SamplingParams {
+            temperature: 1.2,
+            seed: Some(seed),
+            top_k: None,
+            min_p: 0.0,
+            top_p: 1.0,
+            ..Default::default()
+        },
+        max_tokens: Some(24),
+        ..GenerateRequest::chat(vec![Message::user("Tell me a story about a dragon.")])
     };
-    let a = sample(1234);
-    assert_eq!(a, sample(1234));
-    assert_ne!(a, sample(99));
+    let alone = Engine::start(EngineConfig::new(model_path()))
+        .expect("the test model loads")
+        .handle()
+        .generate(req(1234))
+        .unwrap()
+        .collect_blocking()
+        .unwrap()
+        .text;
+    let h = engine().handle();
+    let busy = h
+        .generate(greedy(
+            Prompt::Text("Count from one to a hundred:".into()),
+            200,
+        ))
+        .unwrap();
+    let side_by_side: Vec<_> = [1234, 1234, 99]
+        .into_iter()
+        .map(|seed| h.generate(req(seed)).unwrap())
+        .collect();
+    let texts: Vec<String> = side_by_side
+        .into_iter()
+        .map(|s| s.collect_blocking().unwrap().text)
+        .collect();
+    drop(busy);
+    assert_eq!(texts[0], alone, "the same seed beside other answers");
+    assert_eq!(texts[1], alone, "the same seed, twice at once");
+    assert_ne!(texts[2], alone, "another seed");
+}
+
+#[test]
+fn a_prompt_gives_the_same_logits_in_any_chunks_and_batches() {
+    let model =
+        rill_engine::model::Model::load(&model_path(), &candle_core::Device::Cpu, None).unwrap();
+    let prompt: Vec<u32> = golden().cases[0].prompt_ids.clone();
+    let next = [28u32, 1200, 17];
+    let run = |chunk: usize, beside: bool| {
+        let mut cache = rill_engine::model::KvCache::new();
+        let mut other = rill_engine::model::KvCache::new();
+        let mut logits = Vec::new();
+        for c in prompt.chunks(chunk) {
+            logits = match beside {
+                false => model.weights.forward(c, &mut cache).unwrap(),
+                true => {
+                    let batch = &mut [(&[1u32, 2, 3][..], &mut other), (c, &mut cache)];
+                    let out = model.weights.forward_batch(batch).unwrap();
+                    other.truncate(0);
+                    out[1].clone()
+                }
+            };
+        }
+        let mut all = vec![logits];
+        for t in next {
+            all.push(model.weights.forward(&[t], &mut cache).unwrap());
+        }
+        all
+    };
+    let whole = run(prompt.len(), false);
+    for (chunk, beside) in [(1, false), (7, false), (16, true)] {
+        assert!(
+            run(chunk, beside) == whole,
+            "chunks of {chunk} (beside another: {beside}) change the logits"
+        );
+    }
 }
 
 #[test]

@@ -4,16 +4,20 @@
 //! Adapted from the shape of candle-transformers' `quantized_llama.rs`, with one change of
 //! design that the flow needs (DESIGN.md, style rule 7): the model holds only weights, and each
 //! sequence brings its own [`KvCache`], so one set of weights serves every conversation.
-//! The cache grows by doubling into preallocated tensors (`slice_set`), never by concatenating
-//! a copy per token, and grouped-query attention reshapes the queries of a KV group into one
-//! matrix instead of repeating K and V per head.
+//! The cache grows by doubling into reserved memory, never by concatenating a copy per token.
+//! On the CPU, attention is ours (`attention.rs`): RoPE in place, K and V appended in f16, one
+//! fused pass per query head over the cache as it lies. On a GPU it stays candle's: the cache is
+//! preallocated tensors written with `slice_set`, and grouped-query attention reshapes the
+//! queries of a KV group into one matrix instead of repeating K and V per head.
 
 use candle_core::quantized::{gguf_file, QMatMul, QTensor};
 use std::path::Path;
 
 use candle_core::{DType, Device, Module, Tensor};
 use candle_transformers::quantized_nn::RmsNorm;
+use half::{f16, slice::HalfFloatSliceExt};
 
+use super::attention::{self, LayerKv, Rope, Span};
 use crate::error::{candle_message, Error, Result};
 
 /// Hyper-parameters read from the GGUF metadata (`llama.*`).
@@ -103,6 +107,16 @@ impl Group {
             Group::Apart(ls) => ls.iter().map(|l| l.forward(x)).collect::<Result<_>>()?,
         })
     }
+
+    /// The outputs side by side, row-major (`[rows][q | k | v]`), on the host.
+    fn forward_joined(&self, x: &Tensor) -> Result<Vec<f32>> {
+        Ok(match self {
+            Group::Stacked(l, _) => l.run(x)?.1,
+            Group::Apart(_) => Tensor::cat(&self.forward(x)?, 1)?
+                .flatten_all()?
+                .to_vec1::<f32>()?,
+        })
+    }
 }
 
 struct Layer {
@@ -125,19 +139,37 @@ pub struct Llama {
     output: Linear,
     cos: Tensor,
     sin: Tensor,
+    /// The same tables on the host, for our attention (CPU models).
+    rope: Option<Rope>,
     device: Device,
 }
 
 /// Positions a cache allocates at first; it doubles from there.
 pub const KV_MIN_CAPACITY: usize = 256;
 
-/// One sequence's keys and values for every layer, `[1, n_kv_head, capacity, head_dim]` each,
-/// of which the first `len` positions are filled.
+/// One sequence's keys and values for every layer, of which the first `len` positions are
+/// filled. Memory is reserved ahead (doubling), never grown by a copy per token.
 #[derive(Default)]
 pub struct KvCache {
-    layers: Vec<(Tensor, Tensor)>,
+    store: Store,
     len: usize,
     capacity: usize,
+    /// Floats per position in a host layer (`n_kv_head · head_dim`).
+    width: usize,
+}
+
+enum Store {
+    /// On the host, `[position][kv head][head_dim]` per layer: our attention appends and reads
+    /// it in place (`attention.rs`).
+    Host(Vec<LayerKv>),
+    /// On a GPU, `[1, n_kv_head, capacity, head_dim]` tensors per layer, for candle's attention.
+    Device(Vec<(Tensor, Tensor)>),
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store::Host(Vec::new())
+    }
 }
 
 impl KvCache {
@@ -156,13 +188,20 @@ impl KvCache {
 
     /// Bytes allocated (capacity, not just what is filled).
     pub fn bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes())
-            .sum()
+        match &self.store {
+            Store::Host(layers) => layers
+                .iter()
+                .map(|l| (l.k.capacity() + l.v.capacity()) * std::mem::size_of::<f16>())
+                .sum(),
+            Store::Device(layers) => layers
+                .iter()
+                .map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes())
+                .sum(),
+        }
     }
 
-    /// Forgets positions from `len` on (the memory stays for reuse).
+    /// Forgets positions from `len` on (the memory stays for reuse; a host layer drops them
+    /// when it is next appended to).
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
     }
@@ -172,57 +211,148 @@ impl KvCache {
     pub fn copy_prefix(&self, len: usize) -> Result<KvCache> {
         let len = len.min(self.len);
         let capacity = len + 16;
-        let mut layers = Vec::with_capacity(self.layers.len());
-        for (k, v) in &self.layers {
-            let (b, h, _, d) = k.dims4()?;
-            let copy = |t: &Tensor| -> Result<Tensor> {
-                let out = Tensor::zeros((b, h, capacity, d), t.dtype(), t.device())?;
-                if len > 0 {
-                    out.slice_set(&t.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+        let store = match &self.store {
+            Store::Host(layers) => Store::Host(
+                layers
+                    .iter()
+                    .map(|l| {
+                        let width = self.width;
+                        let copy = |x: &[f16]| {
+                            let mut c = Vec::with_capacity(capacity * width);
+                            c.extend_from_slice(&x[..len * width]);
+                            c
+                        };
+                        LayerKv {
+                            k: copy(&l.k),
+                            v: copy(&l.v),
+                        }
+                    })
+                    .collect(),
+            ),
+            Store::Device(layers) => {
+                let mut copies = Vec::with_capacity(layers.len());
+                for (k, v) in layers {
+                    let (b, h, _, d) = k.dims4()?;
+                    let copy = |t: &Tensor| -> Result<Tensor> {
+                        let out = Tensor::zeros((b, h, capacity, d), t.dtype(), t.device())?;
+                        if len > 0 {
+                            out.slice_set(&t.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+                        }
+                        Ok(out)
+                    };
+                    copies.push((copy(k)?, copy(v)?));
                 }
-                Ok(out)
-            };
-            layers.push((copy(k)?, copy(v)?));
-        }
+                Store::Device(copies)
+            }
+        };
         Ok(KvCache {
-            layers,
+            store,
             len,
             capacity,
+            width: self.width,
         })
     }
 
     /// Makes room for `extra` more positions, doubling the capacity when it runs out.
-    fn reserve(&mut self, cfg: &LlamaConfig, extra: usize, device: &Device) -> Result<()> {
+    /// `host` picks the store our attention reads; else candle's tensors on `device`.
+    fn reserve(
+        &mut self,
+        cfg: &LlamaConfig,
+        extra: usize,
+        device: &Device,
+        host: bool,
+    ) -> Result<()> {
         let need = self.len + extra;
-        if need <= self.capacity && self.layers.len() == cfg.n_layer {
+        let built = match &self.store {
+            Store::Host(l) => host && l.len() == cfg.n_layer,
+            Store::Device(l) => !host && l.len() == cfg.n_layer,
+        };
+        if need <= self.capacity && built {
             return Ok(());
+        }
+        if !built {
+            // A new cache (or, defensively, one built for another model): nothing to keep.
+            self.len = 0;
+            self.capacity = 0;
         }
         let cap = need
             .max(self.capacity * 2)
             .max(KV_MIN_CAPACITY)
             .min(cfg.context_length.max(need));
-        let shape = (1, cfg.n_kv_head, cap, cfg.head_dim);
-        let mut layers = Vec::with_capacity(cfg.n_layer);
-        for i in 0..cfg.n_layer {
-            let k = Tensor::zeros(shape, DType::F32, device)?;
-            let v = Tensor::zeros(shape, DType::F32, device)?;
-            if let Some((ok, ov)) = self.layers.get(i) {
-                if self.len > 0 {
-                    k.slice_set(&ok.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
-                    v.slice_set(&ov.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+        if host {
+            let width = cfg.n_kv_head * cfg.head_dim;
+            self.width = width;
+            if !built {
+                self.store = Store::Host((0..cfg.n_layer).map(|_| LayerKv::default()).collect());
+            }
+            if let Store::Host(layers) = &mut self.store {
+                for l in layers {
+                    l.k.truncate(self.len * width);
+                    l.v.truncate(self.len * width);
+                    // Exact, so the doubling above (not Vec's own) decides the memory.
+                    l.k.reserve_exact((cap - self.len) * width);
+                    l.v.reserve_exact((cap - self.len) * width);
                 }
             }
-            layers.push((k, v));
+        } else {
+            let shape = (1, cfg.n_kv_head, cap, cfg.head_dim);
+            let old = match std::mem::take(&mut self.store) {
+                Store::Device(old) => old,
+                Store::Host(_) => Vec::new(),
+            };
+            let mut layers = Vec::with_capacity(cfg.n_layer);
+            for i in 0..cfg.n_layer {
+                let k = Tensor::zeros(shape, DType::F32, device)?;
+                let v = Tensor::zeros(shape, DType::F32, device)?;
+                if let Some((ok, ov)) = old.get(i) {
+                    if self.len > 0 {
+                        k.slice_set(&ok.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+                        v.slice_set(&ov.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+                    }
+                }
+                layers.push((k, v));
+            }
+            self.store = Store::Device(layers);
         }
-        self.layers = layers;
         self.capacity = cap;
         Ok(())
     }
 
+    /// Appends one new position's keys and values (`width` floats each) to host `layer`, after
+    /// the filled positions and whatever earlier rows of this step appended.
+    /// They are kept in f16, as llama.cpp keeps them: half the memory and half the reads per
+    /// step, and the values still carry 11 significant bits.
+    fn push_host(&mut self, layer: usize, row: usize, k: &[f32], v: &[f32]) {
+        let at = (self.len + row) * self.width;
+        if let Store::Host(layers) = &mut self.store {
+            let l = &mut layers[layer];
+            l.k.truncate(at);
+            l.v.truncate(at);
+            for (cache, new) in [(&mut l.k, k), (&mut l.v, v)] {
+                cache.resize(at + new.len(), f16::ZERO);
+                cache[at..].convert_from_f32_slice(new);
+            }
+        }
+    }
+
+    /// Host `layer`'s keys and values (filled positions and this step's rows).
+    fn host_layer(&self, layer: usize) -> Option<&LayerKv> {
+        match &self.store {
+            Store::Host(layers) => layers.get(layer),
+            Store::Device(_) => None,
+        }
+    }
+
     /// Writes the new keys/values of `layer` after the filled positions and returns views of
-    /// everything so far. [`KvCache::advance`] commits the positions once every layer is done.
+    /// everything so far (GPU store). [`KvCache::advance`] commits the positions once every
+    /// layer is done.
     fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let (ck, cv) = &self.layers[layer];
+        let Store::Device(layers) = &self.store else {
+            return Err(Error::Candle(candle_core::Error::Msg(
+                "a host KV cache on a GPU model".into(),
+            )));
+        };
+        let (ck, cv) = &layers[layer];
         let t = k.dim(2)?;
         ck.slice_set(k, 2, self.len)?;
         cv.slice_set(v, 2, self.len)?;
@@ -315,6 +445,14 @@ impl Llama {
             context_length,
         };
         let (cos, sin) = rope_tables(&cfg, rope_dim, device)?;
+        let rope = match device.is_cpu() && rope_dim <= head_dim && rope_dim % 2 == 0 {
+            true => Some(Rope {
+                cos: cos.flatten_all()?.to_vec1()?,
+                sin: sin.flatten_all()?.to_vec1()?,
+                pairs: rope_dim / 2,
+            }),
+            false => None,
+        };
 
         let mut tensor = |name: &str| -> Result<QTensor> {
             ct.tensor(reader, name, device).map_err(|e| {
@@ -378,6 +516,7 @@ impl Llama {
             output,
             cos,
             sin,
+            rope,
             device: device.clone(),
         })
     }
@@ -405,9 +544,14 @@ impl Llama {
         &self.cfg
     }
 
-    /// Bytes of KV cache one position costs (keys and values, every layer).
+    /// Bytes of KV cache one position costs (keys and values, every layer): f16 on the host,
+    /// f32 in candle's tensors.
     pub fn kv_bytes_per_token(&self) -> usize {
-        2 * self.cfg.n_layer * self.cfg.n_kv_head * self.cfg.head_dim * DType::F32.size_in_bytes()
+        let elem = match self.rope {
+            Some(_) => std::mem::size_of::<f16>(),
+            None => DType::F32.size_in_bytes(),
+        };
+        2 * self.cfg.n_layer * self.cfg.n_kv_head * self.cfg.head_dim * elem
     }
 
     /// Runs `tokens` at the positions after what `cache` holds, appends their keys and values,
@@ -438,69 +582,41 @@ impl Llama {
                     context: cfg.context_length,
                 });
             }
-            cache.reserve(cfg, tokens.len(), &self.device)?;
+            cache.reserve(cfg, tokens.len(), &self.device, self.rope.is_some())?;
             ids.extend_from_slice(tokens);
         }
         let (n_head, n_kv, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim);
-        let n_rep = n_head / n_kv;
-        let scale = 1.0 / (hd as f64).sqrt();
-        // Per sequence: its first row in the batch, its length, and its RoPE/mask tables.
+        // Per sequence: its first row in the batch and its number of rows.
         let mut spans = Vec::with_capacity(batch.len());
         let mut row = 0;
-        for (tokens, cache) in batch.iter() {
-            let (t, pos) = (tokens.len(), cache.len());
-            let mask = if t > 1 {
-                Some(causal_mask(t, pos, n_rep, &self.device)?)
-            } else {
-                None
-            };
-            spans.push((
-                row,
-                t,
-                self.cos.narrow(0, pos, t)?,
-                self.sin.narrow(0, pos, t)?,
-                mask,
-            ));
-            row += t;
+        for (tokens, _) in batch.iter() {
+            spans.push((row, tokens.len()));
+            row += tokens.len();
         }
+        // candle's attention (GPU) takes RoPE and mask tables per sequence, made once per step.
+        let tables = match self.rope {
+            Some(_) => Vec::new(),
+            None => batch
+                .iter()
+                .map(|(tokens, cache)| self.device_tables(tokens.len(), cache.len()))
+                .collect::<Result<_>>()?,
+        };
 
         let mut x = self.embed(&ids)?;
+        let shape = attention::Shape {
+            n_head,
+            n_kv_head: n_kv,
+            head_dim: hd,
+        };
         for (li, layer) in self.layers.iter().enumerate() {
             let h = layer.attn_norm.forward(&x)?;
-            let [q, k, v]: [Tensor; 3] = layer
-                .qkv
-                .forward(&h)?
-                .try_into()
-                .map_err(|_| Error::Candle(candle_core::Error::Msg("q, k, v".into())))?;
-            let mut ys = Vec::with_capacity(batch.len());
-            for ((_, cache), (row, t, cos, sin, mask)) in batch.iter_mut().zip(&spans) {
-                let (row, t) = (*row, *t);
-                let heads = |m: &Tensor, n: usize| -> Result<Tensor> {
-                    Ok(m.narrow(0, row, t)?
-                        .reshape((1, t, n, hd))?
-                        .transpose(1, 2)?
-                        .contiguous()?)
-                };
-                let qs = candle_nn::rotary_emb::rope_i(&heads(&q, n_head)?, cos, sin)?;
-                let ks = candle_nn::rotary_emb::rope_i(&heads(&k, n_kv)?, cos, sin)?;
-                let (ks, vs) = cache.append(li, &ks, &heads(&v, n_kv)?)?;
-                // Grouped-query attention without copying K/V: the n_rep query heads that share
-                // a KV head are consecutive, so [1, n_head, t, hd] is [1, n_kv, n_rep·t, hd].
-                let qs = qs.reshape((1, n_kv, n_rep * t, hd))?;
-                let att = (qs.matmul(&ks.t()?)? * scale)?;
-                let att = match mask {
-                    Some(m) => att.broadcast_add(m)?,
-                    None => att,
-                };
-                let att = candle_nn::ops::softmax_last_dim(&att)?;
-                let y = att
-                    .matmul(&vs)?
-                    .reshape((1, n_head, t, hd))?
-                    .transpose(1, 2)?
-                    .reshape((t, n_head * hd))?;
-                ys.push(y);
-            }
-            let y = Tensor::cat(&ys, 0)?;
+            let y = match &self.rope {
+                Some(rope) => {
+                    let qkv = layer.qkv.forward_joined(&h)?;
+                    self.attend_host(li, rope, shape, qkv, batch, &spans)?
+                }
+                None => self.attend_device(li, layer, &h, batch, &spans, &tables)?,
+            };
             x = (x + layer.wo.forward(&y)?)?;
 
             let h = layer.ffn_norm.forward(&x)?;
@@ -516,12 +632,122 @@ impl Llama {
         }
 
         // Only the last row of each sequence is projected to the vocabulary.
-        let last_rows: Vec<u32> = spans
-            .iter()
-            .map(|(row, t, ..)| (row + t - 1) as u32)
-            .collect();
+        let last_rows: Vec<u32> = spans.iter().map(|(row, t)| (row + t - 1) as u32).collect();
         let last = x.index_select(&Tensor::new(last_rows.as_slice(), &self.device)?, 0)?;
         let logits = self.output.forward(&self.norm.forward(&last)?)?;
         Ok(logits.to_dtype(DType::F32)?.to_vec2()?)
+    }
+    /// Attention on the host for one layer: RoPE in place on the new rows' queries and keys,
+    /// keys and values appended to each cache, then every query over its cache
+    /// (`attention.rs`). `qkv` is `[rows][q | k | v]`; returns `[rows, n_head·head_dim]`.
+    fn attend_host(
+        &self,
+        li: usize,
+        rope: &Rope,
+        shape: attention::Shape,
+        mut qkv: Vec<f32>,
+        batch: &mut [(&[u32], &mut KvCache)],
+        spans: &[(usize, usize)],
+    ) -> Result<Tensor> {
+        let hd = shape.head_dim;
+        let (qw, kw) = (shape.n_head * hd, shape.kv_width());
+        let stride = qw + 2 * kw;
+        for ((_, cache), &(row, t)) in batch.iter_mut().zip(spans) {
+            for i in 0..t {
+                let r = &mut qkv[(row + i) * stride..][..stride];
+                let (q, kv) = r.split_at_mut(qw);
+                rope.apply(q, hd, cache.len() + i);
+                rope.apply(&mut kv[..kw], hd, cache.len() + i);
+                cache.push_host(li, i, &kv[..kw], &kv[kw..]);
+            }
+        }
+        let mut seqs = Vec::with_capacity(batch.len());
+        for ((tokens, cache), _) in batch.iter().zip(spans) {
+            let kv = cache.host_layer(li).ok_or_else(|| {
+                Error::Candle(candle_core::Error::Msg(
+                    "a GPU KV cache on a CPU model".into(),
+                ))
+            })?;
+            seqs.push(Span {
+                t: tokens.len(),
+                pos: cache.len(),
+                kv,
+            });
+        }
+        let rows = qkv.len() / stride;
+        let mut out = vec![0f32; rows * qw];
+        attention::attend(
+            shape,
+            &qkv,
+            stride,
+            &seqs,
+            &mut out,
+            crate::kernels::Isa::detect(),
+        );
+        Ok(Tensor::from_vec(out, (rows, qw), &self.device)?)
+    }
+
+    /// RoPE tables and causal mask of a sequence's `t` new rows after `pos` cached positions,
+    /// for candle's attention.
+    fn device_tables(&self, t: usize, pos: usize) -> Result<(Tensor, Tensor, Option<Tensor>)> {
+        let n_rep = self.cfg.n_head / self.cfg.n_kv_head;
+        let mask = match t > 1 {
+            true => Some(causal_mask(t, pos, n_rep, &self.device)?),
+            false => None,
+        };
+        Ok((
+            self.cos.narrow(0, pos, t)?,
+            self.sin.narrow(0, pos, t)?,
+            mask,
+        ))
+    }
+
+    /// Attention through candle's tensors (GPU models): one layer, each sequence against its
+    /// cache. Returns `[rows, n_head·head_dim]`.
+    fn attend_device(
+        &self,
+        li: usize,
+        layer: &Layer,
+        h: &Tensor,
+        batch: &mut [(&[u32], &mut KvCache)],
+        spans: &[(usize, usize)],
+        tables: &[(Tensor, Tensor, Option<Tensor>)],
+    ) -> Result<Tensor> {
+        let (n_head, n_kv, hd) = (self.cfg.n_head, self.cfg.n_kv_head, self.cfg.head_dim);
+        let n_rep = n_head / n_kv;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let [q, k, v]: [Tensor; 3] = layer
+            .qkv
+            .forward(h)?
+            .try_into()
+            .map_err(|_| Error::Candle(candle_core::Error::Msg("q, k, v".into())))?;
+        let mut ys = Vec::with_capacity(batch.len());
+        for (((_, cache), &(row, t)), (cos, sin, mask)) in batch.iter_mut().zip(spans).zip(tables) {
+            let heads = |m: &Tensor, n: usize| -> Result<Tensor> {
+                Ok(m.narrow(0, row, t)?
+                    .reshape((1, t, n, hd))?
+                    .transpose(1, 2)?
+                    .contiguous()?)
+            };
+            let qs = candle_nn::rotary_emb::rope_i(&heads(&q, n_head)?, cos, sin)?;
+            let ks = candle_nn::rotary_emb::rope_i(&heads(&k, n_kv)?, cos, sin)?;
+            let (ks, vs) = cache.append(li, &ks, &heads(&v, n_kv)?)?;
+            // Grouped-query attention without copying K/V: the n_rep query heads that share
+            // a KV head are consecutive, so [1, n_head, t, hd] is [1, n_kv, n_rep·t, hd].
+            let qs = qs.reshape((1, n_kv, n_rep * t, hd))?;
+            let att = (qs.matmul(&ks.t()?)? * scale)?;
+            let att = match mask {
+                Some(m) => att.broadcast_add(m)?,
+                None => att,
+            };
+            let att = candle_nn::ops::softmax_last_dim(&att)?;
+            ys.push(
+                att.matmul(&vs)?
+                    .reshape((1, n_head, t, hd))?
+                    .transpose(1, 2)?
+                    .reshape((t, n_head * hd))?,
+            );
+        }
+        Ok(Tensor::cat(&ys, 0)?)
     }
 }

@@ -1,0 +1,483 @@
+//! Attention on the host (issue 6): RoPE applied in place, keys and values appended to the
+//! sequence's own cache in place, and one fused pass per query and head (scores, softmax,
+//! weighted sum of values) over the cache as it lies, with no copy of K or V.
+//!
+//! Every query is computed the same way whatever else is in the step: its scores are summed in
+//! a fixed order, its softmax and weighted sum run over its own keys only. So a prompt prefilled
+//! in chunks of any size, a token decoded alone or in a batch, all give the same bits, and with
+//! the matmul kernels (which have the same property) a seed gives the same text however the
+//! scheduler slices the work.
+//!
+//! The cache of one layer is position-major, `[position][kv head][head_dim]`, so it grows by
+//! appending and a prefix is a plain slice.
+
+use std::cell::RefCell;
+
+use half::f16;
+use rayon::prelude::*;
+
+use crate::kernels::Isa;
+
+/// Heads and sizes of one attention layer.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+}
+
+impl Shape {
+    /// Floats per position in a layer's cache (keys or values).
+    pub fn kv_width(&self) -> usize {
+        self.n_kv_head * self.head_dim
+    }
+}
+
+/// RoPE tables, `[position][pair]`; `pairs` is `rope.dimension_count / 2`, and dimensions past
+/// it pass through unrotated.
+pub struct Rope {
+    pub cos: Vec<f32>,
+    pub sin: Vec<f32>,
+    pub pairs: usize,
+}
+
+impl Rope {
+    /// Rotates each pair `(x[2i], x[2i+1])` of every head in `heads` (`[n][head_dim]`, one
+    /// row's queries or keys) by the angles of position `pos`, as GGUF's llama weights expect
+    /// (adjacent pairs, candle's `rope_i`).
+    pub fn apply(&self, heads: &mut [f32], head_dim: usize, pos: usize) {
+        let at = pos * self.pairs;
+        let (cos, sin) = (
+            &self.cos[at..at + self.pairs],
+            &self.sin[at..at + self.pairs],
+        );
+        for head in heads.chunks_exact_mut(head_dim) {
+            for ((pair, &c), &s) in head.chunks_exact_mut(2).zip(cos).zip(sin) {
+                let (a, b) = (pair[0], pair[1]);
+                pair[0] = a * c - b * s;
+                pair[1] = a * s + b * c;
+            }
+        }
+    }
+}
+
+/// Keys and values of one layer for one sequence, `[position][kv head][head_dim]`, in f16 (as
+/// llama.cpp keeps them): half the memory and half the reads of f32.
+#[derive(Default)]
+pub struct LayerKv {
+    pub k: Vec<f16>,
+    pub v: Vec<f16>,
+}
+
+/// One sequence's part of a step: `t` new rows (the sequences' rows follow each other in the
+/// step's matrices, in the order of the spans), after the `pos` positions its cache held before
+/// the step (the new keys and values are already appended).
+pub struct Span<'a> {
+    pub t: usize,
+    pub pos: usize,
+    pub kv: &'a LayerKv,
+}
+
+/// Multiply-adds below which a step's attention runs on the calling thread: handing it to the
+/// pool costs more than it saves (a short decode step is a few microseconds of work).
+const SERIAL_WORK: usize = 1 << 17;
+
+thread_local! {
+    /// Scores of the query being computed, reused between queries.
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Attention of every new row of every sequence. Row `r`'s queries (RoPE applied) are
+/// `[n_head][head_dim]` from `q[r·q_stride]`; `out` receives `[rows][n_head][head_dim]`.
+pub fn attend(shape: Shape, q: &[f32], q_stride: usize, spans: &[Span], out: &mut [f32], isa: Isa) {
+    let hd = shape.head_dim;
+    let q_width = shape.n_head * hd;
+    // Each chunk of `out` is one (row, head): find its sequence once per row.
+    let mut owner = Vec::with_capacity(out.len() / q_width.max(1));
+    let mut work = 0;
+    for (s, span) in spans.iter().enumerate() {
+        for i in 0..span.t {
+            owner.push((s, span.pos + i + 1));
+            work += (span.pos + i + 1) * q_width;
+        }
+    }
+    let one = |(c, y): (usize, &mut [f32])| {
+        let (row, head) = (c / shape.n_head, c % shape.n_head);
+        let (s, n_keys) = owner[row];
+        let q = &q[row * q_stride + head * hd..][..hd];
+        let g = head / (shape.n_head / shape.n_kv_head);
+        SCORES.with_borrow_mut(|scores| query(shape, q, spans[s].kv, g, n_keys, scores, y, isa));
+    };
+    if work < SERIAL_WORK {
+        out.chunks_exact_mut(hd).enumerate().for_each(one);
+    } else {
+        out.par_chunks_exact_mut(hd).enumerate().for_each(one);
+    }
+}
+
+/// One query head over the first `n_keys` positions of KV head `g`.
+#[allow(clippy::too_many_arguments)]
+fn query(
+    shape: Shape,
+    q: &[f32],
+    kv: &LayerKv,
+    g: usize,
+    n_keys: usize,
+    scores: &mut Vec<f32>,
+    y: &mut [f32],
+    isa: Isa,
+) {
+    let (hd, stride) = (shape.head_dim, shape.kv_width());
+    let scale = 1.0 / (hd as f32).sqrt();
+    let keys = &kv.k[g * hd..];
+    let values = &kv.v[g * hd..];
+    scores.clear();
+    scores.resize(n_keys, 0.0);
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && hd % 8 == 0 {
+        // SAFETY: `Isa::Avx2` is only chosen when the CPU has AVX2, FMA and F16C; every key and value
+        // row read is `hd` floats inside the first `n_keys` positions of the cache (the span's
+        // keys were appended before the call), and `hd % 8 == 0`.
+        unsafe {
+            avx2::scores(q, keys, stride, scale, scores);
+            let sum = avx2::exp_in_place(scores);
+            avx2::weighted_sum(scores, values, stride, 1.0 / sum, y);
+        }
+        return;
+    }
+    let _ = isa;
+    for (j, s) in scores.iter_mut().enumerate() {
+        let k = &keys[j * stride..][..hd];
+        *s = q.iter().zip(k).map(|(a, b)| a * b.to_f32()).sum::<f32>() * scale;
+    }
+    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for s in scores.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    y.fill(0.0);
+    for (j, &p) in scores.iter().enumerate() {
+        let v = &values[j * stride..][..hd];
+        for (o, &x) in y.iter_mut().zip(v) {
+            *o += p * x.to_f32();
+        }
+    }
+    let inv = 1.0 / sum;
+    y.iter_mut().for_each(|o| *o *= inv);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use half::f16;
+    use std::arch::x86_64::*;
+
+    /// Eight f16 from `p` as f32.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(p: *const f16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+    }
+
+    /// The sum of a vector's lanes, always in the same order: ((0+1)+(2+3)) + ((4+5)+(6+7)).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let h = _mm256_hadd_ps(v, v);
+        let h = _mm256_hadd_ps(h, h);
+        _mm_cvtss_f32(_mm_add_ss(
+            _mm256_castps256_ps128(h),
+            _mm256_extractf128_ps(h, 1),
+        ))
+    }
+
+    /// `scores[j] = q · k_j · scale`, key j at `keys[j·stride..]`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn scores(q: &[f32], keys: &[f16], stride: usize, scale: f32, scores: &mut [f32]) {
+        let hd = q.len();
+        let (q, k) = (q.as_ptr(), keys.as_ptr());
+        for (j, s) in scores.iter_mut().enumerate() {
+            let kj = k.add(j * stride);
+            let mut acc = _mm256_mul_ps(_mm256_loadu_ps(q), load8(kj));
+            let mut c = 8;
+            while c < hd {
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(c)), load8(kj.add(c)), acc);
+                c += 8;
+            }
+            *s = hsum(acc) * scale;
+        }
+    }
+
+    /// `e^x` for x ≤ 0 (larger x are not needed here), within ε·e^x (tested): `x = n·ln2 + r`, a
+    /// degree-6 polynomial for `e^r` on |r| ≤ ln2/2 (Cephes' `expf` coefficients), scaled by 2ⁿ.
+    /// Below −87 (where `e^x` leaves the normal floats) the result is 0.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn exp(x: __m256) -> __m256 {
+        let lo = _mm256_set1_ps(-87.0);
+        let tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+        let x = _mm256_max_ps(x, lo);
+        let n = _mm256_round_ps(
+            _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+        );
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+        let mut p = _mm256_set1_ps(1.987_569_1e-4);
+        for c in [
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            0.166_666_65,
+            0.5,
+        ] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        let r2 = _mm256_mul_ps(r, r);
+        let e = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0)));
+        let two_n = _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
+            23,
+        ));
+        _mm256_andnot_ps(tiny, _mm256_mul_ps(e, two_n))
+    }
+
+    /// `s ← e^(s − max s)` in place; returns the sum.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn exp_in_place(s: &mut [f32]) -> f32 {
+        let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let m = _mm256_set1_ps(max);
+        let mut sum = _mm256_setzero_ps();
+        let mut chunks = s.chunks_exact_mut(8);
+        for c in &mut chunks {
+            let e = exp(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), m));
+            _mm256_storeu_ps(c.as_mut_ptr(), e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        let mut total = hsum(sum);
+        let rest = chunks.into_remainder();
+        if !rest.is_empty() {
+            let mut buf = [f32::NEG_INFINITY; 8];
+            buf[..rest.len()].copy_from_slice(rest);
+            let e = exp(_mm256_sub_ps(_mm256_loadu_ps(buf.as_ptr()), m));
+            _mm256_storeu_ps(buf.as_mut_ptr(), e);
+            rest.copy_from_slice(&buf[..rest.len()]);
+            total += rest.iter().sum::<f32>();
+        }
+        total
+    }
+
+    /// `y = inv · Σ_j p_j · v_j`, value j at `values[j·stride..]`; 32 columns at a time, so the
+    /// running sums stay in registers.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn weighted_sum(p: &[f32], values: &[f16], stride: usize, inv: f32, y: &mut [f32]) {
+        let hd = y.len();
+        let v = values.as_ptr();
+        let inv = _mm256_set1_ps(inv);
+        let mut c = 0;
+        while c < hd {
+            let lanes = ((hd - c) / 8).min(4);
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for (j, &pj) in p.iter().enumerate() {
+                let w = _mm256_set1_ps(pj);
+                let vj = v.add(j * stride + c);
+                for (l, a) in acc.iter_mut().enumerate().take(lanes) {
+                    *a = _mm256_fmadd_ps(w, load8(vj.add(8 * l)), *a);
+                }
+            }
+            for (l, a) in acc.iter().enumerate().take(lanes) {
+                _mm256_storeu_ps(y.as_mut_ptr().add(c + 8 * l), _mm256_mul_ps(*a, inv));
+            }
+            c += 8 * lanes;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::tests::Lcg;
+
+    fn cache(rng: &mut Lcg, positions: usize, width: usize) -> LayerKv {
+        let mut f = |n| rng.vec(n).into_iter().map(f16::from_f32).collect();
+        LayerKv {
+            k: f(positions * width),
+            v: f(positions * width),
+        }
+    }
+
+    /// softmax(q·kᵀ/√d)·v in f64, straight from the definition.
+    fn reference(shape: Shape, q: &[f32], kv: &LayerKv, head: usize, n_keys: usize) -> Vec<f64> {
+        let hd = shape.head_dim;
+        let g = head / (shape.n_head / shape.n_kv_head);
+        let at = |x: &[f16], j: usize| x[j * shape.kv_width() + g * hd..][..hd].to_vec();
+        let s: Vec<f64> = (0..n_keys)
+            .map(|j| {
+                let k = at(&kv.k, j);
+                q.iter()
+                    .zip(&k)
+                    .map(|(a, b)| *a as f64 * b.to_f64())
+                    .sum::<f64>()
+                    / (hd as f64).sqrt()
+            })
+            .collect();
+        let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        (0..hd)
+            .map(|c| {
+                (0..n_keys)
+                    .map(|j| e[j] * at(&kv.v, j)[c].to_f64())
+                    .sum::<f64>()
+                    / sum
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_path_equals_the_definition() {
+        let mut rng = Lcg(7);
+        // Head sizes: this model's 64, a SIMD one of 24 (not a multiple of 32), 20 (scalar only).
+        for (hd, n_head, n_kv) in [(64, 9, 3), (24, 4, 4), (20, 2, 1)] {
+            let shape = Shape {
+                n_head,
+                n_kv_head: n_kv,
+                head_dim: hd,
+            };
+            // Ragged lengths: under and over a vector, and long enough to go to the pool.
+            for (pos, t) in [(0, 1), (6, 3), (8, 1), (300, 5), (2000, 2)] {
+                let kv = cache(&mut rng, pos + t, shape.kv_width());
+                let q = rng.vec(t * n_head * hd);
+                let spans = [Span { t, pos, kv: &kv }];
+                for isa in crate::kernels::Isa::available() {
+                    let mut out = vec![0f32; t * n_head * hd];
+                    attend(shape, &q, n_head * hd, &spans, &mut out, isa);
+                    for (c, y) in out.chunks_exact(hd).enumerate() {
+                        let (i, head) = (c / n_head, c % n_head);
+                        let want = reference(shape, &q[c * hd..][..hd], &kv, head, pos + i + 1);
+                        for (a, b) in y.iter().zip(&want) {
+                            assert!(
+                                (*a as f64 - b).abs() < 1e-5,
+                                "{isa:?} hd {hd} pos {pos} row {i} head {head}: {a} vs {b}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_query_gives_the_same_bits_in_any_step() {
+        // The same 12 rows of one sequence run as one step, as steps of 5, and one by one, and
+        // beside another sequence: each row's output is identical.
+        let mut rng = Lcg(11);
+        let shape = Shape {
+            n_head: 9,
+            n_kv_head: 3,
+            head_dim: 64,
+        };
+        let (pos, rows, qw) = (700, 12, 9 * 64);
+        let kv = cache(&mut rng, pos + rows, shape.kv_width());
+        let other = cache(&mut rng, 40, shape.kv_width());
+        let q = rng.vec(rows * qw);
+        for isa in crate::kernels::Isa::available() {
+            let run = |from: usize, t: usize, beside: bool| {
+                let mut spans = Vec::new();
+                let mut qs = Vec::new();
+                if beside {
+                    spans.push(Span {
+                        t: 1,
+                        pos: 39,
+                        kv: &other,
+                    });
+                    qs.extend(rng_free_row(qw));
+                }
+                spans.push(Span {
+                    t,
+                    pos: pos + from,
+                    kv: &kv,
+                });
+                qs.extend_from_slice(&q[from * qw..(from + t) * qw]);
+                let mut out = vec![0f32; qs.len()];
+                attend(shape, &qs, qw, &spans, &mut out, isa);
+                out[out.len() - t * qw..].to_vec()
+            };
+            let whole = run(0, rows, false);
+            let mut fives = Vec::new();
+            for from in (0..rows).step_by(5) {
+                fives.extend(run(from, 5.min(rows - from), false));
+            }
+            let singles: Vec<f32> = (0..rows).flat_map(|i| run(i, 1, i % 2 == 0)).collect();
+            assert!(
+                whole == fives && whole == singles,
+                "{isa:?}: a row depends on its step"
+            );
+        }
+    }
+
+    fn rng_free_row(n: usize) -> Vec<f32> {
+        (0..n).map(|i| (i as f32 * 0.37).sin()).collect()
+    }
+
+    #[test]
+    fn rope_rotates_like_candle() {
+        let mut rng = Lcg(3);
+        let (t, heads, hd, pos, pairs) = (3, 2, 8, 5, 4);
+        let cos: Vec<f32> = (0..(pos + t) * pairs)
+            .map(|i| (i as f32 * 0.1).cos())
+            .collect();
+        let sin: Vec<f32> = (0..(pos + t) * pairs)
+            .map(|i| (i as f32 * 0.1).sin())
+            .collect();
+        let rope = Rope {
+            cos: cos.clone(),
+            sin: sin.clone(),
+            pairs,
+        };
+        let x = rng.vec(t * heads * hd);
+        let mut ours = x.clone();
+        for (i, row) in ours.chunks_exact_mut(heads * hd).enumerate() {
+            rope.apply(row, hd, pos + i);
+        }
+        let dev = candle_core::Device::Cpu;
+        let table = |v: &[f32]| {
+            candle_core::Tensor::from_slice(&v[pos * pairs..], (t, pairs), &dev).unwrap()
+        };
+        let xt = candle_core::Tensor::from_slice(&x, (1, t, heads, hd), &dev)
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+            .contiguous()
+            .unwrap();
+        let theirs = candle_nn::rotary_emb::rope_i(&xt, &table(&cos), &table(&sin))
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(ours, theirs);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_vector_exp_is_within_an_ulp() {
+        if crate::kernels::Isa::detect() != Isa::Avx2 {
+            return;
+        }
+        let xs: Vec<f32> = (0..20_000).map(|i| -90.0 + i as f32 * 0.0045).collect();
+        let mut ys = xs.clone();
+        let max = 0.0f32;
+        ys.push(max);
+        // SAFETY: Isa::Avx2 was detected above.
+        unsafe { avx2::exp_in_place(&mut ys) };
+        for (x, y) in xs.iter().zip(&ys) {
+            let want = (*x as f64).exp();
+            if want < f32::MIN_POSITIVE as f64 * 4.0 {
+                assert!(*y < 1e-36, "e^{x}: {y}");
+                continue;
+            }
+            let ulp = f32::EPSILON as f64 * want;
+            assert!((*y as f64 - want).abs() <= ulp, "e^{x}: {y} vs {want}");
+        }
+    }
+}
