@@ -295,6 +295,30 @@ mod avx2 {
     use super::*;
     use std::arch::x86_64::*;
 
+    /// Per 32-bit lane, the sum of the four products of unsigned bytes `u` and signed bytes `s`
+    /// (no saturation for the operands here: |products| ≤ 15·127 or 127·127). With `$vnni`,
+    /// one AVX-VNNI `vpdpbusd` (written in asm, so no newer compiler is needed for its
+    /// intrinsic; the CPU is checked at run time); else `maddubs` into i16 pairs and `madd`
+    /// into i32. Both give the same integers, so every path rounds the same floats.
+    macro_rules! dot4 {
+        ($vnni:expr, $u:expr, $s:expr) => {{
+            let (u, s): (__m256i, __m256i) = ($u, $s);
+            if $vnni {
+                let mut acc = _mm256_setzero_si256();
+                std::arch::asm!(
+                    "{{vex}} vpdpbusd {acc}, {u}, {s}",
+                    acc = inout(ymm_reg) acc,
+                    u = in(ymm_reg) u,
+                    s = in(ymm_reg) s,
+                    options(pure, nomem, nostack, preserves_flags),
+                );
+                acc
+            } else {
+                _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+            }
+        }};
+    }
+
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn hsum(v: __m256) -> f32 {
@@ -314,9 +338,8 @@ mod avx2 {
     /// # Safety
     /// The CPU must have AVX2, FMA and F16C; `x` and `y` the same length.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+    pub unsafe fn dot_q4_1_q8_1<const VNNI: bool>(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
         let low = _mm256_set1_epi8(0x0F);
-        let ones = _mm256_set1_epi16(1);
         let mut acc = _mm256_setzero_ps();
         // Lane 1 gathers the offset terms m_x·s_y.
         let mut offsets = _mm_setzero_ps();
@@ -328,9 +351,7 @@ mod avx2 {
             // Elements 0..16 are the low nibbles, 16..32 the high ones.
             let qx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nibbles, 4), nibbles), low);
             let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-            // u8 × i8 pairs → i16 (at most 2·15·127, no saturation) → i32.
-            let pairs = _mm256_maddubs_epi16(qx, qy);
-            let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+            let sums = _mm256_cvtepi32_ps(dot4!(VNNI, qx, qy));
             acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), sums, acc);
         }
         hsum(acc) + _mm_cvtss_f32(_mm_shuffle_ps(offsets, offsets, 1))
@@ -339,19 +360,17 @@ mod avx2 {
     /// # Safety
     /// The CPU must have AVX2, FMA and F16C; `x` and `y` the same length.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+    pub unsafe fn dot_q8_0_q8_0<const VNNI: bool>(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
         // The scales by table here: converting them with F16C measured slower for this format.
         let t = f16_table();
-        let ones = _mm256_set1_epi16(1);
         let mut acc = _mm256_setzero_ps();
         for (x, y) in x.iter().zip(y) {
             let scale = _mm256_set1_ps(h(t, x.d) * h(t, y.d));
             let qx = _mm256_loadu_si256(x.qs.as_ptr() as *const __m256i);
             let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-            // |x| · (y with x's sign): u8 × i8 for maddubs (at most 2·127·127, no saturation).
-            let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
-            let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-            acc = _mm256_fmadd_ps(scale, sums, acc);
+            // |x| · (y with x's sign): u8 × i8.
+            let sums = dot4!(VNNI, _mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+            acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc);
         }
         hsum(acc)
     }
@@ -365,7 +384,7 @@ mod avx2 {
     /// AVX2, FMA and F16C; every row and scale read lies inside its allocation.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile_q4_1<const R: usize, const C: usize>(
+    unsafe fn tile_q4_1<const R: usize, const C: usize, const VNNI: bool>(
         w: *const BlockQ4_1,
         kb: usize,
         a: *const BlockQ8_1,
@@ -374,7 +393,6 @@ mod avx2 {
         stride: usize,
     ) -> [[f32; C]; R] {
         let low = _mm256_set1_epi8(0x0F);
-        let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         // Lane c of off[r]: Σ_b m_r·s_c, a 4-wide multiply and add per weight block, summed in
         // the order `dot_q4_1_q8_1` sums them, so a row's output is the same alone or in a
@@ -398,8 +416,7 @@ mod avx2 {
                 let qy = _mm256_loadu_si256((*a.add(c * kb + b)).qs.as_ptr() as *const __m256i);
                 let dy = _mm256_broadcast_ss(&*ad.add(c * kb + b));
                 for r in 0..R {
-                    let pairs = _mm256_maddubs_epi16(qx[r], qy);
-                    let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                    let sums = _mm256_cvtepi32_ps(dot4!(VNNI, qx[r], qy));
                     acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dx[r], dy), sums, acc[r][c]);
                 }
             }
@@ -421,7 +438,7 @@ mod avx2 {
     /// As [`tile_q4_1`].
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile_q8_0<const R: usize, const C: usize>(
+    unsafe fn tile_q8_0<const R: usize, const C: usize, const VNNI: bool>(
         w: *const BlockQ8_0,
         kb: usize,
         a: *const BlockQ8_0,
@@ -429,7 +446,6 @@ mod avx2 {
         _s: *const f32,
         _stride: usize,
     ) -> [[f32; C]; R] {
-        let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         for b in 0..kb {
             let mut qx = [_mm256_setzero_si256(); R];
@@ -445,8 +461,7 @@ mod avx2 {
                 let qy = _mm256_loadu_si256((*a.add(c * kb + b)).qs.as_ptr() as *const __m256i);
                 let dy = _mm256_broadcast_ss(&*ad.add(c * kb + b));
                 for r in 0..R {
-                    let pairs = _mm256_maddubs_epi16(ax[r], _mm256_sign_epi8(qy, qx[r]));
-                    let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                    let sums = _mm256_cvtepi32_ps(dot4!(VNNI, ax[r], _mm256_sign_epi8(qy, qx[r])));
                     acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dx[r], dy), sums, acc[r][c]);
                 }
             }
@@ -467,7 +482,7 @@ mod avx2 {
             /// # Safety
             /// AVX2, FMA and F16C; the bounds [`Format::rows`] asserts.
             #[target_feature(enable = "avx2,fma,f16c")]
-            pub unsafe fn $name(
+            pub unsafe fn $name<const VNNI: bool>(
                 w: &[$w],
                 acts: &Acts<$a>,
                 is: std::ops::Range<usize>,
@@ -486,7 +501,7 @@ mod avx2 {
                         let at = (j * sj + (i - is.start) * si) as isize;
                         macro_rules! go {
                             ($rr:literal, $cc:literal) => {{
-                                let t = $tile::<$rr, $cc>(wp, kb, a, ad, s, acts.stride);
+                                let t = $tile::<$rr, $cc, VNNI>(wp, kb, a, ad, s, acts.stride);
                                 for (r, row) in t.iter().enumerate() {
                                     for (c, v) in row.iter().enumerate() {
                                         *o.offset(at + (r * sj + c * si) as isize) = *v;
@@ -522,45 +537,73 @@ fn has_avx2() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
+/// AVX-VNNI (`vpdpbusd` on 256-bit registers, VEX-encoded): CPUID leaf 7, sub-leaf 1, EAX bit
+/// 4, on top of AVX2 (whose detection also checks that the OS saves the registers).
+#[cfg(target_arch = "x86_64")]
+fn has_avx_vnni() -> bool {
+    // SAFETY: CPUID exists on every x86-64; leaf 7 is only read where the CPU reports it.
+    // (`__cpuid` is a safe function in newer compilers, unsafe in the 1.85 we support.)
+    #[allow(unused_unsafe)]
+    let vnni = unsafe {
+        std::arch::x86_64::__cpuid(0).eax >= 7
+            && std::arch::x86_64::__cpuid_count(7, 1).eax & (1 << 4) != 0
+    };
+    has_avx2() && vnni
+}
+
 /// The instruction set the kernels use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
     Scalar,
+    /// AVX2 with FMA and F16C.
     Avx2,
+    /// The same, with AVX-VNNI's one-instruction byte dot products (bit-identical to `Avx2`).
+    AvxVnni,
 }
 
 impl Isa {
-    /// The best this CPU has; `RILL_KERNELS=scalar` forces the reference (for benchmarks).
+    /// The best this CPU has; `RILL_KERNELS=scalar` (or `avx2`) caps it, for benchmarks.
     pub fn detect() -> Isa {
         static ISA: OnceLock<Isa> = OnceLock::new();
         *ISA.get_or_init(|| {
-            if std::env::var("RILL_KERNELS").is_ok_and(|v| v == "scalar") {
-                return Isa::Scalar;
+            let cap = std::env::var("RILL_KERNELS").unwrap_or_default();
+            let best = Self::available().pop().unwrap_or(Isa::Scalar);
+            match cap.as_str() {
+                "scalar" => Isa::Scalar,
+                "avx2" if best.avx2() => Isa::Avx2,
+                _ => best,
             }
-            #[cfg(target_arch = "x86_64")]
-            if has_avx2() {
-                return Isa::Avx2;
-            }
-            Isa::Scalar
         })
     }
 
-    /// Every instruction set this CPU can run (for tests against the reference).
+    /// Every instruction set this CPU can run, the best last (for tests against the reference).
     pub fn available() -> Vec<Isa> {
+        #[allow(unused_mut)]
         let mut v = vec![Isa::Scalar];
         #[cfg(target_arch = "x86_64")]
         if has_avx2() {
             v.push(Isa::Avx2);
+            if has_avx_vnni() {
+                v.push(Isa::AvxVnni);
+            }
         }
         v
+    }
+
+    /// Whether AVX2, FMA and F16C may be used (`Avx2` and `AvxVnni`).
+    pub fn avx2(self) -> bool {
+        matches!(self, Isa::Avx2 | Isa::AvxVnni)
     }
 
     pub fn dot_q4_1_q8_1(self, x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
         assert_eq!(x.len(), y.len());
         match self {
-            // SAFETY: `Avx2` is only ever chosen when the CPU reports AVX2, FMA and F16C.
+            // SAFETY: `Avx2` is only ever chosen when the CPU reports AVX2, FMA and F16C,
+            // `AvxVnni` when it reports AVX-VNNI as well.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { avx2::dot_q4_1_q8_1(x, y) },
+            Isa::Avx2 => unsafe { avx2::dot_q4_1_q8_1::<false>(x, y) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => unsafe { avx2::dot_q4_1_q8_1::<true>(x, y) },
             _ => dot_q4_1_q8_1_scalar(x, y),
         }
     }
@@ -570,7 +613,9 @@ impl Isa {
         match self {
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { avx2::dot_q8_0_q8_0(x, y) },
+            Isa::Avx2 => unsafe { avx2::dot_q8_0_q8_0::<false>(x, y) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => unsafe { avx2::dot_q8_0_q8_0::<true>(x, y) },
             _ => dot_q8_0_q8_0_scalar(x, y),
         }
     }
@@ -802,11 +847,12 @@ trait Format: Copy + Sync {
         assert!(is.start % TILE_A == 0 && acts.stride >= is.end.div_ceil(TILE_A) * TILE_A);
         assert!(n == 0 || (n - 1) * sj + (is.len() - 1) * si < out.len());
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx2 {
-            // SAFETY: `Avx2` is only chosen when the CPU has AVX2, FMA and F16C; every row,
-            // scale (tiles start at whole tiles and `s` is padded to whole tiles) and output the
-            // tiles touch is inside the bounds asserted above.
-            return unsafe { Self::rows_avx2(w, acts, is, out, sj, si) };
+        if isa.avx2() {
+            // SAFETY: `Avx2` and `AvxVnni` are only chosen when the CPU has AVX2, FMA and F16C
+            // (and AVX-VNNI for the second); every row, scale (tiles start at whole tiles and
+            // `s` is padded to whole tiles) and output the tiles touch is inside the bounds
+            // asserted above.
+            return unsafe { Self::rows_avx2(isa == Isa::AvxVnni, w, acts, is, out, sj, si) };
         }
         let _ = isa;
         // The scalar reference, pair by pair: the tiles round as it does.
@@ -818,9 +864,10 @@ trait Format: Copy + Sync {
         }
     }
     /// # Safety
-    /// AVX2, FMA and F16C; the bounds [`rows`](Self::rows) asserts.
+    /// AVX2, FMA and F16C (and AVX-VNNI with `vnni`); the bounds [`rows`](Self::rows) asserts.
     #[cfg(target_arch = "x86_64")]
     unsafe fn rows_avx2(
+        vnni: bool,
         w: &[Self],
         acts: &Acts<Self::Act>,
         is: std::ops::Range<usize>,
@@ -843,6 +890,7 @@ impl Format for BlockQ4_1 {
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn rows_avx2(
+        vnni: bool,
         w: &[Self],
         acts: &Acts<BlockQ8_1>,
         is: std::ops::Range<usize>,
@@ -850,7 +898,10 @@ impl Format for BlockQ4_1 {
         sj: usize,
         si: usize,
     ) {
-        avx2::rows_q4_1(w, acts, is, out, sj, si)
+        match vnni {
+            true => avx2::rows_q4_1::<true>(w, acts, is, out, sj, si),
+            false => avx2::rows_q4_1::<false>(w, acts, is, out, sj, si),
+        }
     }
 }
 
@@ -867,6 +918,7 @@ impl Format for BlockQ8_0 {
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn rows_avx2(
+        vnni: bool,
         w: &[Self],
         acts: &Acts<BlockQ8_0>,
         is: std::ops::Range<usize>,
@@ -874,7 +926,10 @@ impl Format for BlockQ8_0 {
         sj: usize,
         si: usize,
     ) {
-        avx2::rows_q8_0(w, acts, is, out, sj, si)
+        match vnni {
+            true => avx2::rows_q8_0::<true>(w, acts, is, out, sj, si),
+            false => avx2::rows_q8_0::<false>(w, acts, is, out, sj, si),
+        }
     }
 }
 

@@ -134,8 +134,8 @@ fn query(
     scores.clear();
     scores.resize(n_keys, 0.0);
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && hd % 8 == 0 {
-        // SAFETY: `Isa::Avx2` is only chosen when the CPU has AVX2, FMA and F16C; every key and value
+    if isa.avx2() && hd % 8 == 0 {
+        // SAFETY: `Isa::Avx2`/`AvxVnni` are only chosen when the CPU has AVX2, FMA and F16C; every key and value
         // row read is `hd` floats inside the first `n_keys` positions of the cache (the span's
         // keys were appended before the call), and `hd % 8 == 0`.
         unsafe {
@@ -461,14 +461,14 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_vector_exp_is_within_an_ulp() {
-        if crate::kernels::Isa::detect() != Isa::Avx2 {
+        if !crate::kernels::Isa::detect().avx2() {
             return;
         }
         let xs: Vec<f32> = (0..20_000).map(|i| -90.0 + i as f32 * 0.0045).collect();
         let mut ys = xs.clone();
         let max = 0.0f32;
         ys.push(max);
-        // SAFETY: Isa::Avx2 was detected above.
+        // SAFETY: AVX2, FMA and F16C were detected above.
         unsafe { avx2::exp_in_place(&mut ys) };
         for (x, y) in xs.iter().zip(&ys) {
             let want = (*x as f64).exp();
