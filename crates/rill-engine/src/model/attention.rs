@@ -169,6 +169,7 @@ fn query(
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
+    use super::super::ops::avx2::exp;
     use half::f16;
     use std::arch::x86_64::*;
 
@@ -204,39 +205,6 @@ mod avx2 {
             }
             *s = hsum(acc) * scale;
         }
-    }
-
-    /// `e^x` for x ≤ 0 (larger x are not needed here), within ε·e^x (tested): `x = n·ln2 + r`, a
-    /// degree-6 polynomial for `e^r` on |r| ≤ ln2/2 (Cephes' `expf` coefficients), scaled by 2ⁿ.
-    /// Below −87 (where `e^x` leaves the normal floats) the result is 0.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn exp(x: __m256) -> __m256 {
-        let lo = _mm256_set1_ps(-87.0);
-        let tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-        let x = _mm256_max_ps(x, lo);
-        let n = _mm256_round_ps(
-            _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
-            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
-        );
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-        let mut p = _mm256_set1_ps(1.987_569_1e-4);
-        for c in [
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            0.166_666_65,
-            0.5,
-        ] {
-            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-        }
-        let r2 = _mm256_mul_ps(r, r);
-        let e = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0)));
-        let two_n = _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
-            23,
-        ));
-        _mm256_andnot_ps(tiny, _mm256_mul_ps(e, two_n))
     }
 
     /// `s ← e^(s − max s)` in place; returns the sum.

@@ -18,6 +18,7 @@ use candle_transformers::quantized_nn::RmsNorm;
 use half::{f16, slice::HalfFloatSliceExt};
 
 use super::attention::{self, LayerKv, Rope, Span};
+use super::ops;
 use crate::error::{candle_message, Error, Result};
 
 /// Hyper-parameters read from the GGUF metadata (`llama.*`).
@@ -58,6 +59,52 @@ impl Linear {
             Linear::Ours(l) => l.forward(x)?,
             Linear::Candle(m) => m.forward(x)?,
         })
+    }
+
+    /// `x · wᵀ` for `m` row-major rows on the host.
+    fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        Ok(match self {
+            Linear::Ours(l) => {
+                let mut out = vec![0f32; m * l.n_out()];
+                l.matmul(x, m, &mut out);
+                out
+            }
+            Linear::Candle(q) => {
+                let x = Tensor::from_slice(x, (m, x.len() / m.max(1)), &Device::Cpu)?;
+                q.forward(&x)?
+                    .to_dtype(DType::F32)?
+                    .flatten_all()?
+                    .to_vec1()?
+            }
+        })
+    }
+}
+
+/// An RMS norm's weights: candle's module (GPU) and the same weights on the host.
+struct Norm {
+    candle: RmsNorm,
+    weight: Vec<f32>,
+    eps: f32,
+}
+
+impl Norm {
+    fn new(t: QTensor, eps: f64) -> Result<Norm> {
+        let weight = t.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1()?;
+        Ok(Norm {
+            candle: RmsNorm::from_qtensor(t, eps)?,
+            weight,
+            eps: eps as f32,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(self.candle.forward(x)?)
+    }
+
+    fn forward_host(&self, x: &[f32]) -> Vec<f32> {
+        let mut out = vec![0f32; x.len()];
+        ops::rms_norm(x, &self.weight, self.eps, &mut out);
+        out
     }
 }
 
@@ -108,23 +155,38 @@ impl Group {
         })
     }
 
-    /// The outputs side by side, row-major (`[rows][q | k | v]`), on the host.
-    fn forward_joined(&self, x: &Tensor) -> Result<Vec<f32>> {
-        Ok(match self {
-            Group::Stacked(l, _) => l.run(x)?.1,
-            Group::Apart(_) => Tensor::cat(&self.forward(x)?, 1)?
-                .flatten_all()?
-                .to_vec1::<f32>()?,
-        })
+    /// The outputs side by side for `m` rows on the host, row-major (`[rows][q | k | v]`).
+    fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        match self {
+            Group::Stacked(l, _) => {
+                let mut out = vec![0f32; m * l.n_out()];
+                l.matmul(x, m, &mut out);
+                Ok(out)
+            }
+            Group::Apart(ls) => {
+                let parts = ls
+                    .iter()
+                    .map(|l| l.forward_host(x, m))
+                    .collect::<Result<Vec<_>>>()?;
+                let mut out = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+                for r in 0..m {
+                    for p in &parts {
+                        let w = p.len() / m.max(1);
+                        out.extend_from_slice(&p[r * w..(r + 1) * w]);
+                    }
+                }
+                Ok(out)
+            }
+        }
     }
 }
 
 struct Layer {
-    attn_norm: RmsNorm,
+    attn_norm: Norm,
     /// q, k, v.
     qkv: Group,
     wo: Linear,
-    ffn_norm: RmsNorm,
+    ffn_norm: Norm,
     /// gate, up.
     gate_up: Group,
     w_down: Linear,
@@ -135,7 +197,7 @@ pub struct Llama {
     cfg: LlamaConfig,
     embed: Embedding,
     layers: Vec<Layer>,
-    norm: RmsNorm,
+    norm: Norm,
     output: Linear,
     cos: Tensor,
     sin: Tensor,
@@ -476,7 +538,7 @@ impl Llama {
             }
             (false, _) => Embedding::Table(embed_q.dequantize(device)?),
         };
-        let norm = RmsNorm::from_qtensor(tensor("output_norm.weight")?, cfg.rms_eps)?;
+        let norm = Norm::new(tensor("output_norm.weight")?, cfg.rms_eps)?;
         // Small models tie the output projection to the embedding.
         let output = match tied {
             false => Linear::new(tensor("output.weight")?, device)?,
@@ -498,14 +560,8 @@ impl Llama {
                 wo,
                 gate_up,
                 w_down,
-                attn_norm: RmsNorm::from_qtensor(
-                    tensor(&format!("blk.{i}.attn_norm.weight"))?,
-                    cfg.rms_eps,
-                )?,
-                ffn_norm: RmsNorm::from_qtensor(
-                    tensor(&format!("blk.{i}.ffn_norm.weight"))?,
-                    cfg.rms_eps,
-                )?,
+                attn_norm: Norm::new(tensor(&format!("blk.{i}.attn_norm.weight"))?, cfg.rms_eps)?,
+                ffn_norm: Norm::new(tensor(&format!("blk.{i}.ffn_norm.weight"))?, cfg.rms_eps)?,
             });
         }
         Ok(Llama {
@@ -585,7 +641,6 @@ impl Llama {
             cache.reserve(cfg, tokens.len(), &self.device, self.rope.is_some())?;
             ids.extend_from_slice(tokens);
         }
-        let (n_head, n_kv, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim);
         // Per sequence: its first row in the batch and its number of rows.
         let mut spans = Vec::with_capacity(batch.len());
         let mut row = 0;
@@ -593,30 +648,19 @@ impl Llama {
             spans.push((row, tokens.len()));
             row += tokens.len();
         }
+        if let Some(rope) = &self.rope {
+            return self.forward_host(rope, &ids, batch, &spans);
+        }
         // candle's attention (GPU) takes RoPE and mask tables per sequence, made once per step.
-        let tables = match self.rope {
-            Some(_) => Vec::new(),
-            None => batch
-                .iter()
-                .map(|(tokens, cache)| self.device_tables(tokens.len(), cache.len()))
-                .collect::<Result<_>>()?,
-        };
+        let tables = batch
+            .iter()
+            .map(|(tokens, cache)| self.device_tables(tokens.len(), cache.len()))
+            .collect::<Result<Vec<_>>>()?;
 
         let mut x = self.embed(&ids)?;
-        let shape = attention::Shape {
-            n_head,
-            n_kv_head: n_kv,
-            head_dim: hd,
-        };
         for (li, layer) in self.layers.iter().enumerate() {
             let h = layer.attn_norm.forward(&x)?;
-            let y = match &self.rope {
-                Some(rope) => {
-                    let qkv = layer.qkv.forward_joined(&h)?;
-                    self.attend_host(li, rope, shape, qkv, batch, &spans)?
-                }
-                None => self.attend_device(li, layer, &h, batch, &spans, &tables)?,
-            };
+            let y = self.attend_device(li, layer, &h, batch, &spans, &tables)?;
             x = (x + layer.wo.forward(&y)?)?;
 
             let h = layer.ffn_norm.forward(&x)?;
@@ -639,7 +683,7 @@ impl Llama {
     }
     /// Attention on the host for one layer: RoPE in place on the new rows' queries and keys,
     /// keys and values appended to each cache, then every query over its cache
-    /// (`attention.rs`). `qkv` is `[rows][q | k | v]`; returns `[rows, n_head·head_dim]`.
+    /// (`attention.rs`). `qkv` is `[rows][q | k | v]`; returns `[rows][n_head·head_dim]`.
     fn attend_host(
         &self,
         li: usize,
@@ -648,7 +692,7 @@ impl Llama {
         mut qkv: Vec<f32>,
         batch: &mut [(&[u32], &mut KvCache)],
         spans: &[(usize, usize)],
-    ) -> Result<Tensor> {
+    ) -> Result<Vec<f32>> {
         let hd = shape.head_dim;
         let (qw, kw) = (shape.n_head * hd, shape.kv_width());
         let stride = qw + 2 * kw;
@@ -684,7 +728,52 @@ impl Llama {
             &mut out,
             crate::kernels::Isa::detect(),
         );
-        Ok(Tensor::from_vec(out, (rows, qw), &self.device)?)
+        Ok(out)
+    }
+
+    /// [`forward_batch`](Self::forward_batch) on the host (CPU models): row-major `f32`
+    /// buffers from the embedding to the logits, our kernels and attention, no candle tensors
+    /// on the way (their worker thread spins after each operation, taking a core from ours).
+    fn forward_host(
+        &self,
+        rope: &Rope,
+        ids: &[u32],
+        batch: &mut [(&[u32], &mut KvCache)],
+        spans: &[(usize, usize)],
+    ) -> Result<Vec<Vec<f32>>> {
+        let cfg = &self.cfg;
+        let isa = crate::kernels::Isa::detect();
+        let shape = attention::Shape {
+            n_head: cfg.n_head,
+            n_kv_head: cfg.n_kv_head,
+            head_dim: cfg.head_dim,
+        };
+        let m = ids.len();
+        let mut x = self.embed(ids)?.flatten_all()?.to_vec1::<f32>()?;
+        for (li, layer) in self.layers.iter().enumerate() {
+            let h = layer.attn_norm.forward_host(&x);
+            let qkv = layer.qkv.forward_host(&h, m)?;
+            let y = self.attend_host(li, rope, shape, qkv, batch, spans)?;
+            ops::add(&mut x, &layer.wo.forward_host(&y, m)?);
+
+            let h = layer.ffn_norm.forward_host(&x);
+            let gate_up = layer.gate_up.forward_host(&h, m)?;
+            let act = ops::swiglu(&gate_up, gate_up.len() / m / 2, isa);
+            ops::add(&mut x, &layer.w_down.forward_host(&act, m)?);
+        }
+        for (tokens, cache) in batch.iter_mut() {
+            cache.advance(tokens.len());
+        }
+        // Only the last row of each sequence is projected to the vocabulary.
+        let mut last = Vec::with_capacity(spans.len() * cfg.hidden);
+        for (row, t) in spans {
+            last.extend_from_slice(&x[(row + t - 1) * cfg.hidden..][..cfg.hidden]);
+        }
+        let logits = self
+            .output
+            .forward_host(&self.norm.forward_host(&last), spans.len())?;
+        let vocab = logits.len() / spans.len();
+        Ok(logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect())
     }
 
     /// RoPE tables and causal mask of a sequence's `t` new rows after `pos` cached positions,

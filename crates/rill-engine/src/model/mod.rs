@@ -8,6 +8,7 @@
 
 mod attention;
 pub mod llama;
+mod ops;
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek};
