@@ -335,6 +335,77 @@ mod avx2 {
         _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()))
     }
 
+    /// One block of 32 activations quantised to 8 bits as the scalar quantisers do it, bit for
+    /// bit: `d = max|x| / 127`, `q = round(x / d)` with halves rounded away from zero (`roundf`;
+    /// the vector rounding instruction would send them to even). Returns `d`, the bytes and
+    /// their sum.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn quantize_block(x: *const f32, qs: *mut i8) -> (f32, i32) {
+        let sign = _mm256_set1_ps(-0.0);
+        let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(x.add(8 * i)));
+        let abs = |v: __m256| _mm256_andnot_ps(sign, v);
+        let m = _mm256_max_ps(
+            _mm256_max_ps(abs(v[0]), abs(v[1])),
+            _mm256_max_ps(abs(v[2]), abs(v[3])),
+        );
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        let half = _mm256_set1_ps(0.5);
+        let one = _mm256_set1_ps(1.0);
+        let q: [__m256i; 4] = std::array::from_fn(|i| {
+            let y = _mm256_mul_ps(v[i], id);
+            // Whole part, and the exact fraction beside it (|y| ≤ 127).
+            let t = _mm256_round_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            let away = _mm256_cmp_ps(abs(_mm256_sub_ps(y, t)), half, _CMP_GE_OQ);
+            let step = _mm256_and_ps(away, _mm256_or_ps(one, _mm256_and_ps(y, sign)));
+            _mm256_cvtps_epi32(_mm256_add_ps(t, step))
+        });
+        let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let sum = _mm_add_epi32(
+            _mm256_castsi256_si128(sum),
+            _mm256_extracti128_si256(sum, 1),
+        );
+        let sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b01_00_11_10));
+        let sum = _mm_cvtsi128_si32(_mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b10_11_00_01)));
+        // i32 → i16 → i8 packs work within 128-bit halves; the permute puts the lanes back.
+        let p = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(qs as *mut __m256i, p);
+        (d, sum)
+    }
+
+    /// [`super::quantize_q8_0`], bit for bit.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn quantize_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
+        for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+            let (d, _) = quantize_block(xs.as_ptr(), b.qs.as_mut_ptr());
+            b.d = f16::from_f32(d).to_bits();
+        }
+    }
+
+    /// [`super::quantize_q8_1`], bit for bit.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn quantize_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
+        for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+            let (d, sum) = quantize_block(xs.as_ptr(), b.qs.as_mut_ptr());
+            let d16 = f16::from_f32(d);
+            b.d = d16.to_bits();
+            b.s = (f16::from_f32(sum as f32) * d16).to_bits();
+        }
+    }
+
     /// # Safety
     /// The CPU must have AVX2, FMA and F16C; `x` and `y` the same length.
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -825,7 +896,7 @@ impl QLinear {
 /// A weight block format the kernels run, and the activation blocks it is dotted with.
 trait Format: Copy + Sync {
     type Act: Copy + Default + Send + Sync;
-    fn quantize(x: &[f32], out: &mut [Self::Act]);
+    fn quantize(isa: Isa, x: &[f32], out: &mut [Self::Act]);
     /// `(d, s)` of an activation block (`s` = d·Σq, or 0 when the format needs none).
     fn act_scales(a: &Self::Act, t: &[f32]) -> (f32, f32);
     fn dot(isa: Isa, w: &[Self], a: &[Self::Act]) -> f32;
@@ -879,7 +950,13 @@ trait Format: Copy + Sync {
 
 impl Format for BlockQ4_1 {
     type Act = BlockQ8_1;
-    fn quantize(x: &[f32], out: &mut [BlockQ8_1]) {
+    fn quantize(isa: Isa, x: &[f32], out: &mut [BlockQ8_1]) {
+        #[cfg(target_arch = "x86_64")]
+        if isa.avx2() {
+            // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C.
+            return unsafe { avx2::quantize_q8_1(x, out) };
+        }
+        let _ = isa;
         quantize_q8_1(x, out)
     }
     fn act_scales(a: &BlockQ8_1, t: &[f32]) -> (f32, f32) {
@@ -907,7 +984,13 @@ impl Format for BlockQ4_1 {
 
 impl Format for BlockQ8_0 {
     type Act = BlockQ8_0;
-    fn quantize(x: &[f32], out: &mut [BlockQ8_0]) {
+    fn quantize(isa: Isa, x: &[f32], out: &mut [BlockQ8_0]) {
+        #[cfg(target_arch = "x86_64")]
+        if isa.avx2() {
+            // SAFETY: as for Q8_1.
+            return unsafe { avx2::quantize_q8_0(x, out) };
+        }
+        let _ = isa;
         quantize_q8_0(x, out)
     }
     fn act_scales(a: &BlockQ8_0, t: &[f32]) -> (f32, f32) {
@@ -959,8 +1042,15 @@ fn rows_times<F: Format>(isa: Isa, w: &[F], x: &[f32], m: usize, k: usize, out: 
     let kb = k / QK;
     let n_out = w.len() / kb;
     let mut q = vec![F::Act::default(); m * kb];
-    for (row, q) in x.chunks_exact(k).zip(q.chunks_exact_mut(kb)) {
-        F::quantize(row, q);
+    if m < ACT_ROWS_PER_TASK {
+        for (row, q) in x.chunks_exact(k).zip(q.chunks_exact_mut(kb)) {
+            F::quantize(isa, row, q);
+        }
+    } else {
+        x.par_chunks_exact(k)
+            .zip(q.par_chunks_exact_mut(kb))
+            .with_min_len(ACT_ROWS_PER_TASK / 2)
+            .for_each(|(row, q)| F::quantize(isa, row, q));
     }
     if m == 1 {
         out.par_chunks_mut(ROWS_PER_TASK)
@@ -1156,6 +1246,35 @@ pub(crate) mod tests {
     /// A row's output is the same, bit for bit, alone (the dot products) and among others (the
     /// tiles, either split): decoding answers together changes none of their numbers, and a
     /// prefill chunk's matmuls give each row what a one-row step would.
+    #[test]
+    fn the_vector_quantisers_equal_the_scalar_ones() {
+        let mut rng = Lcg(21);
+        // Random blocks at several scales, an all-zero block, and blocks whose max is 127 so
+        // that x / d lands on halves (rounded away from zero, not to even).
+        let mut x: Vec<f32> = [1e-3f32, 1.0, 300.0]
+            .iter()
+            .flat_map(|s| rng.vec(8 * QK).into_iter().map(move |v| v * s))
+            .collect();
+        x.extend([0.0; QK]);
+        for sign in [1.0f32, -1.0] {
+            x.push(127.0 * sign);
+            x.extend((1..QK).map(|i| sign * (i as f32 * 4.0 - 0.5)));
+        }
+        let blocks = x.len() / QK;
+        for isa in Isa::available().into_iter().filter(|i| i.avx2()) {
+            let (mut a0, mut b0) = (vec![BlockQ8_0 { d: 0, qs: [0; QK] }; blocks], vec![]);
+            b0.resize(blocks, a0[0]);
+            quantize_q8_0(&x, &mut a0);
+            BlockQ8_0::quantize(isa, &x, &mut b0);
+            assert_eq!(a0, b0, "{isa:?} q8_0");
+            let mut a1 = vec![BlockQ8_1::default(); blocks];
+            let mut b1 = vec![BlockQ8_1::default(); blocks];
+            quantize_q8_1(&x, &mut a1);
+            BlockQ4_1::quantize(isa, &x, &mut b1);
+            assert_eq!(a1, b1, "{isa:?} q8_1");
+        }
+    }
+
     #[test]
     fn a_row_gives_the_same_bits_alone_and_in_a_batch() {
         let mut r = Lcg(31);
