@@ -228,6 +228,84 @@ fn blocks<T: Copy + Default>(bytes: &[u8]) -> Option<Vec<T>> {
     Some(out)
 }
 
+/// Eight weight rows' Q4_1 blocks at the same position, interleaved for the panel kernel: each
+/// row's `d` and `m` (f16), then four 32-byte chunks of nibbles. Chunk `c` holds, in 32-bit lane
+/// `k` (bytes 4k..4k+4), row k's elements `4c..4c+4` in its low nibbles and `4(c+4)..4(c+4)+4`
+/// in its high ones; so one load and a mask (or a shift and a mask) gives a vector whose lane k
+/// is row k's four weights of one group of four, ready for a byte dot product with the same
+/// four activations broadcast to every lane. 160 bytes, as the eight blocks were.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PanelQ4_1 {
+    pub d: [u16; 8],
+    pub m: [u16; 8],
+    pub qs: [u8; 128],
+}
+
+const _: () = assert!(std::mem::size_of::<PanelQ4_1>() == 8 * std::mem::size_of::<BlockQ4_1>());
+
+/// Element `e` (0..32) of a Q4_1 block.
+fn q4_1_nibble(b: &BlockQ4_1, e: usize) -> u8 {
+    match e < QK / 2 {
+        true => b.qs[e] & 0x0F,
+        false => b.qs[e - QK / 2] >> 4,
+    }
+}
+
+impl PanelQ4_1 {
+    /// The panel of eight rows' blocks.
+    fn new(rows: [&BlockQ4_1; 8]) -> PanelQ4_1 {
+        let mut qs = [0u8; 128];
+        for c in 0..4 {
+            for (k, row) in rows.iter().enumerate() {
+                for i in 0..4 {
+                    let lo = q4_1_nibble(row, 4 * c + i);
+                    let hi = q4_1_nibble(row, 4 * (c + 4) + i);
+                    qs[32 * c + 4 * k + i] = lo | (hi << 4);
+                }
+            }
+        }
+        PanelQ4_1 {
+            d: rows.map(|b| b.d),
+            m: rows.map(|b| b.m),
+            qs,
+        }
+    }
+
+    /// Row `k`'s block back out of the panel.
+    fn block(&self, k: usize) -> BlockQ4_1 {
+        let element = |e: usize| {
+            let (g, i) = (e / 4, e % 4);
+            let byte = self.qs[32 * (g % 4) + 4 * k + i];
+            if g < 4 {
+                byte & 0x0F
+            } else {
+                byte >> 4
+            }
+        };
+        BlockQ4_1 {
+            d: self.d[k],
+            m: self.m[k],
+            qs: std::array::from_fn(|j| element(j) | (element(j + QK / 2) << 4)),
+        }
+    }
+}
+
+/// A matrix of `kb` blocks per row (rows a multiple of 8) as panels: panel `p` (rows 8p..8p+8)
+/// holds its `kb` blocks one after another.
+fn to_panels(w: &[BlockQ4_1], kb: usize) -> Vec<PanelQ4_1> {
+    let panels = w.len() / kb / 8;
+    let mut out = Vec::with_capacity(panels * kb);
+    for p in 0..panels {
+        for b in 0..kb {
+            out.push(PanelQ4_1::new(std::array::from_fn(|k| {
+                &w[(8 * p + k) * kb + b]
+            })));
+        }
+    }
+    out
+}
+
 /// ggml's `quantize_row_q8_0`.
 pub fn quantize_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
     for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
@@ -546,6 +624,112 @@ mod avx2 {
         out
     }
 
+    /// One panel (eight weight rows, `kb` blocks from `w`) × `C` activation rows (row c's
+    /// blocks at `a + c·kb`, their `d` and `s` at `ad`/`s + c·kb`): lane k of result c is weight
+    /// row k · activation row c. Per block, the four-byte groups of the eight rows are dotted
+    /// with the activation's group broadcast to every lane, so lane k ends with row k's exact
+    /// integer sum for the block (VNNI: `vpdpbusd` accumulates in i32; else `maddubs` pairs
+    /// accumulate in i16, at most 8·2·15·127 = 30,480, then one `madd`); then `acc += (d_w·d_a)
+    /// · sum` and `acc += m_w · s_a`. Each output's arithmetic is the same whatever `C` is.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn panel_tile<const C: usize, const VNNI: bool>(
+        w: *const PanelQ4_1,
+        kb: usize,
+        a: *const BlockQ8_1,
+        ad: *const f32,
+        s: *const f32,
+    ) -> [__m256; C] {
+        let low = _mm256_set1_epi8(0x0F);
+        let mut acc = [_mm256_setzero_ps(); C];
+        for b in 0..kb {
+            let p = &*w.add(b);
+            let mut isum = [_mm256_setzero_si256(); C];
+            for c4 in 0..4 {
+                let chunk = _mm256_loadu_si256(p.qs.as_ptr().add(32 * c4) as *const __m256i);
+                let halves = [
+                    _mm256_and_si256(chunk, low),
+                    _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low),
+                ];
+                for (h, wq) in halves.into_iter().enumerate() {
+                    let g = c4 + 4 * h;
+                    for c in 0..C {
+                        let ap = (*a.add(c * kb + b)).qs.as_ptr().add(4 * g) as *const i32;
+                        let av = _mm256_set1_epi32(ap.read_unaligned());
+                        isum[c] = if VNNI {
+                            let mut acc = isum[c];
+                            std::arch::asm!(
+                                "{{vex}} vpdpbusd {acc}, {u}, {s}",
+                                acc = inout(ymm_reg) acc,
+                                u = in(ymm_reg) wq,
+                                s = in(ymm_reg) av,
+                                options(pure, nomem, nostack, preserves_flags),
+                            );
+                            acc
+                        } else {
+                            _mm256_add_epi16(isum[c], _mm256_maddubs_epi16(wq, av))
+                        };
+                    }
+                }
+            }
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(p.d.as_ptr() as *const __m128i));
+            let mw = _mm256_cvtph_ps(_mm_loadu_si128(p.m.as_ptr() as *const __m128i));
+            for c in 0..C {
+                let i32s = match VNNI {
+                    true => isum[c],
+                    false => _mm256_madd_epi16(isum[c], _mm256_set1_epi16(1)),
+                };
+                let dd = _mm256_mul_ps(dw, _mm256_set1_ps(*ad.add(c * kb + b)));
+                acc[c] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(i32s), acc[c]);
+                acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*s.add(c * kb + b)), acc[c]);
+            }
+        }
+        acc
+    }
+
+    /// Panels `ps` of `w` × activation rows `is`, into `o[(i − is.start)·n_out + 8p + k]`.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C (and AVX-VNNI with `VNNI`); `ps` within `w`'s panels, `is` within
+    /// `acts`' rows, and `o` valid for those outputs.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn panels_q4_1<const VNNI: bool>(
+        w: &[PanelQ4_1],
+        acts: &PanelActs,
+        ps: std::ops::Range<usize>,
+        is: std::ops::Range<usize>,
+        o: *mut f32,
+        n_out: usize,
+    ) {
+        let kb = acts.kb;
+        assert!(ps.end * kb <= w.len() && is.end * kb <= acts.q.len());
+        for p in ps {
+            let wp = w.as_ptr().add(p * kb);
+            for i in is.clone().step_by(TILE_A) {
+                let (a, ad, s) = (
+                    acts.q.as_ptr().add(i * kb),
+                    acts.d.as_ptr().add(i * kb),
+                    acts.s.as_ptr().add(i * kb),
+                );
+                let at = o.add((i - is.start) * n_out + 8 * p);
+                macro_rules! go {
+                    ($c:literal) => {{
+                        let t = panel_tile::<$c, VNNI>(wp, kb, a, ad, s);
+                        for (c, v) in t.iter().enumerate() {
+                            _mm256_storeu_ps(at.add(c * n_out), *v);
+                        }
+                    }};
+                }
+                match TILE_A.min(is.end - i) {
+                    4 => go!(4),
+                    3 => go!(3),
+                    2 => go!(2),
+                    _ => go!(1),
+                }
+            }
+        }
+    }
+
     /// The tiles of [`Format::rows`] for one format: weight rows `R` at a time (its tile's
     /// height), activation rows [`TILE_A`] at a time, the last tiles of each smaller.
     macro_rules! rows {
@@ -694,6 +878,8 @@ impl Isa {
 
 enum Weights {
     Q4_1(Vec<BlockQ4_1>),
+    /// Q4_1 in panels of eight rows, for the AVX2 panel kernel (rows a multiple of 8).
+    Q4_1x8(Vec<PanelQ4_1>),
     Q8_0(Vec<BlockQ8_0>),
 }
 
@@ -738,9 +924,20 @@ impl QLinear {
         };
         let n_blocks = match &weights {
             Weights::Q4_1(w) => w.len(),
+            Weights::Q4_1x8(w) => 8 * w.len(),
             Weights::Q8_0(w) => w.len(),
         };
-        (n_blocks == n_out * k / QK).then_some(QLinear {
+        if n_blocks != n_out * k / QK {
+            return None;
+        }
+        let weights = match weights {
+            // With AVX2, Q4_1 runs in panels of eight rows where the rows allow it.
+            Weights::Q4_1(w) if isa.avx2() && n_out % 8 == 0 => {
+                Weights::Q4_1x8(to_panels(&w, k / QK))
+            }
+            w => w,
+        };
+        Some(QLinear {
             weights,
             n_out,
             k,
@@ -781,6 +978,16 @@ impl QLinear {
                     }
                 }
             }
+            Weights::Q4_1x8(w) => {
+                let panel = &w[j / 8 * kb..(j / 8 + 1) * kb];
+                for (p, o) in panel.iter().zip(out.chunks_exact_mut(QK)) {
+                    let b = p.block(j % 8);
+                    let (d, m) = (h(t, b.d), h(t, b.m));
+                    for (e, v) in o.iter_mut().enumerate() {
+                        *v = d * q4_1_nibble(&b, e) as f32 + m;
+                    }
+                }
+            }
             Weights::Q8_0(w) => {
                 for (b, o) in w[j * kb..(j + 1) * kb].iter().zip(out.chunks_exact_mut(QK)) {
                     let d = h(t, b.d);
@@ -811,6 +1018,7 @@ impl QLinear {
         assert_eq!(out.len(), m * self.n_out);
         match &self.weights {
             Weights::Q4_1(w) => rows_times(self.isa, w, x, m, self.k, out),
+            Weights::Q4_1x8(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::Q8_0(w) => rows_times(self.isa, w, x, m, self.k, out),
         }
     }
@@ -853,6 +1061,15 @@ impl QLinear {
                     w.extend(more);
                 }
                 Weights::Q4_1(w)
+            }
+            Weights::Q4_1x8(mut w) => {
+                for p in all {
+                    let Weights::Q4_1x8(more) = p.weights else {
+                        return None;
+                    };
+                    w.extend(more);
+                }
+                Weights::Q4_1x8(w)
             }
             Weights::Q8_0(mut w) => {
                 for p in all {
@@ -1032,15 +1249,10 @@ const TILE_A: usize = 4;
 /// Activation rows per task when a call has many (a prefill chunk).
 const ACT_ROWS_PER_TASK: usize = 32;
 
-/// Every weight row (of `w`, `k / 32` blocks each) dotted with every row of `x` (`m × k`,
-/// quantised once) into `out` (`m × n_out`). One row (decode): the weight rows are split across
-/// rayon's pool, one dot product each. A few rows (a batched decode): still split by weight rows,
-/// in tiles of 2 weight rows × 4 activation rows, and gathered back. Many rows (prefill): the
-/// activation rows are split instead, each task writing its own output rows while each pair of
-/// weight rows, read once per task, stays in L1 for all of the task's rows.
-fn rows_times<F: Format>(isa: Isa, w: &[F], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
+/// The `m` rows of `x` (`k` wide) quantised for format `F`; across the threads when there are
+/// many.
+fn quantize_rows<F: Format>(isa: Isa, x: &[f32], m: usize, k: usize) -> Vec<F::Act> {
     let kb = k / QK;
-    let n_out = w.len() / kb;
     let mut q = vec![F::Act::default(); m * kb];
     if m < ACT_ROWS_PER_TASK {
         for (row, q) in x.chunks_exact(k).zip(q.chunks_exact_mut(kb)) {
@@ -1052,6 +1264,93 @@ fn rows_times<F: Format>(isa: Isa, w: &[F], x: &[f32], m: usize, k: usize, out: 
             .with_min_len(ACT_ROWS_PER_TASK / 2)
             .for_each(|(row, q)| F::quantize(isa, row, q));
     }
+    q
+}
+
+/// A pointer the tasks of one matmul share, each writing outputs no other task writes.
+struct SharedOut(*mut f32);
+// SAFETY: only used by `panels_times`, whose tasks write disjoint elements (see there).
+unsafe impl Sync for SharedOut {}
+
+/// Panels (of `w`) per task when a call splits the weight rows: 64 rows, as `ROWS_PER_TASK`.
+const PANELS_PER_TASK: usize = ROWS_PER_TASK / 8;
+
+/// [`rows_times`] for Q4_1 in panels of eight rows (AVX2 only: panels are only made then). Every
+/// split runs the same panel kernel, which sums each output in the same order whatever rows are
+/// beside it, so a row's output is the same alone, in a batch or in a prefill chunk.
+fn panels_times(isa: Isa, w: &[PanelQ4_1], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
+    let kb = k / QK;
+    let n_out = w.len() / kb * 8;
+    let q = quantize_rows::<BlockQ4_1>(isa, x, m, k);
+    let t = f16_table();
+    let (d, s): (Vec<f32>, Vec<f32>) = q.iter().map(|a| (h(t, a.d), h(t, a.s))).unzip();
+    let acts = PanelActs { q, d, s, kb };
+    let panels = n_out / 8;
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2() {
+        let run = |ps: std::ops::Range<usize>, is: std::ops::Range<usize>, o: *mut f32| {
+            // SAFETY: AVX2, FMA and F16C (and AVX-VNNI for `AvxVnni`) are present (`avx2()`);
+            // `ps` and `is` are within the panels and rows, and `o` points at the output of row
+            // `is.start` (column 0) of a row-major buffer `n_out` wide holding rows `is`.
+            unsafe {
+                match isa == Isa::AvxVnni {
+                    true => avx2::panels_q4_1::<true>(w, &acts, ps, is, o, n_out),
+                    false => avx2::panels_q4_1::<false>(w, &acts, ps, is, o, n_out),
+                }
+            }
+        };
+        if m >= 2 * ACT_ROWS_PER_TASK {
+            // Many rows: each task its own activation rows (and so its own output rows).
+            out.par_chunks_mut(ACT_ROWS_PER_TASK * n_out)
+                .enumerate()
+                .for_each(|(task, chunk)| {
+                    let first = task * ACT_ROWS_PER_TASK;
+                    let rows = chunk.len() / n_out;
+                    run(0..panels, first..first + rows, chunk.as_mut_ptr());
+                });
+        } else {
+            // A few rows: each task its own panels, i.e. its own 64 columns of every row.
+            assert_eq!(out.len(), m * n_out);
+            let o = SharedOut(out.as_mut_ptr());
+            let o = &o;
+            (0..panels.div_ceil(PANELS_PER_TASK))
+                .into_par_iter()
+                .for_each(|task| {
+                    let ps = task * PANELS_PER_TASK..((task + 1) * PANELS_PER_TASK).min(panels);
+                    run(ps, 0..m, o.0);
+                });
+        }
+        return;
+    }
+    // Panels are only made for AVX2; should one reach here, the scalar dot product per pair.
+    for (i, row) in out.chunks_exact_mut(n_out).enumerate() {
+        let a = &acts.q[i * kb..(i + 1) * kb];
+        for (j, o) in row.iter_mut().enumerate() {
+            let blocks: Vec<BlockQ4_1> = (0..kb).map(|b| w[j / 8 * kb + b].block(j % 8)).collect();
+            *o = dot_q4_1_q8_1_scalar(&blocks, a);
+        }
+    }
+}
+
+/// Quantised activation rows for the panel kernel, with their blocks' `d` and `s` as f32
+/// (row-major, `kb` per row).
+struct PanelActs {
+    q: Vec<BlockQ8_1>,
+    d: Vec<f32>,
+    s: Vec<f32>,
+    kb: usize,
+}
+
+/// Every weight row (of `w`, `k / 32` blocks each) dotted with every row of `x` (`m × k`,
+/// quantised once) into `out` (`m × n_out`). One row (decode): the weight rows are split across
+/// rayon's pool, one dot product each. A few rows (a batched decode): still split by weight rows,
+/// in tiles of 2 weight rows × 4 activation rows, and gathered back. Many rows (prefill): the
+/// activation rows are split instead, each task writing its own output rows while each pair of
+/// weight rows, read once per task, stays in L1 for all of the task's rows.
+fn rows_times<F: Format>(isa: Isa, w: &[F], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
+    let kb = k / QK;
+    let n_out = w.len() / kb;
+    let q = quantize_rows::<F>(isa, x, m, k);
     if m == 1 {
         out.par_chunks_mut(ROWS_PER_TASK)
             .enumerate()
@@ -1116,6 +1415,20 @@ fn rows_times<F: Format>(isa: Isa, w: &[F], x: &[f32], m: usize, k: usize, out: 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    impl QLinear {
+        /// Row `j`'s Q4_1 blocks, from either layout.
+        fn q4_1_row(&self, j: usize) -> Option<Vec<BlockQ4_1>> {
+            let kb = self.k / QK;
+            match &self.weights {
+                Weights::Q4_1(w) => Some(w[j * kb..(j + 1) * kb].to_vec()),
+                Weights::Q4_1x8(w) => {
+                    Some((0..kb).map(|b| w[j / 8 * kb + b].block(j % 8)).collect())
+                }
+                Weights::Q8_0(_) => None,
+            }
+        }
+    }
 
     /// A small deterministic generator (the tests need no `rand`).
     pub(crate) struct Lcg(pub u64);
@@ -1205,11 +1518,16 @@ pub(crate) mod tests {
     #[test]
     fn every_tile_equals_the_scalar_dot_products() {
         let mut r = Lcg(3);
-        // 7 weight rows (a last odd one), 49 blocks (ragged); 1–9 rows (decode, batched decode,
-        // every remainder of 4) and 70 (prefill, the last task short).
-        let (n_out, k) = (7, 49 * QK);
-        let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
-        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+        // 7 weight rows (a last odd one; no panels) and 136 (17 panels of 8 with AVX2: three
+        // tasks, the last short), 49 blocks (ragged); 1–9 rows (decode, batched decode, every
+        // remainder of 4) and 70 (prefill, the last task short).
+        let k = 49 * QK;
+        for (n_out, dtype) in [
+            (7, GgmlDType::Q4_1),
+            (7, GgmlDType::Q8_0),
+            (136, GgmlDType::Q4_1),
+        ] {
+            let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
             let q = QTensor::quantize(&wt, dtype).unwrap();
             for m in (1..=9).chain([70]) {
                 let x = r.vec(m * k);
@@ -1221,10 +1539,11 @@ pub(crate) mod tests {
                         let xs = &x[i * k..(i + 1) * k];
                         for (j, &v) in row.iter().enumerate() {
                             let want = match &lin.weights {
-                                Weights::Q4_1(w) => {
+                                Weights::Q4_1(_) | Weights::Q4_1x8(_) => {
                                     let mut a = vec![BlockQ8_1::default(); k / QK];
                                     quantize_q8_1(xs, &mut a);
-                                    dot_q4_1_q8_1_scalar(&w[j * 49..(j + 1) * 49], &a)
+                                    let w = lin.q4_1_row(j).unwrap();
+                                    dot_q4_1_q8_1_scalar(&w, &a)
                                 }
                                 Weights::Q8_0(w) => {
                                     let mut a = vec![BlockQ8_0::default(); k / QK];
@@ -1278,7 +1597,14 @@ pub(crate) mod tests {
     #[test]
     fn a_row_gives_the_same_bits_alone_and_in_a_batch() {
         let mut r = Lcg(31);
-        let (n_out, k) = (11, 576);
+        for n_out in [11, 136] {
+            a_row_gives_the_same_bits(&mut r, n_out);
+        }
+    }
+
+    /// [`a_row_gives_the_same_bits_alone_and_in_a_batch`] for `n_out` weight rows (136: panels).
+    fn a_row_gives_the_same_bits(r: &mut Lcg, n_out: usize) {
+        let k = 576;
         let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
         for dtype in [
             GgmlDType::Q4_1,
@@ -1313,9 +1639,16 @@ pub(crate) mod tests {
     /// the order of float additions.
     #[test]
     fn the_matmul_equals_candles_on_the_same_weights() {
-        use candle_core::Module;
         let mut r = Lcg(11);
-        let (n_out, k) = (70, 576);
+        // 70 rows (no panels) and 72 (panels of 8 with AVX2).
+        for n_out in [70, 72] {
+            the_matmul_equals_candles(&mut r, n_out);
+        }
+    }
+
+    fn the_matmul_equals_candles(r: &mut Lcg, n_out: usize) {
+        use candle_core::Module;
+        let k = 576;
         let w = r.vec(n_out * k);
         let wt = Tensor::from_vec(w, (n_out, k), &Device::Cpu).unwrap();
         // 1 row (decode), 5 (split by weight rows), 37 (prefill: split by activation rows,
@@ -1389,7 +1722,8 @@ pub(crate) mod tests {
 
     #[test]
     fn rows_dequantise_like_candle() {
-        let wt = Tensor::from_vec(Lcg(9).vec(6 * 64), (6, 64), &Device::Cpu).unwrap();
+        // 16 rows: in panels of 8 with AVX2.
+        let wt = Tensor::from_vec(Lcg(9).vec(16 * 64), (16, 64), &Device::Cpu).unwrap();
         for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
             let q = QTensor::quantize(&wt, dtype).unwrap();
             let theirs = q
@@ -1397,19 +1731,18 @@ pub(crate) mod tests {
                 .unwrap()
                 .to_vec2::<f32>()
                 .unwrap();
-            let lin = QLinear::from_qtensor(&q, Isa::Scalar).unwrap();
-            let ours = lin
-                .rows(&[4, 0, 4])
-                .unwrap()
-                .unwrap()
-                .to_vec2::<f32>()
-                .unwrap();
-            assert_eq!(
-                ours,
-                vec![theirs[4].clone(), theirs[0].clone(), theirs[4].clone()],
-                "{dtype:?}"
-            );
-            assert!(lin.rows(&[6]).is_none());
+            for isa in Isa::available() {
+                let lin = QLinear::from_qtensor(&q, isa).unwrap();
+                let ours = lin
+                    .rows(&[12, 0, 12, 9])
+                    .unwrap()
+                    .unwrap()
+                    .to_vec2::<f32>()
+                    .unwrap();
+                let want = [12, 0, 12, 9].map(|j| theirs[j].clone()).to_vec();
+                assert_eq!(ours, want, "{dtype:?} {isa:?}");
+                assert!(lin.rows(&[16]).is_none());
+            }
         }
     }
 
@@ -1450,7 +1783,8 @@ pub(crate) mod tests {
     #[test]
     fn the_repacked_formats_multiply_like_their_weights() {
         let mut r = Lcg(23);
-        let (n_out, k) = (9, 768);
+        // 16 rows: Q4_0 and Q4_K repacked into Q4_1 go on into panels with AVX2.
+        let (n_out, k) = (16, 768);
         let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
         for dtype in [
             GgmlDType::Q4_0,
