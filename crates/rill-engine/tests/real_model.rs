@@ -105,11 +105,21 @@ fn greedy_outputs_match_llama_cpp() {
             );
             assert_eq!(out.text, case.completion_text, "{}: text", case.name);
         }
-        assert!(
-            same >= 5,
-            "{}: only {same} of {n} tokens match llama.cpp",
-            case.name
-        );
+        if same < n {
+            // Free-running answers may part only where llama.cpp's next token is a near-tie
+            // with ours (float order decides those; the teacher-forced test below checks every
+            // later step too).
+            let gap = common::greedy_gap(
+                &case.prompt_ids,
+                &case.completion_ids[..same],
+                case.completion_ids[same],
+            );
+            assert!(
+                gap < common::NEAR_TIE,
+                "{}: parts from llama.cpp at token {same}, where its choice is {gap} below ours",
+                case.name
+            );
+        }
         if case.name == "capital" {
             assert_eq!(
                 same, n,

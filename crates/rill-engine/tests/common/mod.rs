@@ -48,3 +48,15 @@ pub fn assert_greedy_continuation(context: &[u32], rest: &[u32]) {
         logits = model.weights.forward(&[t], &mut cache).unwrap();
     }
 }
+
+/// How far `token` is below the most likely next token after `context` + `prefix` (0 when it is
+/// the most likely), running the model directly.
+pub fn greedy_gap(context: &[u32], prefix: &[u32], token: u32) -> f32 {
+    let model =
+        rill_engine::model::Model::load(&model_path(), &candle_core::Device::Cpu, None).unwrap();
+    let mut cache = rill_engine::model::KvCache::new();
+    let all: Vec<u32> = context.iter().chain(prefix).copied().collect();
+    let logits = model.weights.forward(&all, &mut cache).unwrap();
+    let best = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    best - logits[token as usize]
+}
