@@ -291,16 +291,131 @@ impl PanelQ4_1 {
     }
 }
 
+/// Eight weight rows' Q8_0 blocks at the same position, interleaved like [`PanelQ4_1`]: 32-bit
+/// lane `k` of the 32 bytes at `qs[32g..]` holds row k's elements `4g..4g+4`; `sum[k]` is the
+/// sum of row k's 32 bytes (the activations go in offset by 128 as unsigned bytes, and
+/// `128·sum` takes the offset back out). 288 bytes for eight blocks of 34.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PanelQ8_0 {
+    pub d: [u16; 8],
+    pub sum: [i16; 8],
+    pub qs: [i8; 256],
+}
+
+impl PanelQ8_0 {
+    fn new(rows: [&BlockQ8_0; 8]) -> PanelQ8_0 {
+        let mut qs = [0i8; 256];
+        for g in 0..8 {
+            for (k, row) in rows.iter().enumerate() {
+                qs[32 * g + 4 * k..][..4].copy_from_slice(&row.qs[4 * g..4 * g + 4]);
+            }
+        }
+        PanelQ8_0 {
+            d: rows.map(|b| b.d),
+            sum: rows.map(|b| b.qs.iter().map(|&q| q as i16).sum()),
+            qs,
+        }
+    }
+
+    fn block(&self, k: usize) -> BlockQ8_0 {
+        BlockQ8_0 {
+            d: self.d[k],
+            qs: std::array::from_fn(|e| self.qs[32 * (e / 4) + 4 * k + e % 4]),
+        }
+    }
+}
+
+/// The blocks of eight rows at one position, interleaved for a panel kernel.
+trait Panel: Copy + Send + Sync + Sized {
+    /// The format of one row's block.
+    type Block: Format;
+    fn new(rows: [&Self::Block; 8]) -> Self;
+    /// Row `k`'s block.
+    fn block(&self, k: usize) -> Self::Block;
+    /// Quantised activations as the kernel reads them.
+    fn prepare(_acts: &mut [<Self::Block as Format>::Act]) {}
+    /// Panels `ps` × activation rows `is` into `o` (see `avx2::panels`).
+    ///
+    /// # Safety
+    /// As `avx2::panels`.
+    #[cfg(target_arch = "x86_64")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run(
+        vnni: bool,
+        w: &[Self],
+        acts: &PanelActs<<Self::Block as Format>::Act>,
+        ps: std::ops::Range<usize>,
+        is: std::ops::Range<usize>,
+        o: *mut f32,
+        n_out: usize,
+    );
+}
+
+impl Panel for PanelQ4_1 {
+    type Block = BlockQ4_1;
+    fn new(rows: [&BlockQ4_1; 8]) -> Self {
+        PanelQ4_1::new(rows)
+    }
+    fn block(&self, k: usize) -> BlockQ4_1 {
+        PanelQ4_1::block(self, k)
+    }
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn run(
+        vnni: bool,
+        w: &[Self],
+        acts: &PanelActs<BlockQ8_1>,
+        ps: std::ops::Range<usize>,
+        is: std::ops::Range<usize>,
+        o: *mut f32,
+        n_out: usize,
+    ) {
+        match vnni {
+            true => avx2::panels_q4_1::<true>(w, acts, ps, is, o, n_out),
+            false => avx2::panels_q4_1::<false>(w, acts, ps, is, o, n_out),
+        }
+    }
+}
+
+impl Panel for PanelQ8_0 {
+    type Block = BlockQ8_0;
+    fn new(rows: [&BlockQ8_0; 8]) -> Self {
+        PanelQ8_0::new(rows)
+    }
+    fn block(&self, k: usize) -> BlockQ8_0 {
+        PanelQ8_0::block(self, k)
+    }
+    fn prepare(acts: &mut [BlockQ8_0]) {
+        // q + 128 as an unsigned byte: the top bit flipped.
+        for a in acts {
+            for q in a.qs.iter_mut() {
+                *q ^= i8::MIN;
+            }
+        }
+    }
+    /// Only made with AVX-VNNI (`vnni` is true).
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn run(
+        _vnni: bool,
+        w: &[Self],
+        acts: &PanelActs<BlockQ8_0>,
+        ps: std::ops::Range<usize>,
+        is: std::ops::Range<usize>,
+        o: *mut f32,
+        n_out: usize,
+    ) {
+        avx2::panels_q8_0::<true>(w, acts, ps, is, o, n_out)
+    }
+}
+
 /// A matrix of `kb` blocks per row (rows a multiple of 8) as panels: panel `p` (rows 8p..8p+8)
 /// holds its `kb` blocks one after another.
-fn to_panels(w: &[BlockQ4_1], kb: usize) -> Vec<PanelQ4_1> {
+fn to_panels<P: Panel>(w: &[P::Block], kb: usize) -> Vec<P> {
     let panels = w.len() / kb / 8;
     let mut out = Vec::with_capacity(panels * kb);
     for p in 0..panels {
         for b in 0..kb {
-            out.push(PanelQ4_1::new(std::array::from_fn(|k| {
-                &w[(8 * p + k) * kb + b]
-            })));
+            out.push(P::new(std::array::from_fn(|k| &w[(8 * p + k) * kb + b])));
         }
     }
     out
@@ -687,48 +802,101 @@ mod avx2 {
         acc
     }
 
-    /// Panels `ps` of `w` × activation rows `is`, into `o[(i − is.start)·n_out + 8p + k]`.
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C (and AVX-VNNI with `VNNI`); `ps` within `w`'s panels, `is` within
-    /// `acts`' rows, and `o` valid for those outputs.
+    /// One panel of Q8_0 (eight weight rows) × `C` activation rows (as [`panel_tile`]; the
+    /// activations' bytes offset by 128, see `Panel::prepare`; AVX-VNNI only, since `maddubs`
+    /// pairs of 255·127 would saturate i16): lane k sums `(a + 128)·w` over the block with
+    /// `vpdpbusd`, takes `128·Σw` back out (exact integers), then `acc += (d_w·d_a) · sum`.
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn panels_q4_1<const VNNI: bool>(
-        w: &[PanelQ4_1],
-        acts: &PanelActs,
-        ps: std::ops::Range<usize>,
-        is: std::ops::Range<usize>,
-        o: *mut f32,
-        n_out: usize,
-    ) {
-        let kb = acts.kb;
-        assert!(ps.end * kb <= w.len() && is.end * kb <= acts.q.len());
-        for p in ps {
-            let wp = w.as_ptr().add(p * kb);
-            for i in is.clone().step_by(TILE_A) {
-                let (a, ad, s) = (
-                    acts.q.as_ptr().add(i * kb),
-                    acts.d.as_ptr().add(i * kb),
-                    acts.s.as_ptr().add(i * kb),
-                );
-                let at = o.add((i - is.start) * n_out + 8 * p);
-                macro_rules! go {
-                    ($c:literal) => {{
-                        let t = panel_tile::<$c, VNNI>(wp, kb, a, ad, s);
-                        for (c, v) in t.iter().enumerate() {
-                            _mm256_storeu_ps(at.add(c * n_out), *v);
-                        }
-                    }};
-                }
-                match TILE_A.min(is.end - i) {
-                    4 => go!(4),
-                    3 => go!(3),
-                    2 => go!(2),
-                    _ => go!(1),
+    unsafe fn panel_tile_q8_0<const C: usize, const VNNI: bool>(
+        w: *const PanelQ8_0,
+        kb: usize,
+        a: *const BlockQ8_0,
+        ad: *const f32,
+        _s: *const f32,
+    ) -> [__m256; C] {
+        let mut acc = [_mm256_setzero_ps(); C];
+        for b in 0..kb {
+            let p = &*w.add(b);
+            let mut isum = [_mm256_setzero_si256(); C];
+            for g in 0..8 {
+                let wq = _mm256_loadu_si256(p.qs.as_ptr().add(32 * g) as *const __m256i);
+                for c in 0..C {
+                    let ap = (*a.add(c * kb + b)).qs.as_ptr().add(4 * g) as *const i32;
+                    let av = _mm256_set1_epi32(ap.read_unaligned());
+                    let mut acc = isum[c];
+                    std::arch::asm!(
+                        "{{vex}} vpdpbusd {acc}, {u}, {s}",
+                        acc = inout(ymm_reg) acc,
+                        u = in(ymm_reg) av,
+                        s = in(ymm_reg) wq,
+                        options(pure, nomem, nostack, preserves_flags),
+                    );
+                    isum[c] = acc;
                 }
             }
+            let offset = _mm256_slli_epi32(
+                _mm256_cvtepi16_epi32(_mm_loadu_si128(p.sum.as_ptr() as *const __m128i)),
+                7,
+            );
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(p.d.as_ptr() as *const __m128i));
+            for c in 0..C {
+                let sums = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[c], offset));
+                let dd = _mm256_mul_ps(dw, _mm256_set1_ps(*ad.add(c * kb + b)));
+                acc[c] = _mm256_fmadd_ps(dd, sums, acc[c]);
+            }
         }
+        acc
     }
+
+    macro_rules! panels {
+        ($name:ident, $tile:ident, $p:ty, $a:ty) => {
+            /// Panels `ps` of `w` × activation rows `is`, into `o[(i − is.start)·n_out + 8p + k]`.
+            ///
+            /// # Safety
+            /// AVX2, FMA and F16C (and AVX-VNNI with `VNNI`); `ps` within `w`'s panels, `is`
+            /// within `acts`' rows, and `o` valid for those outputs.
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub unsafe fn $name<const VNNI: bool>(
+                w: &[$p],
+                acts: &PanelActs<$a>,
+                ps: std::ops::Range<usize>,
+                is: std::ops::Range<usize>,
+                o: *mut f32,
+                n_out: usize,
+            ) {
+                let kb = acts.kb;
+                assert!(ps.end * kb <= w.len() && is.end * kb <= acts.q.len());
+                for p in ps {
+                    let wp = w.as_ptr().add(p * kb);
+                    for i in is.clone().step_by(TILE_A) {
+                        let (a, ad, s) = (
+                            acts.q.as_ptr().add(i * kb),
+                            acts.d.as_ptr().add(i * kb),
+                            acts.s.as_ptr().add(i * kb),
+                        );
+                        let at = o.add((i - is.start) * n_out + 8 * p);
+                        macro_rules! go {
+                            ($c:literal) => {{
+                                let t = $tile::<$c, VNNI>(wp, kb, a, ad, s);
+                                for (c, v) in t.iter().enumerate() {
+                                    _mm256_storeu_ps(at.add(c * n_out), *v);
+                                }
+                            }};
+                        }
+                        match TILE_A.min(is.end - i) {
+                            4 => go!(4),
+                            3 => go!(3),
+                            2 => go!(2),
+                            _ => go!(1),
+                        }
+                    }
+                }
+            }
+        };
+    }
+    panels!(panels_q4_1, panel_tile, PanelQ4_1, BlockQ8_1);
+    panels!(panels_q8_0, panel_tile_q8_0, PanelQ8_0, BlockQ8_0);
 
     /// The tiles of [`Format::rows`] for one format: weight rows `R` at a time (its tile's
     /// height), activation rows [`TILE_A`] at a time, the last tiles of each smaller.
@@ -881,6 +1049,8 @@ enum Weights {
     /// Q4_1 in panels of eight rows, for the AVX2 panel kernel (rows a multiple of 8).
     Q4_1x8(Vec<PanelQ4_1>),
     Q8_0(Vec<BlockQ8_0>),
+    /// Q8_0 in panels of eight rows, for the AVX-VNNI panel kernel (rows a multiple of 8).
+    Q8_0x8(Vec<PanelQ8_0>),
 }
 
 /// A quantised weight matrix `[n_out, k]` (GGUF's row-major layout) that our kernels run.
@@ -924,16 +1094,21 @@ impl QLinear {
         };
         let n_blocks = match &weights {
             Weights::Q4_1(w) => w.len(),
-            Weights::Q4_1x8(w) => 8 * w.len(),
             Weights::Q8_0(w) => w.len(),
+            // Panels are made below, from the blocks checked here.
+            Weights::Q4_1x8(_) | Weights::Q8_0x8(_) => return None,
         };
         if n_blocks != n_out * k / QK {
             return None;
         }
         let weights = match weights {
-            // With AVX2, Q4_1 runs in panels of eight rows where the rows allow it.
+            // With AVX2, Q4_1 runs in panels of eight rows where the rows allow it; Q8_0 too
+            // with AVX-VNNI (without, its byte products would overflow the panel kernel's i16).
             Weights::Q4_1(w) if isa.avx2() && n_out % 8 == 0 => {
                 Weights::Q4_1x8(to_panels(&w, k / QK))
+            }
+            Weights::Q8_0(w) if isa == Isa::AvxVnni && n_out % 8 == 0 => {
+                Weights::Q8_0x8(to_panels(&w, k / QK))
             }
             w => w,
         };
@@ -988,6 +1163,16 @@ impl QLinear {
                     }
                 }
             }
+            Weights::Q8_0x8(w) => {
+                let panel = &w[j / 8 * kb..(j / 8 + 1) * kb];
+                for (p, o) in panel.iter().zip(out.chunks_exact_mut(QK)) {
+                    let b = p.block(j % 8);
+                    let d = h(t, b.d);
+                    for (v, q) in o.iter_mut().zip(&b.qs) {
+                        *v = d * *q as f32;
+                    }
+                }
+            }
             Weights::Q8_0(w) => {
                 for (b, o) in w[j * kb..(j + 1) * kb].iter().zip(out.chunks_exact_mut(QK)) {
                     let d = h(t, b.d);
@@ -1020,6 +1205,7 @@ impl QLinear {
             Weights::Q4_1(w) => rows_times(self.isa, w, x, m, self.k, out),
             Weights::Q4_1x8(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::Q8_0(w) => rows_times(self.isa, w, x, m, self.k, out),
+            Weights::Q8_0x8(w) => panels_times(self.isa, w, x, m, self.k, out),
         }
     }
 
@@ -1079,6 +1265,15 @@ impl QLinear {
                     w.extend(more);
                 }
                 Weights::Q8_0(w)
+            }
+            Weights::Q8_0x8(mut w) => {
+                for p in all {
+                    let Weights::Q8_0x8(more) = p.weights else {
+                        return None;
+                    };
+                    w.extend(more);
+                }
+                Weights::Q8_0x8(w)
             }
         };
         Some(QLinear {
@@ -1275,29 +1470,28 @@ unsafe impl Sync for SharedOut {}
 /// Panels (of `w`) per task when a call splits the weight rows: 64 rows, as `ROWS_PER_TASK`.
 const PANELS_PER_TASK: usize = ROWS_PER_TASK / 8;
 
-/// [`rows_times`] for Q4_1 in panels of eight rows (AVX2 only: panels are only made then). Every
-/// split runs the same panel kernel, which sums each output in the same order whatever rows are
-/// beside it, so a row's output is the same alone, in a batch or in a prefill chunk.
-fn panels_times(isa: Isa, w: &[PanelQ4_1], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
+/// [`rows_times`] for matrices in panels of eight rows (made only for AVX2: Q4_1, and Q8_0
+/// with AVX-VNNI). Every split runs the same panel kernel, which sums each output in the same
+/// order whatever rows are beside it, so a row's output is the same alone, in a batch or in a
+/// prefill chunk.
+fn panels_times<P: Panel>(isa: Isa, w: &[P], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
     let kb = k / QK;
     let n_out = w.len() / kb * 8;
-    let q = quantize_rows::<BlockQ4_1>(isa, x, m, k);
+    let q = quantize_rows::<P::Block>(isa, x, m, k);
     let t = f16_table();
-    let (d, s): (Vec<f32>, Vec<f32>) = q.iter().map(|a| (h(t, a.d), h(t, a.s))).unzip();
-    let acts = PanelActs { q, d, s, kb };
+    let (d, s): (Vec<f32>, Vec<f32>) = q.iter().map(|a| P::Block::act_scales(a, t)).unzip();
+    let mut acts = PanelActs { q, d, s, kb };
     let panels = n_out / 8;
     #[cfg(target_arch = "x86_64")]
     if isa.avx2() {
+        P::prepare(&mut acts.q);
+        let acts = &acts;
         let run = |ps: std::ops::Range<usize>, is: std::ops::Range<usize>, o: *mut f32| {
-            // SAFETY: AVX2, FMA and F16C (and AVX-VNNI for `AvxVnni`) are present (`avx2()`);
-            // `ps` and `is` are within the panels and rows, and `o` points at the output of row
-            // `is.start` (column 0) of a row-major buffer `n_out` wide holding rows `is`.
-            unsafe {
-                match isa == Isa::AvxVnni {
-                    true => avx2::panels_q4_1::<true>(w, &acts, ps, is, o, n_out),
-                    false => avx2::panels_q4_1::<false>(w, &acts, ps, is, o, n_out),
-                }
-            }
+            // SAFETY: AVX2, FMA and F16C (and AVX-VNNI for `AvxVnni`, the only ISA Q8_0 panels
+            // are made for) are present (`avx2()`); `ps` and `is` are within the panels and
+            // rows, and `o` points at the output of row `is.start` (column 0) of a row-major
+            // buffer `n_out` wide holding rows `is`.
+            unsafe { P::run(isa == Isa::AvxVnni, w, acts, ps, is, o, n_out) }
         };
         if m >= 2 * ACT_ROWS_PER_TASK {
             // Many rows: each task its own activation rows (and so its own output rows).
@@ -1309,7 +1503,8 @@ fn panels_times(isa: Isa, w: &[PanelQ4_1], x: &[f32], m: usize, k: usize, out: &
                     run(0..panels, first..first + rows, chunk.as_mut_ptr());
                 });
         } else {
-            // A few rows: each task its own panels, i.e. its own 64 columns of every row.
+            // A few rows: each task its own panels, i.e. its own 64 columns of every row, so
+            // no two tasks write the same element of `out`.
             assert_eq!(out.len(), m * n_out);
             let o = SharedOut(out.as_mut_ptr());
             let o = &o;
@@ -1326,16 +1521,16 @@ fn panels_times(isa: Isa, w: &[PanelQ4_1], x: &[f32], m: usize, k: usize, out: &
     for (i, row) in out.chunks_exact_mut(n_out).enumerate() {
         let a = &acts.q[i * kb..(i + 1) * kb];
         for (j, o) in row.iter_mut().enumerate() {
-            let blocks: Vec<BlockQ4_1> = (0..kb).map(|b| w[j / 8 * kb + b].block(j % 8)).collect();
-            *o = dot_q4_1_q8_1_scalar(&blocks, a);
+            let blocks: Vec<P::Block> = (0..kb).map(|b| w[j / 8 * kb + b].block(j % 8)).collect();
+            *o = P::Block::dot(Isa::Scalar, &blocks, a);
         }
     }
 }
 
-/// Quantised activation rows for the panel kernel, with their blocks' `d` and `s` as f32
+/// Quantised activation rows for a panel kernel, with their blocks' `d` and `s` as f32
 /// (row-major, `kb` per row).
-struct PanelActs {
-    q: Vec<BlockQ8_1>,
+struct PanelActs<A> {
+    q: Vec<A>,
     d: Vec<f32>,
     s: Vec<f32>,
     kb: usize,
@@ -1425,7 +1620,19 @@ pub(crate) mod tests {
                 Weights::Q4_1x8(w) => {
                     Some((0..kb).map(|b| w[j / 8 * kb + b].block(j % 8)).collect())
                 }
-                Weights::Q8_0(_) => None,
+                Weights::Q8_0(_) | Weights::Q8_0x8(_) => None,
+            }
+        }
+
+        /// Row `j`'s Q8_0 blocks, from either layout.
+        fn q8_0_row(&self, j: usize) -> Option<Vec<BlockQ8_0>> {
+            let kb = self.k / QK;
+            match &self.weights {
+                Weights::Q8_0(w) => Some(w[j * kb..(j + 1) * kb].to_vec()),
+                Weights::Q8_0x8(w) => {
+                    Some((0..kb).map(|b| w[j / 8 * kb + b].block(j % 8)).collect())
+                }
+                Weights::Q4_1(_) | Weights::Q4_1x8(_) => None,
             }
         }
     }
@@ -1526,6 +1733,7 @@ pub(crate) mod tests {
             (7, GgmlDType::Q4_1),
             (7, GgmlDType::Q8_0),
             (136, GgmlDType::Q4_1),
+            (136, GgmlDType::Q8_0),
         ] {
             let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
             let q = QTensor::quantize(&wt, dtype).unwrap();
@@ -1545,10 +1753,11 @@ pub(crate) mod tests {
                                     let w = lin.q4_1_row(j).unwrap();
                                     dot_q4_1_q8_1_scalar(&w, &a)
                                 }
-                                Weights::Q8_0(w) => {
+                                Weights::Q8_0(_) | Weights::Q8_0x8(_) => {
                                     let mut a = vec![BlockQ8_0::default(); k / QK];
                                     quantize_q8_0(xs, &mut a);
-                                    dot_q8_0_q8_0_scalar(&w[j * 49..(j + 1) * 49], &a)
+                                    let w = lin.q8_0_row(j).unwrap();
+                                    dot_q8_0_q8_0_scalar(&w, &a)
                                 }
                             };
                             assert!(
