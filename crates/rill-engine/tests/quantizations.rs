@@ -10,7 +10,7 @@ use common::model_path;
 
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::Device;
-use rill_engine::{Engine, EngineConfig, GenerateRequest, Message, SamplingParams};
+use rill_engine::{Engine, EngineConfig, GenerateRequest, Prompt, SamplingParams};
 
 /// Writes a copy of the test model with its 2-D weights stored as `pick(row_len)`.
 fn requantize(dir: &std::path::Path, label: &str, pick: impl Fn(usize) -> GgmlDType) -> PathBuf {
@@ -46,12 +46,16 @@ fn requantize(dir: &std::path::Path, label: &str, pick: impl Fn(usize) -> GgmlDT
 fn answer(path: &std::path::Path) -> (String, String) {
     let engine = Engine::start(EngineConfig::new(path)).unwrap();
     let h = engine.handle();
+    // The assistant's answer already begun, so the next words are not a matter of style: a
+    // re-quantised copy of a 135M model can prefer "I'm glad you asked…" to "The capital…" by
+    // a hair (a near-tie that float order decides), but not something other than Paris here.
+    let prompt = "<|im_start|>user\nWhat is the capital of France? Answer in one word.<|im_end|>\n\
+                  <|im_start|>assistant\nThe capital of France is"
+        .to_string();
     let req = GenerateRequest {
         params: SamplingParams::greedy(),
         max_tokens: Some(12),
-        ..GenerateRequest::chat(vec![Message::user(
-            "What is the capital of France? Answer in one word.",
-        )])
+        ..GenerateRequest::new(Prompt::Text(prompt))
     };
     (
         h.model_info().quantization.clone(),
