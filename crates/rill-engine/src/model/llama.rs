@@ -701,6 +701,12 @@ impl Llama {
                 let r = &mut qkv[(row + i) * stride..][..stride];
                 let (q, kv) = r.split_at_mut(qw);
                 rope.apply(q, hd, cache.len() + i);
+                // The queries meet f16 keys at f16 precision, as in llama.cpp (whose dot
+                // product with an f16 cache converts them): measured closer to its answers
+                // (219 of 224 teacher-forced steps agree instead of 215).
+                for v in q.iter_mut() {
+                    *v = f16::from_f32(*v).to_f32();
+                }
                 rope.apply(&mut kv[..kw], hd, cache.len() + i);
                 cache.push_host(li, i, &kv[..kw], &kv[kw..]);
             }
