@@ -302,8 +302,9 @@ mod tests {
     #[test]
     fn every_path_equals_the_definition() {
         let mut rng = Lcg(7);
-        // Head sizes: this model's 64, a SIMD one of 24 (not a multiple of 32), 20 (scalar only).
-        for (hd, n_head, n_kv) in [(64, 9, 3), (24, 4, 4), (20, 2, 1)] {
+        // Head sizes: this model's 64 (three query heads per KV head), 24 (not a multiple of 32;
+        // one head per KV head), 32 with eight heads on one KV head, and 20 (scalar only).
+        for (hd, n_head, n_kv) in [(64, 9, 3), (24, 4, 4), (32, 8, 1), (20, 2, 1)] {
             let shape = Shape {
                 n_head,
                 n_kv_head: n_kv,

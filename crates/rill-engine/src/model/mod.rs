@@ -6,7 +6,7 @@
 //! covers every `general.architecture = "llama"` file (Llama 2/3, SmolLM, TinyLlama, and
 //! Mistral as llama.cpp converts it) and `"mistral"`.
 
-mod attention;
+pub mod attention;
 pub mod llama;
 mod ops;
 
