@@ -13,7 +13,7 @@
 
 use std::cell::RefCell;
 
-use half::f16;
+use half::{f16, slice::HalfFloatSliceExt};
 use rayon::prelude::*;
 
 use crate::kernels::Isa;
@@ -146,9 +146,12 @@ fn query(
         return;
     }
     let _ = isa;
+    // Each key and value row is converted as a slice (half's own SIMD where the CPU has it:
+    // F16C, or ARM's fp16), not element by element.
+    let mut row = vec![0f32; hd];
     for (j, s) in scores.iter_mut().enumerate() {
-        let k = &keys[j * stride..][..hd];
-        *s = q.iter().zip(k).map(|(a, b)| a * b.to_f32()).sum::<f32>() * scale;
+        keys[j * stride..][..hd].convert_to_f32_slice(&mut row);
+        *s = q.iter().zip(&row).map(|(a, b)| a * b).sum::<f32>() * scale;
     }
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0;
@@ -158,9 +161,9 @@ fn query(
     }
     y.fill(0.0);
     for (j, &p) in scores.iter().enumerate() {
-        let v = &values[j * stride..][..hd];
-        for (o, &x) in y.iter_mut().zip(v) {
-            *o += p * x.to_f32();
+        values[j * stride..][..hd].convert_to_f32_slice(&mut row);
+        for (o, &x) in y.iter_mut().zip(&row) {
+            *o += p * x;
         }
     }
     let inv = 1.0 / sum;
