@@ -10,7 +10,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 RILL := $(TARGET_DIR)/debug/rill
 APP := $(TARGET_DIR)/debug/rill-app
 
-.PHONY: run test deps model ui build bench fmt lint bundle test-rust test-ui test-e2e
+.PHONY: run test deps model ui build bench fmt lint bundle test-rust test-ui test-e2e test-arm
 
 deps:
 	@bash scripts/install-deps.sh
@@ -55,6 +55,10 @@ bundle: deps ui
 
 bench: build model
 	$(RILL) bench --model "$$(bash scripts/fetch-test-model.sh)" --threads 2
+
+# The engine's unit tests (NEON kernels included) for 64-bit ARM under qemu-user; not in `test`.
+test-arm:
+	bash scripts/test-aarch64.sh
 
 fmt:
 	cargo fmt --all

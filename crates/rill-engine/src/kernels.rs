@@ -19,13 +19,23 @@
 //! most half an 8-bit step of its block, about a quarter of its 6-bit step; 8.5 bits per weight
 //! instead of 6.56). Other formats stay with candle.
 //!
-//! A matmul of one row (a decode step) runs one dot product per weight row, the weight rows split
-//! across the engine's rayon pool. Several rows run in tiles (2 weight rows × 4 activation rows
-//! for Q4_1, 1 × 4 for Q8_0): each weight block is unpacked once for four rows, each activation
-//! block read once per weight row pair. A few rows (a batched decode) split the weight rows
-//! across the threads; many (a prefill chunk) split the activation rows, 32 per task, so each
-//! weight row is read once per task and stays in L1 for all of its rows. The tiles round exactly
-//! as the dot products do, so a row's output never depends on the rows beside it.
+//! With AVX2, a matrix whose rows come in eights is stored as panels ([`PanelQ4_1`], and
+//! [`PanelQ8_0`] with AVX-VNNI): eight rows' blocks interleaved so that one vector holds the same
+//! four weights of each row. Activations are broadcast four at a time and dotted with it, so each
+//! lane ends a block with its row's exact integer sum, scaled and added once per block; a tile is
+//! one panel × up to four activation rows. Other matrices (rows not in eights, Q8_0 without
+//! VNNI, NEON, the scalar reference) run one dot product per (weight row, activation row), in
+//! tiles of 2 (Q4_1) or 1 (Q8_0) weight rows × 4 activation rows with AVX2. One row or a few (a
+//! decode step, a batched decode) split the weight rows across the engine's rayon pool; many (a
+//! prefill chunk) split the activation rows, 32 per task, so each weight panel or row is read once
+//! per task and stays in L1 for all of its rows. Every path sums each output in the same order
+//! whatever rows are beside it, so a row's output never depends on them.
+
+// Panels, and what feeds them, are made only for x86-64's SIMD; elsewhere they go unused.
+#![cfg_attr(
+    not(target_arch = "x86_64"),
+    allow(dead_code, unused_variables, unused_mut)
+)]
 
 use std::sync::OnceLock;
 
@@ -952,6 +962,65 @@ mod avx2 {
     rows!(rows_q8_0, tile_q8_0, BlockQ8_0, BlockQ8_0, 1);
 }
 
+/// ARM's Advanced SIMD (every AArch64 CPU has it). Each block's integer sum is computed with
+/// widening multiplies and pairwise adds, exactly, and then scaled and added in the scalar
+/// reference's own order, so the results are the reference's bit for bit.
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::*;
+    use std::arch::aarch64::*;
+
+    /// Σ a·b over 16 signed bytes, widened to 16 bits (at most 127·128 per product) and
+    /// accumulated pairwise into 32.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn dot16(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        let lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+        let hi = vmull_high_s8(a, b);
+        vpadalq_s16(vpadalq_s16(acc, lo), hi)
+    }
+
+    /// # Safety
+    /// NEON; `x` and `y` the same length.
+    #[target_feature(enable = "neon")]
+    pub unsafe fn dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+        let t = f16_table();
+        let mut sum = 0f32;
+        for (x, y) in x.iter().zip(y) {
+            let q = vld1q_u8(x.qs.as_ptr());
+            let lo = vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0F)));
+            let hi = vreinterpretq_s8_u8(vshrq_n_u8::<4>(q));
+            let acc = dot16(vdupq_n_s32(0), lo, vld1q_s8(y.qs.as_ptr()));
+            let acc = dot16(acc, hi, vld1q_s8(y.qs.as_ptr().add(QK / 2)));
+            let si = vaddvq_s32(acc);
+            sum += si as f32 * h(t, x.d) * h(t, y.d) + h(t, x.m) * h(t, y.s);
+        }
+        sum
+    }
+
+    /// # Safety
+    /// NEON; `x` and `y` the same length.
+    #[target_feature(enable = "neon")]
+    pub unsafe fn dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+        let t = f16_table();
+        let mut sum = 0f32;
+        for (x, y) in x.iter().zip(y) {
+            let acc = dot16(
+                vdupq_n_s32(0),
+                vld1q_s8(x.qs.as_ptr()),
+                vld1q_s8(y.qs.as_ptr()),
+            );
+            let acc = dot16(
+                acc,
+                vld1q_s8(x.qs.as_ptr().add(16)),
+                vld1q_s8(y.qs.as_ptr().add(16)),
+            );
+            sum += vaddvq_s32(acc) as f32 * h(t, x.d) * h(t, y.d);
+        }
+        sum
+    }
+}
+
 /// AVX2 with FMA and F16C (every AVX2 CPU has the other two).
 #[cfg(target_arch = "x86_64")]
 fn has_avx2() -> bool {
@@ -978,6 +1047,8 @@ fn has_avx_vnni() -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
     Scalar,
+    /// ARM's Advanced SIMD: the byte dot products, bit-identical to the scalar reference.
+    Neon,
     /// AVX2 with FMA and F16C.
     Avx2,
     /// The same, with AVX-VNNI's one-instruction byte dot products (bit-identical to `Avx2`).
@@ -1003,6 +1074,10 @@ impl Isa {
     pub fn available() -> Vec<Isa> {
         #[allow(unused_mut)]
         let mut v = vec![Isa::Scalar];
+        #[cfg(target_arch = "aarch64")]
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            v.push(Isa::Neon);
+        }
         #[cfg(target_arch = "x86_64")]
         if has_avx2() {
             v.push(Isa::Avx2);
@@ -1027,6 +1102,9 @@ impl Isa {
             Isa::Avx2 => unsafe { avx2::dot_q4_1_q8_1::<false>(x, y) },
             #[cfg(target_arch = "x86_64")]
             Isa::AvxVnni => unsafe { avx2::dot_q4_1_q8_1::<true>(x, y) },
+            // SAFETY: `Neon` is only chosen when the CPU reports it.
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => unsafe { neon::dot_q4_1_q8_1(x, y) },
             _ => dot_q4_1_q8_1_scalar(x, y),
         }
     }
@@ -1039,6 +1117,9 @@ impl Isa {
             Isa::Avx2 => unsafe { avx2::dot_q8_0_q8_0::<false>(x, y) },
             #[cfg(target_arch = "x86_64")]
             Isa::AvxVnni => unsafe { avx2::dot_q8_0_q8_0::<true>(x, y) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => unsafe { neon::dot_q8_0_q8_0(x, y) },
             _ => dot_q8_0_q8_0_scalar(x, y),
         }
     }
@@ -1337,12 +1418,12 @@ trait Format: Copy + Sync {
             // asserted above.
             return unsafe { Self::rows_avx2(isa == Isa::AvxVnni, w, acts, is, out, sj, si) };
         }
-        let _ = isa;
-        // The scalar reference, pair by pair: the tiles round as it does.
+        // Otherwise the dot product pair by pair (the scalar reference, or NEON's, which gives
+        // the same bits): the same numbers a row gets alone.
         for j in 0..n {
             for i in is.clone() {
                 let (x, y) = (&w[j * kb..(j + 1) * kb], &acts.q[i * kb..(i + 1) * kb]);
-                out[j * sj + (i - is.start) * si] = Self::dot(Isa::Scalar, x, y);
+                out[j * sj + (i - is.start) * si] = Self::dot(isa, x, y);
             }
         }
     }
@@ -1716,6 +1797,13 @@ pub(crate) mod tests {
                     (b - ref80).abs() <= tol(ref80),
                     "{isa:?} q8_0 {blocks}: {b} vs {ref80}"
                 );
+                if isa == Isa::Neon {
+                    // NEON only computes the integer sums; the rest is the reference's own code.
+                    assert_eq!(
+                        (a.to_bits(), b.to_bits()),
+                        (ref41.to_bits(), ref80.to_bits())
+                    );
+                }
             }
         }
     }
