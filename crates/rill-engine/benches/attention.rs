@@ -2,22 +2,13 @@
 //! 3 KV heads of 64) for one decode row and for a 64-row prefill chunk, at several context
 //! lengths. `cargo bench -p rill-engine --bench attention`.
 
+mod common;
+use common::values;
+
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
 use half::f16;
 use rill_engine::kernels::Isa;
 use rill_engine::model::attention::{attend, LayerKv, Shape, Span};
-
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 fn attention(c: &mut Criterion) {
     let shape = Shape {

@@ -2,24 +2,15 @@
 //! model's 576 columns, and whole matmuls of its shapes for one row (a decode step) and 64 rows
 //! (a prefill chunk). `cargo bench -p rill-engine --bench kernels`.
 
+mod common;
+use common::values;
+
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
 use rill_engine::kernels::{
     quantize_q8_0, quantize_q8_1, BlockQ4_1, BlockQ8_0, BlockQ8_1, Isa, QLinear,
 };
-
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 fn dots(c: &mut Criterion) {
     const BLOCKS: usize = 18; // 576 columns

@@ -1,0 +1,14 @@
+//! What the benchmarks share.
+
+/// `n` values in [-1, 1) from a fixed seed (the benchmarks need no `rand`).
+pub fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
