@@ -1056,7 +1056,8 @@ pub enum Isa {
 }
 
 impl Isa {
-    /// The best this CPU has; `RILL_KERNELS=scalar` (or `avx2`) caps it, for benchmarks.
+    /// The best this CPU has; `RILL_KERNELS=scalar` (or `avx2`) caps it, for benchmarks. An
+    /// `Isa` reaches SIMD code only through [`checked`](Self::checked).
     pub fn detect() -> Isa {
         static ISA: OnceLock<Isa> = OnceLock::new();
         *ISA.get_or_init(|| {
@@ -1093,7 +1094,27 @@ impl Isa {
         matches!(self, Isa::Avx2 | Isa::AvxVnni)
     }
 
+    /// `self` if this CPU runs it, else the scalar reference: every public entry point passes
+    /// its `Isa` through here, so naming an instruction set the CPU lacks can never run it.
+    pub fn checked(self) -> Isa {
+        static AVAILABLE: OnceLock<Vec<Isa>> = OnceLock::new();
+        match AVAILABLE.get_or_init(Isa::available).contains(&self) {
+            true => self,
+            false => Isa::Scalar,
+        }
+    }
+
     pub fn dot_q4_1_q8_1(self, x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+        self.checked().dot_q4_1_q8_1_checked(x, y)
+    }
+
+    pub fn dot_q8_0_q8_0(self, x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+        self.checked().dot_q8_0_q8_0_checked(x, y)
+    }
+
+    /// [`dot_q4_1_q8_1`](Self::dot_q4_1_q8_1) for an `Isa` already [`checked`](Self::checked)
+    /// (the matmuls check theirs once, when the matrix is made).
+    fn dot_q4_1_q8_1_checked(self, x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
         assert_eq!(x.len(), y.len());
         match self {
             // SAFETY: `Avx2` is only ever chosen when the CPU reports AVX2, FMA and F16C,
@@ -1109,7 +1130,8 @@ impl Isa {
         }
     }
 
-    pub fn dot_q8_0_q8_0(self, x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+    /// As [`dot_q4_1_q8_1_checked`](Self::dot_q4_1_q8_1_checked).
+    fn dot_q8_0_q8_0_checked(self, x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
         assert_eq!(x.len(), y.len());
         match self {
             // SAFETY: as above.
@@ -1153,6 +1175,7 @@ impl QLinear {
         if !Self::supports(t) {
             return None;
         }
+        let isa = isa.checked();
         let &[n_out, k] = t.shape().dims() else {
             return None;
         };
@@ -1392,6 +1415,7 @@ trait Format: Copy + Sync {
     fn quantize(isa: Isa, x: &[f32], out: &mut [Self::Act]);
     /// `(d, s)` of an activation block (`s` = d·Σq, or 0 when the format needs none).
     fn act_scales(a: &Self::Act, t: &[f32]) -> (f32, f32);
+    /// With an `isa` already [`checked`](Isa::checked) (the matrix's).
     fn dot(isa: Isa, w: &[Self], a: &[Self::Act]) -> f32;
     /// Every weight row `j` of `w` (whole rows of `acts.kb` blocks) dotted with every
     /// activation row `i` in `is`, into `out[j·sj + (i - is.start)·si]`.
@@ -1456,7 +1480,7 @@ impl Format for BlockQ4_1 {
         (h(t, a.d), h(t, a.s))
     }
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_1]) -> f32 {
-        isa.dot_q4_1_q8_1(w, a)
+        isa.dot_q4_1_q8_1_checked(w, a)
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn rows_avx2(
@@ -1490,7 +1514,7 @@ impl Format for BlockQ8_0 {
         (h(t, a.d), 0.0)
     }
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_0]) -> f32 {
-        isa.dot_q8_0_q8_0(w, a)
+        isa.dot_q8_0_q8_0_checked(w, a)
     }
     #[cfg(target_arch = "x86_64")]
     unsafe fn rows_avx2(
@@ -1862,6 +1886,24 @@ pub(crate) mod tests {
     /// A row's output is the same, bit for bit, alone (the dot products) and among others (the
     /// tiles, either split): decoding answers together changes none of their numbers, and a
     /// prefill chunk's matmuls give each row what a one-row step would.
+    #[test]
+    fn an_instruction_set_the_cpu_lacks_runs_the_reference() {
+        // The other architecture's SIMD is never available here.
+        #[cfg(target_arch = "x86_64")]
+        let foreign = Isa::Neon;
+        #[cfg(not(target_arch = "x86_64"))]
+        let foreign = Isa::AvxVnni;
+        assert_eq!(foreign.checked(), Isa::Scalar);
+        let mut r = Lcg(5);
+        let w = q4_1(&r.vec(4 * QK));
+        let mut a = vec![BlockQ8_1::default(); 4];
+        quantize_q8_1(&r.vec(4 * QK), &mut a);
+        assert_eq!(
+            foreign.dot_q4_1_q8_1(&w, &a).to_bits(),
+            dot_q4_1_q8_1_scalar(&w, &a).to_bits()
+        );
+    }
+
     #[test]
     fn the_vector_quantisers_equal_the_scalar_ones() {
         let mut rng = Lcg(21);

@@ -90,8 +90,19 @@ thread_local! {
 /// Attention of every new row of every sequence. Row `r`'s queries (RoPE applied) are
 /// `[n_head][head_dim]` from `q[r·q_stride]`; `out` receives `[rows][n_head][head_dim]`.
 pub fn attend(shape: Shape, q: &[f32], q_stride: usize, spans: &[Span], out: &mut [f32], isa: Isa) {
+    let isa = isa.checked();
     let hd = shape.head_dim;
     let q_width = shape.n_head * hd;
+    // What the SIMD code below relies on: every query, key and value it reads is there.
+    let rows: usize = spans.iter().map(|s| s.t).sum();
+    assert!(shape.n_kv_head > 0 && shape.n_head % shape.n_kv_head == 0 && q_stride >= q_width);
+    assert!(
+        out.len() == rows * q_width && (rows == 0 || q.len() >= (rows - 1) * q_stride + q_width)
+    );
+    for s in spans {
+        let filled = (s.pos + s.t) * shape.kv_width();
+        assert!(s.kv.k.len() >= filled && s.kv.v.len() >= filled);
+    }
     // Each chunk of `out` is one (row, head): find its sequence once per row.
     let mut owner = Vec::with_capacity(out.len() / q_width.max(1));
     let mut work = 0;
@@ -135,9 +146,9 @@ fn query(
     scores.resize(n_keys, 0.0);
     #[cfg(target_arch = "x86_64")]
     if isa.avx2() && hd % 8 == 0 {
-        // SAFETY: `Isa::Avx2`/`AvxVnni` are only chosen when the CPU has AVX2, FMA and F16C; every key and value
-        // row read is `hd` floats inside the first `n_keys` positions of the cache (the span's
-        // keys were appended before the call), and `hd % 8 == 0`.
+        // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C; every key
+        // and value row read is `hd` values inside the first `n_keys` positions of the cache
+        // (`attend` asserts the cache holds them), and `hd % 8 == 0`.
         unsafe {
             avx2::scores(q, keys, stride, scale, scores);
             let sum = avx2::exp_in_place(scores);

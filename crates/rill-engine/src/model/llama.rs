@@ -88,8 +88,12 @@ struct Norm {
 }
 
 impl Norm {
-    fn new(t: QTensor, eps: f64) -> Result<Norm> {
-        let weight = t.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1()?;
+    /// The host copy is only made for a CPU model (`host`).
+    fn new(t: QTensor, eps: f64, host: bool) -> Result<Norm> {
+        let weight = match host {
+            true => t.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1()?,
+            false => Vec::new(),
+        };
         Ok(Norm {
             candle: RmsNorm::from_qtensor(t, eps)?,
             weight,
@@ -538,7 +542,7 @@ impl Llama {
             }
             (false, _) => Embedding::Table(embed_q.dequantize(device)?),
         };
-        let norm = Norm::new(tensor("output_norm.weight")?, cfg.rms_eps)?;
+        let norm = Norm::new(tensor("output_norm.weight")?, cfg.rms_eps, device.is_cpu())?;
         // Small models tie the output projection to the embedding.
         let output = match tied {
             false => Linear::new(tensor("output.weight")?, device)?,
@@ -560,8 +564,16 @@ impl Llama {
                 wo,
                 gate_up,
                 w_down,
-                attn_norm: Norm::new(tensor(&format!("blk.{i}.attn_norm.weight"))?, cfg.rms_eps)?,
-                ffn_norm: Norm::new(tensor(&format!("blk.{i}.ffn_norm.weight"))?, cfg.rms_eps)?,
+                attn_norm: Norm::new(
+                    tensor(&format!("blk.{i}.attn_norm.weight"))?,
+                    cfg.rms_eps,
+                    device.is_cpu(),
+                )?,
+                ffn_norm: Norm::new(
+                    tensor(&format!("blk.{i}.ffn_norm.weight"))?,
+                    cfg.rms_eps,
+                    device.is_cpu(),
+                )?,
             });
         }
         Ok(Llama {
@@ -681,6 +693,7 @@ impl Llama {
         let logits = self.output.forward(&self.norm.forward(&last)?)?;
         Ok(logits.to_dtype(DType::F32)?.to_vec2()?)
     }
+
     /// Attention on the host for one layer: RoPE in place on the new rows' queries and keys,
     /// keys and values appended to each cache, then every query over its cache
     /// (`attention.rs`). `qkv` is `[rows][q | k | v]`; returns `[rows][n_head·head_dim]`.

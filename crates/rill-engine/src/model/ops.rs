@@ -33,6 +33,7 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 /// SwiGLU: each row of `gate_up` is `[gate | up]` (`2·width` values); row `r` of the result is
 /// `silu(gate) · up`, `silu(g) = g / (1 + e^(−g))`.
 pub fn swiglu(gate_up: &[f32], width: usize, isa: Isa) -> Vec<f32> {
+    let isa = isa.checked();
     let rows = gate_up.len() / (2 * width);
     let mut out = vec![0f32; rows * width];
     let row = |(gu, out): (&[f32], &mut [f32])| {
