@@ -204,20 +204,37 @@ mod avx2 {
         ))
     }
 
-    /// `scores[j] = q · k_j · scale`, key j at `keys[j·stride..]`.
+    /// `scores[j] = q · k_j · scale`, key j at `keys[j·stride..]`. Four keys at a time: four
+    /// independent chains of FMAs, and their four horizontal sums in three `hadd`s, which add
+    /// each key's lanes in the same order as [`hsum`] (so a score does not depend on which keys
+    /// share its group).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn scores(q: &[f32], keys: &[f16], stride: usize, scale: f32, scores: &mut [f32]) {
         let hd = q.len();
         let (q, k) = (q.as_ptr(), keys.as_ptr());
-        for (j, s) in scores.iter_mut().enumerate() {
-            let kj = k.add(j * stride);
+        let dot = |kj: *const f16| {
             let mut acc = _mm256_mul_ps(_mm256_loadu_ps(q), load8(kj));
             let mut c = 8;
             while c < hd {
                 acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(c)), load8(kj.add(c)), acc);
                 c += 8;
             }
-            *s = hsum(acc) * scale;
+            acc
+        };
+        let n = scores.len();
+        let mut j = 0;
+        while j + 4 <= n {
+            let a: [__m256; 4] = std::array::from_fn(|i| dot(k.add((j + i) * stride)));
+            let h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+            let r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+            _mm_storeu_ps(
+                scores.as_mut_ptr().add(j),
+                _mm_mul_ps(r, _mm_set1_ps(scale)),
+            );
+            j += 4;
+        }
+        for (i, s) in scores.iter_mut().enumerate().skip(j) {
+            *s = hsum(dot(k.add(i * stride))) * scale;
         }
     }
 
@@ -246,28 +263,51 @@ mod avx2 {
         total
     }
 
-    /// `y = inv · Σ_j p_j · v_j`, value j at `values[j·stride..]`; 32 columns at a time, so the
-    /// running sums stay in registers.
+    /// `y = inv · Σ_j p_j · v_j`, value j at `values[j·stride..]`; up to 64 columns at a time
+    /// (eight running sums in registers, enough independent FMAs to keep both FMA units busy).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn weighted_sum(p: &[f32], values: &[f16], stride: usize, inv: f32, y: &mut [f32]) {
         let hd = y.len();
-        let v = values.as_ptr();
         let inv = _mm256_set1_ps(inv);
         let mut c = 0;
         while c < hd {
-            let lanes = ((hd - c) / 8).min(4);
-            let mut acc = [_mm256_setzero_ps(); 4];
-            for (j, &pj) in p.iter().enumerate() {
-                let w = _mm256_set1_ps(pj);
-                let vj = v.add(j * stride + c);
-                for (l, a) in acc.iter_mut().enumerate().take(lanes) {
-                    *a = _mm256_fmadd_ps(w, load8(vj.add(8 * l)), *a);
-                }
-            }
-            for (l, a) in acc.iter().enumerate().take(lanes) {
-                _mm256_storeu_ps(y.as_mut_ptr().add(c + 8 * l), _mm256_mul_ps(*a, inv));
+            let (v, out) = (values.as_ptr().add(c), y.as_mut_ptr().add(c));
+            let lanes = match (hd - c) / 8 {
+                8.. => 8,
+                4..=7 => 4,
+                2..=3 => 2,
+                _ => 1,
+            };
+            match lanes {
+                8 => columns::<8>(p, v, stride, inv, out),
+                4 => columns::<4>(p, v, stride, inv, out),
+                2 => columns::<2>(p, v, stride, inv, out),
+                _ => columns::<1>(p, v, stride, inv, out),
             }
             c += 8 * lanes;
+        }
+    }
+
+    /// `8·L` columns of [`weighted_sum`], from `v` (value 0's first column) into `y`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn columns<const L: usize>(
+        p: &[f32],
+        v: *const f16,
+        stride: usize,
+        inv: __m256,
+        y: *mut f32,
+    ) {
+        let mut acc = [_mm256_setzero_ps(); L];
+        for (j, &pj) in p.iter().enumerate() {
+            let w = _mm256_set1_ps(pj);
+            let vj = v.add(j * stride);
+            for (l, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(w, load8(vj.add(8 * l)), *a);
+            }
+        }
+        for (l, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(y.add(8 * l), _mm256_mul_ps(*a, inv));
         }
     }
 }
