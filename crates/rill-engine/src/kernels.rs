@@ -262,45 +262,6 @@ fn q4_1_nibble(b: &BlockQ4_1, e: usize) -> u8 {
     }
 }
 
-impl PanelQ4_1 {
-    /// The panel of eight rows' blocks.
-    fn new(rows: [&BlockQ4_1; 8]) -> PanelQ4_1 {
-        let mut qs = [0u8; 128];
-        for c in 0..4 {
-            for (k, row) in rows.iter().enumerate() {
-                for i in 0..4 {
-                    let lo = q4_1_nibble(row, 4 * c + i);
-                    let hi = q4_1_nibble(row, 4 * (c + 4) + i);
-                    qs[32 * c + 4 * k + i] = lo | (hi << 4);
-                }
-            }
-        }
-        PanelQ4_1 {
-            d: rows.map(|b| b.d),
-            m: rows.map(|b| b.m),
-            qs,
-        }
-    }
-
-    /// Row `k`'s block back out of the panel.
-    fn block(&self, k: usize) -> BlockQ4_1 {
-        let element = |e: usize| {
-            let (g, i) = (e / 4, e % 4);
-            let byte = self.qs[32 * (g % 4) + 4 * k + i];
-            if g < 4 {
-                byte & 0x0F
-            } else {
-                byte >> 4
-            }
-        };
-        BlockQ4_1 {
-            d: self.d[k],
-            m: self.m[k],
-            qs: std::array::from_fn(|j| element(j) | (element(j + QK / 2) << 4)),
-        }
-    }
-}
-
 /// Eight weight rows' Q8_0 blocks at the same position, interleaved like [`PanelQ4_1`]: 32-bit
 /// lane `k` of the 32 bytes at `qs[32g..]` holds row k's elements `4g..4g+4`; `sum[k]` is the
 /// sum of row k's 32 bytes (the activations go in offset by 128 as unsigned bytes, and
@@ -311,29 +272,6 @@ pub struct PanelQ8_0 {
     pub d: [u16; 8],
     pub sum: [i16; 8],
     pub qs: [i8; 256],
-}
-
-impl PanelQ8_0 {
-    fn new(rows: [&BlockQ8_0; 8]) -> PanelQ8_0 {
-        let mut qs = [0i8; 256];
-        for g in 0..8 {
-            for (k, row) in rows.iter().enumerate() {
-                qs[32 * g + 4 * k..][..4].copy_from_slice(&row.qs[4 * g..4 * g + 4]);
-            }
-        }
-        PanelQ8_0 {
-            d: rows.map(|b| b.d),
-            sum: rows.map(|b| b.qs.iter().map(|&q| q as i16).sum()),
-            qs,
-        }
-    }
-
-    fn block(&self, k: usize) -> BlockQ8_0 {
-        BlockQ8_0 {
-            d: self.d[k],
-            qs: std::array::from_fn(|e| self.qs[32 * (e / 4) + 4 * k + e % 4]),
-        }
-    }
 }
 
 /// The blocks of eight rows at one position, interleaved for a panel kernel.
@@ -364,12 +302,42 @@ trait Panel: Copy + Send + Sync + Sized {
 
 impl Panel for PanelQ4_1 {
     type Block = BlockQ4_1;
-    fn new(rows: [&BlockQ4_1; 8]) -> Self {
-        PanelQ4_1::new(rows)
+
+    fn new(rows: [&BlockQ4_1; 8]) -> PanelQ4_1 {
+        let mut qs = [0u8; 128];
+        for c in 0..4 {
+            for (k, row) in rows.iter().enumerate() {
+                for i in 0..4 {
+                    let lo = q4_1_nibble(row, 4 * c + i);
+                    let hi = q4_1_nibble(row, 4 * (c + 4) + i);
+                    qs[32 * c + 4 * k + i] = lo | (hi << 4);
+                }
+            }
+        }
+        PanelQ4_1 {
+            d: rows.map(|b| b.d),
+            m: rows.map(|b| b.m),
+            qs,
+        }
     }
+
     fn block(&self, k: usize) -> BlockQ4_1 {
-        PanelQ4_1::block(self, k)
+        let element = |e: usize| {
+            let (g, i) = (e / 4, e % 4);
+            let byte = self.qs[32 * (g % 4) + 4 * k + i];
+            if g < 4 {
+                byte & 0x0F
+            } else {
+                byte >> 4
+            }
+        };
+        BlockQ4_1 {
+            d: self.d[k],
+            m: self.m[k],
+            qs: std::array::from_fn(|j| element(j) | (element(j + QK / 2) << 4)),
+        }
     }
+
     #[cfg(target_arch = "x86_64")]
     unsafe fn run(
         vnni: bool,
@@ -389,12 +357,28 @@ impl Panel for PanelQ4_1 {
 
 impl Panel for PanelQ8_0 {
     type Block = BlockQ8_0;
-    fn new(rows: [&BlockQ8_0; 8]) -> Self {
-        PanelQ8_0::new(rows)
+
+    fn new(rows: [&BlockQ8_0; 8]) -> PanelQ8_0 {
+        let mut qs = [0i8; 256];
+        for g in 0..8 {
+            for (k, row) in rows.iter().enumerate() {
+                qs[32 * g + 4 * k..][..4].copy_from_slice(&row.qs[4 * g..4 * g + 4]);
+            }
+        }
+        PanelQ8_0 {
+            d: rows.map(|b| b.d),
+            sum: rows.map(|b| b.qs.iter().map(|&q| q as i16).sum()),
+            qs,
+        }
     }
+
     fn block(&self, k: usize) -> BlockQ8_0 {
-        PanelQ8_0::block(self, k)
+        BlockQ8_0 {
+            d: self.d[k],
+            qs: std::array::from_fn(|e| self.qs[32 * (e / 4) + 4 * k + e % 4]),
+        }
     }
+
     fn prepare(acts: &mut [BlockQ8_0]) {
         // q + 128 as an unsigned byte: the top bit flipped.
         for a in acts {
@@ -429,6 +413,30 @@ fn to_panels<P: Panel>(w: &[P::Block], kb: usize) -> Vec<P> {
         }
     }
     out
+}
+
+/// Row `j`'s blocks out of a matrix in panels (`kb` blocks per row).
+fn panel_row<P: Panel>(w: &[P], kb: usize, j: usize) -> impl Iterator<Item = P::Block> + '_ {
+    w[j / 8 * kb..(j / 8 + 1) * kb]
+        .iter()
+        .map(move |p| p.block(j % 8))
+}
+
+/// A Q4_1 block's 32 weights into `o`.
+fn dequantize_q4_1(t: &[f32], b: &BlockQ4_1, o: &mut [f32]) {
+    let (d, m) = (h(t, b.d), h(t, b.m));
+    for (i, q) in b.qs.iter().enumerate() {
+        o[i] = d * (q & 0x0F) as f32 + m;
+        o[i + QK / 2] = d * (q >> 4) as f32 + m;
+    }
+}
+
+/// A Q8_0 block's 32 weights into `o`.
+fn dequantize_q8_0(t: &[f32], b: &BlockQ8_0, o: &mut [f32]) {
+    let d = h(t, b.d);
+    for (v, q) in o.iter_mut().zip(&b.qs) {
+        *v = d * *q as f32;
+    }
 }
 
 /// ggml's `quantize_row_q8_0`.
@@ -498,24 +506,32 @@ mod avx2 {
     use super::*;
     use std::arch::x86_64::*;
 
+    /// `acc` plus, per 32-bit lane, the sum of the four products of unsigned bytes `u` and
+    /// signed bytes `s`: one AVX-VNNI `vpdpbusd`, written in asm so that no newer compiler is
+    /// needed for its intrinsic (the CPU is checked at run time).
+    macro_rules! vpdpbusd {
+        ($acc:expr, $u:expr, $s:expr) => {{
+            let (mut acc, u, s): (__m256i, __m256i, __m256i) = ($acc, $u, $s);
+            std::arch::asm!(
+                "{{vex}} vpdpbusd {acc}, {u}, {s}",
+                acc = inout(ymm_reg) acc,
+                u = in(ymm_reg) u,
+                s = in(ymm_reg) s,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+            acc
+        }};
+    }
+
     /// Per 32-bit lane, the sum of the four products of unsigned bytes `u` and signed bytes `s`
     /// (no saturation for the operands here: |products| ≤ 15·127 or 127·127). With `$vnni`,
-    /// one AVX-VNNI `vpdpbusd` (written in asm, so no newer compiler is needed for its
-    /// intrinsic; the CPU is checked at run time); else `maddubs` into i16 pairs and `madd`
-    /// into i32. Both give the same integers, so every path rounds the same floats.
+    /// one `vpdpbusd`; else `maddubs` into i16 pairs and `madd` into i32. Both give the same
+    /// integers, so every path rounds the same floats.
     macro_rules! dot4 {
         ($vnni:expr, $u:expr, $s:expr) => {{
             let (u, s): (__m256i, __m256i) = ($u, $s);
             if $vnni {
-                let mut acc = _mm256_setzero_si256();
-                std::arch::asm!(
-                    "{{vex}} vpdpbusd {acc}, {u}, {s}",
-                    acc = inout(ymm_reg) acc,
-                    u = in(ymm_reg) u,
-                    s = in(ymm_reg) s,
-                    options(pure, nomem, nostack, preserves_flags),
-                );
-                acc
+                vpdpbusd!(_mm256_setzero_si256(), u, s)
             } else {
                 _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
             }
@@ -782,15 +798,7 @@ mod avx2 {
                         let ap = (*a.add(c * kb + b)).qs.as_ptr().add(4 * g) as *const i32;
                         let av = _mm256_set1_epi32(ap.read_unaligned());
                         isum[c] = if VNNI {
-                            let mut acc = isum[c];
-                            std::arch::asm!(
-                                "{{vex}} vpdpbusd {acc}, {u}, {s}",
-                                acc = inout(ymm_reg) acc,
-                                u = in(ymm_reg) wq,
-                                s = in(ymm_reg) av,
-                                options(pure, nomem, nostack, preserves_flags),
-                            );
-                            acc
+                            vpdpbusd!(isum[c], wq, av)
                         } else {
                             _mm256_add_epi16(isum[c], _mm256_maddubs_epi16(wq, av))
                         };
@@ -834,15 +842,7 @@ mod avx2 {
                 for c in 0..C {
                     let ap = (*a.add(c * kb + b)).qs.as_ptr().add(4 * g) as *const i32;
                     let av = _mm256_set1_epi32(ap.read_unaligned());
-                    let mut acc = isum[c];
-                    std::arch::asm!(
-                        "{{vex}} vpdpbusd {acc}, {u}, {s}",
-                        acc = inout(ymm_reg) acc,
-                        u = in(ymm_reg) av,
-                        s = in(ymm_reg) wq,
-                        options(pure, nomem, nostack, preserves_flags),
-                    );
-                    isum[c] = acc;
+                    isum[c] = vpdpbusd!(isum[c], av, wq);
                 }
             }
             let offset = _mm256_slli_epi32(
@@ -1156,6 +1156,30 @@ enum Weights {
     Q8_0x8(Vec<PanelQ8_0>),
 }
 
+impl Weights {
+    /// Blocks of 32 weights held.
+    fn n_blocks(&self) -> usize {
+        match self {
+            Weights::Q4_1(w) => w.len(),
+            Weights::Q4_1x8(w) => 8 * w.len(),
+            Weights::Q8_0(w) => w.len(),
+            Weights::Q8_0x8(w) => 8 * w.len(),
+        }
+    }
+
+    /// `more`'s rows after these; `None` unless both have the same format and layout.
+    fn extend(&mut self, more: Weights) -> Option<()> {
+        match (self, more) {
+            (Weights::Q4_1(w), Weights::Q4_1(m)) => w.extend(m),
+            (Weights::Q4_1x8(w), Weights::Q4_1x8(m)) => w.extend(m),
+            (Weights::Q8_0(w), Weights::Q8_0(m)) => w.extend(m),
+            (Weights::Q8_0x8(w), Weights::Q8_0x8(m)) => w.extend(m),
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
 /// A quantised weight matrix `[n_out, k]` (GGUF's row-major layout) that our kernels run.
 pub struct QLinear {
     weights: Weights,
@@ -1196,13 +1220,7 @@ impl QLinear {
             }
             _ => return None,
         };
-        let n_blocks = match &weights {
-            Weights::Q4_1(w) => w.len(),
-            Weights::Q8_0(w) => w.len(),
-            // Panels are made below, from the blocks checked here.
-            Weights::Q4_1x8(_) | Weights::Q8_0x8(_) => return None,
-        };
-        if n_blocks != n_out * k / QK {
+        if weights.n_blocks() != n_out * k / QK {
             return None;
         }
         let weights = match weights {
@@ -1247,44 +1265,22 @@ impl QLinear {
     pub fn dequantize_row(&self, j: usize, out: &mut [f32]) {
         let kb = self.k / QK;
         let t = f16_table();
+        let out = out.chunks_exact_mut(QK);
         match &self.weights {
-            Weights::Q4_1(w) => {
-                for (b, o) in w[j * kb..(j + 1) * kb].iter().zip(out.chunks_exact_mut(QK)) {
-                    let (d, m) = (h(t, b.d), h(t, b.m));
-                    for (i, q) in b.qs.iter().enumerate() {
-                        o[i] = d * (q & 0x0F) as f32 + m;
-                        o[i + QK / 2] = d * (q >> 4) as f32 + m;
-                    }
-                }
-            }
-            Weights::Q4_1x8(w) => {
-                let panel = &w[j / 8 * kb..(j / 8 + 1) * kb];
-                for (p, o) in panel.iter().zip(out.chunks_exact_mut(QK)) {
-                    let b = p.block(j % 8);
-                    let (d, m) = (h(t, b.d), h(t, b.m));
-                    for (e, v) in o.iter_mut().enumerate() {
-                        *v = d * q4_1_nibble(&b, e) as f32 + m;
-                    }
-                }
-            }
-            Weights::Q8_0x8(w) => {
-                let panel = &w[j / 8 * kb..(j / 8 + 1) * kb];
-                for (p, o) in panel.iter().zip(out.chunks_exact_mut(QK)) {
-                    let b = p.block(j % 8);
-                    let d = h(t, b.d);
-                    for (v, q) in o.iter_mut().zip(&b.qs) {
-                        *v = d * *q as f32;
-                    }
-                }
-            }
-            Weights::Q8_0(w) => {
-                for (b, o) in w[j * kb..(j + 1) * kb].iter().zip(out.chunks_exact_mut(QK)) {
-                    let d = h(t, b.d);
-                    for (v, q) in o.iter_mut().zip(&b.qs) {
-                        *v = d * *q as f32;
-                    }
-                }
-            }
+            Weights::Q4_1(w) => w[j * kb..(j + 1) * kb]
+                .iter()
+                .zip(out)
+                .for_each(|(b, o)| dequantize_q4_1(t, b, o)),
+            Weights::Q4_1x8(w) => panel_row(w, kb, j)
+                .zip(out)
+                .for_each(|(b, o)| dequantize_q4_1(t, &b, o)),
+            Weights::Q8_0(w) => w[j * kb..(j + 1) * kb]
+                .iter()
+                .zip(out)
+                .for_each(|(b, o)| dequantize_q8_0(t, b, o)),
+            Weights::Q8_0x8(w) => panel_row(w, kb, j)
+                .zip(out)
+                .for_each(|(b, o)| dequantize_q8_0(t, &b, o)),
         }
     }
 
@@ -1326,9 +1322,14 @@ impl QLinear {
             candle_core::bail!("QLinear: input has {k} columns, the weights {}", self.k);
         }
         let xs = x.flatten_all()?.to_vec1::<f32>()?;
+        Ok((m, self.product(&xs, m)))
+    }
+
+    /// [`matmul`](Self::matmul) into a new `m × n_out` buffer.
+    pub fn product(&self, x: &[f32], m: usize) -> Vec<f32> {
         let mut out = vec![0f32; m * self.n_out];
-        self.matmul(&xs, m, &mut out);
-        Ok((m, out))
+        self.matmul(x, m, &mut out);
+        out
     }
 
     /// Stacks matrices that read the same input (q, k and v; gate and up) into one, so one call
@@ -1342,44 +1343,10 @@ impl QLinear {
         }
         let n_out = parts.iter().map(|p| p.n_out).sum();
         let mut all = parts.into_iter();
-        let weights = match all.next()?.weights {
-            Weights::Q4_1(mut w) => {
-                for p in all {
-                    let Weights::Q4_1(more) = p.weights else {
-                        return None;
-                    };
-                    w.extend(more);
-                }
-                Weights::Q4_1(w)
-            }
-            Weights::Q4_1x8(mut w) => {
-                for p in all {
-                    let Weights::Q4_1x8(more) = p.weights else {
-                        return None;
-                    };
-                    w.extend(more);
-                }
-                Weights::Q4_1x8(w)
-            }
-            Weights::Q8_0(mut w) => {
-                for p in all {
-                    let Weights::Q8_0(more) = p.weights else {
-                        return None;
-                    };
-                    w.extend(more);
-                }
-                Weights::Q8_0(w)
-            }
-            Weights::Q8_0x8(mut w) => {
-                for p in all {
-                    let Weights::Q8_0x8(more) = p.weights else {
-                        return None;
-                    };
-                    w.extend(more);
-                }
-                Weights::Q8_0x8(w)
-            }
-        };
+        let mut weights = all.next()?.weights;
+        for p in all {
+            weights.extend(p.weights)?;
+        }
         Some(QLinear {
             weights,
             n_out,
@@ -1626,7 +1593,7 @@ fn panels_times<P: Panel>(isa: Isa, w: &[P], x: &[f32], m: usize, k: usize, out:
     for (i, row) in out.chunks_exact_mut(n_out).enumerate() {
         let a = &acts.q[i * kb..(i + 1) * kb];
         for (j, o) in row.iter_mut().enumerate() {
-            let blocks: Vec<P::Block> = (0..kb).map(|b| w[j / 8 * kb + b].block(j % 8)).collect();
+            let blocks: Vec<P::Block> = panel_row(w, kb, j).collect();
             *o = P::Block::dot(Isa::Scalar, &blocks, a);
         }
     }
@@ -1722,9 +1689,7 @@ pub(crate) mod tests {
             let kb = self.k / QK;
             match &self.weights {
                 Weights::Q4_1(w) => Some(w[j * kb..(j + 1) * kb].to_vec()),
-                Weights::Q4_1x8(w) => {
-                    Some((0..kb).map(|b| w[j / 8 * kb + b].block(j % 8)).collect())
-                }
+                Weights::Q4_1x8(w) => Some(panel_row(w, kb, j).collect()),
                 Weights::Q8_0(_) | Weights::Q8_0x8(_) => None,
             }
         }
@@ -1734,9 +1699,7 @@ pub(crate) mod tests {
             let kb = self.k / QK;
             match &self.weights {
                 Weights::Q8_0(w) => Some(w[j * kb..(j + 1) * kb].to_vec()),
-                Weights::Q8_0x8(w) => {
-                    Some((0..kb).map(|b| w[j / 8 * kb + b].block(j % 8)).collect())
-                }
+                Weights::Q8_0x8(w) => Some(panel_row(w, kb, j).collect()),
                 Weights::Q4_1(_) | Weights::Q4_1x8(_) => None,
             }
         }

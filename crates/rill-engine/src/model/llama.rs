@@ -64,11 +64,7 @@ impl Linear {
     /// `x · wᵀ` for `m` row-major rows on the host.
     fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
         Ok(match self {
-            Linear::Ours(l) => {
-                let mut out = vec![0f32; m * l.n_out()];
-                l.matmul(x, m, &mut out);
-                out
-            }
+            Linear::Ours(l) => l.product(x, m),
             Linear::Candle(q) => {
                 let x = Tensor::from_slice(x, (m, x.len() / m.max(1)), &Device::Cpu)?;
                 q.forward(&x)?
@@ -162,11 +158,7 @@ impl Group {
     /// The outputs side by side for `m` rows on the host, row-major (`[rows][q | k | v]`).
     fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
         match self {
-            Group::Stacked(l, _) => {
-                let mut out = vec![0f32; m * l.n_out()];
-                l.matmul(x, m, &mut out);
-                Ok(out)
-            }
+            Group::Stacked(l, _) => Ok(l.product(x, m)),
             Group::Apart(ls) => {
                 let parts = ls
                     .iter()
