@@ -28,6 +28,7 @@ from pathlib import Path
 
 from selenium import webdriver
 from selenium.webdriver.common.by import By
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -55,6 +56,11 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
     raise RuntimeError("tauri-driver did not start")
 
 
+# The views redraw as data arrives over IPC: an element found a moment ago may be replaced
+# before it is read. A wait tries again then, as it does when the element is not there yet.
+RETRY = (NoSuchElementException, StaleElementReferenceException)
+
+
 class App:
     def __init__(self, driver: webdriver.Remote):
         self.d = driver
@@ -62,7 +68,7 @@ class App:
     def find(self, selector: str, scope=None, timeout: float = 30):
         """The element once it is there: views render after their data arrives over IPC."""
         where = scope or self.d
-        return WebDriverWait(self.d, timeout, poll_frequency=0.1).until(
+        return WebDriverWait(self.d, timeout, poll_frequency=0.1, ignored_exceptions=RETRY).until(
             lambda _: where.find_element(By.CSS_SELECTOR, selector), f"no {selector} on the page"
         )
 
@@ -70,7 +76,9 @@ class App:
         return self.find(f'[data-testid="{name}"]', scope)
 
     def wait(self, what, timeout: float = 300, message: str = ""):
-        return WebDriverWait(self.d, timeout, poll_frequency=0.2).until(lambda _: what(), message)
+        return WebDriverWait(self.d, timeout, poll_frequency=0.2, ignored_exceptions=RETRY).until(
+            lambda _: what(), message
+        )
 
     def answers(self):
         return self.d.find_elements(By.CSS_SELECTOR, '[data-testid="message"][data-role="assistant"]')
