@@ -21,9 +21,10 @@
 //!
 //! With AVX2, a matrix whose rows come in eights is stored as panels ([`PanelQ4_1`], and
 //! [`PanelQ8_0`] with AVX-VNNI): eight rows' blocks interleaved so that one vector holds the same
-//! four weights of each row. Activations are broadcast four at a time and dotted with it, so each
-//! lane ends a block with its row's exact integer sum, scaled and added once per block; a tile is
-//! one panel × up to four activation rows. Other matrices (rows not in eights, Q8_0 without
+//! four weights of each row (sixteen rows and 512-bit vectors with AVX-512, `avx512.rs`).
+//! Activations are broadcast four at a time and dotted with it, so each lane ends a block with
+//! its row's exact integer sum, scaled and added once per block; a tile is one panel × up to four
+//! activation rows. Every instruction set's panels give the same bits. Other matrices (rows not in eights, Q8_0 without
 //! VNNI, NEON, the scalar reference) run one dot product per (weight row, activation row), in
 //! tiles of 2 (Q4_1) or 1 (Q8_0) weight rows × 4 activation rows with AVX2. One row or a few (a
 //! decode step, a batched decode) split the weight rows across the engine's rayon pool; many (a
@@ -225,7 +226,7 @@ fn h(t: &[f32], bits: u16) -> f32 {
 /// bytes with no padding (asserted at compile time), so any bit pattern is a valid value.
 fn blocks<T: Copy + Default>(bytes: &[u8]) -> Option<Vec<T>> {
     let size = std::mem::size_of::<T>();
-    if bytes.len() % size != 0 {
+    if !bytes.len().is_multiple_of(size) {
         return None;
     }
     let n = bytes.len() / size;
@@ -238,21 +239,25 @@ fn blocks<T: Copy + Default>(bytes: &[u8]) -> Option<Vec<T>> {
     Some(out)
 }
 
-/// Eight weight rows' Q4_1 blocks at the same position, interleaved for the panel kernel: each
-/// row's `d` and `m` (f16), then four 32-byte chunks of nibbles. Chunk `c` holds, in 32-bit lane
-/// `k` (bytes 4k..4k+4), row k's elements `4c..4c+4` in its low nibbles and `4(c+4)..4(c+4)+4`
-/// in its high ones; so one load and a mask (or a shift and a mask) gives a vector whose lane k
-/// is row k's four weights of one group of four, ready for a byte dot product with the same
-/// four activations broadcast to every lane. 160 bytes, as the eight blocks were.
+/// `R` weight rows' Q4_1 blocks at the same position, interleaved for the panel kernel: each
+/// row's `d` and `m` (f16), then four chunks of nibbles. Chunk `c` holds, in 32-bit lane `k`
+/// (`qs[c][k]`), row k's elements `4c..4c+4` in its low nibbles and `4(c+4)..4(c+4)+4` in its
+/// high ones; so one load and a mask (or a shift and a mask) gives a vector whose lane k is row
+/// k's four weights of one group of four, ready for a byte dot product with the same four
+/// activations broadcast to every lane. As many bytes as the `R` blocks were. `R` is a vector's
+/// lanes: 8 for 256-bit kernels, 16 for AVX-512.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PanelQ4_1 {
-    pub d: [u16; 8],
-    pub m: [u16; 8],
-    pub qs: [u8; 128],
+pub struct PanelQ4_1<const R: usize> {
+    pub d: [u16; R],
+    pub m: [u16; R],
+    pub qs: [[[u8; 4]; R]; 4],
 }
 
-const _: () = assert!(std::mem::size_of::<PanelQ4_1>() == 8 * std::mem::size_of::<BlockQ4_1>());
+const _: () = assert!(
+    std::mem::size_of::<PanelQ4_1<8>>() == 8 * std::mem::size_of::<BlockQ4_1>()
+        && std::mem::size_of::<PanelQ4_1<16>>() == 16 * std::mem::size_of::<BlockQ4_1>()
+);
 
 /// Element `e` (0..32) of a Q4_1 block.
 fn q4_1_nibble(b: &BlockQ4_1, e: usize) -> u8 {
@@ -262,69 +267,72 @@ fn q4_1_nibble(b: &BlockQ4_1, e: usize) -> u8 {
     }
 }
 
-/// Eight weight rows' Q8_0 blocks at the same position, interleaved like [`PanelQ4_1`]: 32-bit
-/// lane `k` of the 32 bytes at `qs[32g..]` holds row k's elements `4g..4g+4`; `sum[k]` is the
-/// sum of row k's 32 bytes (the activations go in offset by 128 as unsigned bytes, and
-/// `128·sum` takes the offset back out). 288 bytes for eight blocks of 34.
+/// `R` weight rows' Q8_0 blocks at the same position, interleaved like [`PanelQ4_1`]: 32-bit
+/// lane `k` of `qs[g]` holds row k's elements `4g..4g+4`; `sum[k]` is the sum of row k's 32
+/// bytes (the activations go in offset by 128 as unsigned bytes, and `128·sum` takes the offset
+/// back out). 36 bytes a row for blocks of 34.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PanelQ8_0 {
-    pub d: [u16; 8],
-    pub sum: [i16; 8],
-    pub qs: [i8; 256],
+pub struct PanelQ8_0<const R: usize> {
+    pub d: [u16; R],
+    pub sum: [i16; R],
+    pub qs: [[[i8; 4]; R]; 8],
 }
 
-/// The blocks of eight rows at one position, interleaved for a panel kernel.
+/// The blocks of a panel's rows at one position, interleaved for a panel kernel.
 trait Panel: Copy + Send + Sync + Sized {
     /// The format of one row's block.
     type Block: Format;
-    fn new(rows: [&Self::Block; 8]) -> Self;
+    /// Weight rows per panel.
+    const ROWS: usize;
+    /// A panel of `rows` (`ROWS` of them).
+    fn new(rows: &[&Self::Block]) -> Self;
     /// Row `k`'s block.
     fn block(&self, k: usize) -> Self::Block;
     /// Quantised activations as the kernel reads them.
     fn prepare(_acts: &mut [<Self::Block as Format>::Act]) {}
-    /// Panels `ps` × activation rows `is` into `o` (see `avx2::panels`).
-    ///
-    /// # Safety
-    /// As `avx2::panels`.
-    #[cfg(target_arch = "x86_64")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn run(
-        vnni: bool,
-        w: &[Self],
-        acts: &PanelActs<<Self::Block as Format>::Act>,
-        ps: std::ops::Range<usize>,
-        is: std::ops::Range<usize>,
-        o: *mut f32,
-        n_out: usize,
-    );
 }
 
-impl Panel for PanelQ4_1 {
-    type Block = BlockQ4_1;
+/// A panel kernel: panels `ps` of `w` × activation rows `is` into
+/// `o[(i − is.start)·n_out + ROWS·p + k]`.
+///
+/// # Safety
+/// The instructions it was chosen for (see [`Kernel::kernel`]); `ps` within `w`'s panels, `is`
+/// within `acts`' rows, and `o` valid for those outputs.
+#[cfg(target_arch = "x86_64")]
+type KernelFn<P, A> =
+    unsafe fn(&[P], &PanelActs<A>, std::ops::Range<usize>, std::ops::Range<usize>, *mut f32, usize);
 
-    fn new(rows: [&BlockQ4_1; 8]) -> PanelQ4_1 {
-        let mut qs = [0u8; 128];
-        for c in 0..4 {
-            for (k, row) in rows.iter().enumerate() {
-                for i in 0..4 {
-                    let lo = q4_1_nibble(row, 4 * c + i);
-                    let hi = q4_1_nibble(row, 4 * (c + 4) + i);
-                    qs[32 * c + 4 * k + i] = lo | (hi << 4);
-                }
-            }
-        }
+/// A panel layout's kernels.
+trait Kernel: Panel {
+    /// The kernel for `isa`, which must be able to run this layout (see
+    /// `QLinear::from_qtensor`).
+    #[cfg(target_arch = "x86_64")]
+    fn kernel(isa: Isa) -> KernelFn<Self, <Self::Block as Format>::Act>;
+}
+
+impl<const R: usize> Panel for PanelQ4_1<R> {
+    type Block = BlockQ4_1;
+    const ROWS: usize = R;
+
+    fn new(rows: &[&BlockQ4_1]) -> Self {
+        assert_eq!(rows.len(), R);
+        let byte = |c: usize, k: usize, i: usize| {
+            q4_1_nibble(rows[k], 4 * c + i) | (q4_1_nibble(rows[k], 4 * (c + 4) + i) << 4)
+        };
         PanelQ4_1 {
-            d: rows.map(|b| b.d),
-            m: rows.map(|b| b.m),
-            qs,
+            d: std::array::from_fn(|k| rows[k].d),
+            m: std::array::from_fn(|k| rows[k].m),
+            qs: std::array::from_fn(|c| {
+                std::array::from_fn(|k| std::array::from_fn(|i| byte(c, k, i)))
+            }),
         }
     }
 
     fn block(&self, k: usize) -> BlockQ4_1 {
         let element = |e: usize| {
             let (g, i) = (e / 4, e % 4);
-            let byte = self.qs[32 * (g % 4) + 4 * k + i];
+            let byte = self.qs[g % 4][k][i];
             if g < 4 {
                 byte & 0x0F
             } else {
@@ -337,45 +345,27 @@ impl Panel for PanelQ4_1 {
             qs: std::array::from_fn(|j| element(j) | (element(j + QK / 2) << 4)),
         }
     }
-
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn run(
-        vnni: bool,
-        w: &[Self],
-        acts: &PanelActs<BlockQ8_1>,
-        ps: std::ops::Range<usize>,
-        is: std::ops::Range<usize>,
-        o: *mut f32,
-        n_out: usize,
-    ) {
-        match vnni {
-            true => avx2::panels_q4_1::<true>(w, acts, ps, is, o, n_out),
-            false => avx2::panels_q4_1::<false>(w, acts, ps, is, o, n_out),
-        }
-    }
 }
 
-impl Panel for PanelQ8_0 {
+impl<const R: usize> Panel for PanelQ8_0<R> {
     type Block = BlockQ8_0;
+    const ROWS: usize = R;
 
-    fn new(rows: [&BlockQ8_0; 8]) -> PanelQ8_0 {
-        let mut qs = [0i8; 256];
-        for g in 0..8 {
-            for (k, row) in rows.iter().enumerate() {
-                qs[32 * g + 4 * k..][..4].copy_from_slice(&row.qs[4 * g..4 * g + 4]);
-            }
-        }
+    fn new(rows: &[&BlockQ8_0]) -> Self {
+        assert_eq!(rows.len(), R);
         PanelQ8_0 {
-            d: rows.map(|b| b.d),
-            sum: rows.map(|b| b.qs.iter().map(|&q| q as i16).sum()),
-            qs,
+            d: std::array::from_fn(|k| rows[k].d),
+            sum: std::array::from_fn(|k| rows[k].qs.iter().map(|&q| q as i16).sum()),
+            qs: std::array::from_fn(|g| {
+                std::array::from_fn(|k| std::array::from_fn(|i| rows[k].qs[4 * g + i]))
+            }),
         }
     }
 
     fn block(&self, k: usize) -> BlockQ8_0 {
         BlockQ8_0 {
             d: self.d[k],
-            qs: std::array::from_fn(|e| self.qs[32 * (e / 4) + 4 * k + e % 4]),
+            qs: std::array::from_fn(|e| self.qs[e / 4][k][e % 4]),
         }
     }
 
@@ -387,29 +377,52 @@ impl Panel for PanelQ8_0 {
             }
         }
     }
-    /// Only made with AVX-VNNI (`vnni` is true).
+}
+
+// Eight-row panels run on 256-bit registers: Q4_1 with or without AVX-VNNI, Q8_0 only with it
+// (`maddubs` pairs of 255·127 would saturate i16). Sixteen-row panels run on AVX-512's.
+impl Kernel for PanelQ4_1<8> {
     #[cfg(target_arch = "x86_64")]
-    unsafe fn run(
-        _vnni: bool,
-        w: &[Self],
-        acts: &PanelActs<BlockQ8_0>,
-        ps: std::ops::Range<usize>,
-        is: std::ops::Range<usize>,
-        o: *mut f32,
-        n_out: usize,
-    ) {
-        avx2::panels_q8_0::<true>(w, acts, ps, is, o, n_out)
+    fn kernel(isa: Isa) -> KernelFn<Self, BlockQ8_1> {
+        match isa.avx_vnni() {
+            true => avx2::panels_q4_1::<true>,
+            false => avx2::panels_q4_1::<false>,
+        }
     }
 }
 
-/// A matrix of `kb` blocks per row (rows a multiple of 8) as panels: panel `p` (rows 8p..8p+8)
-/// holds its `kb` blocks one after another.
+impl Kernel for PanelQ8_0<8> {
+    #[cfg(target_arch = "x86_64")]
+    fn kernel(_: Isa) -> KernelFn<Self, BlockQ8_0> {
+        avx2::panels_q8_0::<true>
+    }
+}
+
+impl Kernel for PanelQ4_1<16> {
+    #[cfg(target_arch = "x86_64")]
+    fn kernel(_: Isa) -> KernelFn<Self, BlockQ8_1> {
+        avx512::panels_q4_1
+    }
+}
+
+impl Kernel for PanelQ8_0<16> {
+    #[cfg(target_arch = "x86_64")]
+    fn kernel(_: Isa) -> KernelFn<Self, BlockQ8_0> {
+        avx512::panels_q8_0
+    }
+}
+
+/// A matrix of `kb` blocks per row (rows a multiple of `P::ROWS`) as panels: panel `p` (rows
+/// `ROWS·p..ROWS·(p+1)`) holds its `kb` blocks one after another.
 fn to_panels<P: Panel>(w: &[P::Block], kb: usize) -> Vec<P> {
-    let panels = w.len() / kb / 8;
+    let panels = w.len() / kb / P::ROWS;
     let mut out = Vec::with_capacity(panels * kb);
+    let mut rows = Vec::with_capacity(P::ROWS);
     for p in 0..panels {
         for b in 0..kb {
-            out.push(P::new(std::array::from_fn(|k| &w[(8 * p + k) * kb + b])));
+            rows.clear();
+            rows.extend((0..P::ROWS).map(|k| &w[(P::ROWS * p + k) * kb + b]));
+            out.push(P::new(&rows));
         }
     }
     out
@@ -417,9 +430,10 @@ fn to_panels<P: Panel>(w: &[P::Block], kb: usize) -> Vec<P> {
 
 /// Row `j`'s blocks out of a matrix in panels (`kb` blocks per row).
 fn panel_row<P: Panel>(w: &[P], kb: usize, j: usize) -> impl Iterator<Item = P::Block> + '_ {
-    w[j / 8 * kb..(j / 8 + 1) * kb]
+    let p = j / P::ROWS;
+    w[p * kb..(p + 1) * kb]
         .iter()
-        .map(move |p| p.block(j % 8))
+        .map(move |panel| panel.block(j % P::ROWS))
 }
 
 /// A Q4_1 block's 32 weights into `o`.
@@ -498,6 +512,58 @@ pub fn dot_q8_0_q8_0_scalar(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     }
     sum
 }
+
+/// A panel kernel's driver: `$name` runs panels `ps` of `w` × activation rows `is` into
+/// `o[(i − is.start)·n_out + ROWS·p + k]`, in tiles of one panel × up to [`TILE_A`] activation
+/// rows computed by `$tile` (with the const generic `VNNI` where named) and stored by `$store`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! panels {
+    ($name:ident, [$($vnni:ident)?], $features:literal, $tile:ident, $p:ty, $a:ty, $store:ident) => {
+        /// # Safety
+        /// The instructions of its target features (and AVX-VNNI with `VNNI`); `ps` within
+        /// `w`'s panels, `is` within `acts`' rows, and `o` valid for those outputs.
+        #[target_feature(enable = $features)]
+        pub unsafe fn $name<$(const $vnni: bool)?>(
+            w: &[$p],
+            acts: &PanelActs<$a>,
+            ps: std::ops::Range<usize>,
+            is: std::ops::Range<usize>,
+            o: *mut f32,
+            n_out: usize,
+        ) {
+            let kb = acts.kb;
+            assert!(ps.end * kb <= w.len() && is.end * kb <= acts.q.len());
+            for p in ps {
+                let wp = w.as_ptr().add(p * kb);
+                for i in is.clone().step_by(TILE_A) {
+                    let (a, ad, s) = (
+                        acts.q.as_ptr().add(i * kb),
+                        acts.d.as_ptr().add(i * kb),
+                        acts.s.as_ptr().add(i * kb),
+                    );
+                    let at = o.add((i - is.start) * n_out + <$p as Panel>::ROWS * p);
+                    macro_rules! go {
+                        ($c:literal) => {{
+                            let t = $tile::<$c $(, $vnni)?>(wp, kb, a, ad, s);
+                            for (c, v) in t.iter().enumerate() {
+                                $store(at.add(c * n_out), *v);
+                            }
+                        }};
+                    }
+                    match TILE_A.min(is.end - i) {
+                        4 => go!(4),
+                        3 => go!(3),
+                        2 => go!(2),
+                        _ => go!(1),
+                    }
+                }
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 #[cfg(target_arch = "x86_64")]
 // Tiles index their accumulators by row and column: clearer than zipped iterators here.
@@ -775,7 +841,7 @@ mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn panel_tile<const C: usize, const VNNI: bool>(
-        w: *const PanelQ4_1,
+        w: *const PanelQ4_1<8>,
         kb: usize,
         a: *const BlockQ8_1,
         ad: *const f32,
@@ -787,7 +853,7 @@ mod avx2 {
             let p = &*w.add(b);
             let mut isum = [_mm256_setzero_si256(); C];
             for c4 in 0..4 {
-                let chunk = _mm256_loadu_si256(p.qs.as_ptr().add(32 * c4) as *const __m256i);
+                let chunk = _mm256_loadu_si256(p.qs[c4].as_ptr() as *const __m256i);
                 let halves = [
                     _mm256_and_si256(chunk, low),
                     _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low),
@@ -827,7 +893,7 @@ mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn panel_tile_q8_0<const C: usize, const VNNI: bool>(
-        w: *const PanelQ8_0,
+        w: *const PanelQ8_0<8>,
         kb: usize,
         a: *const BlockQ8_0,
         ad: *const f32,
@@ -838,7 +904,7 @@ mod avx2 {
             let p = &*w.add(b);
             let mut isum = [_mm256_setzero_si256(); C];
             for g in 0..8 {
-                let wq = _mm256_loadu_si256(p.qs.as_ptr().add(32 * g) as *const __m256i);
+                let wq = _mm256_loadu_si256(p.qs[g].as_ptr() as *const __m256i);
                 for c in 0..C {
                     let ap = (*a.add(c * kb + b)).qs.as_ptr().add(4 * g) as *const i32;
                     let av = _mm256_set1_epi32(ap.read_unaligned());
@@ -859,54 +925,24 @@ mod avx2 {
         acc
     }
 
-    macro_rules! panels {
-        ($name:ident, $tile:ident, $p:ty, $a:ty) => {
-            /// Panels `ps` of `w` × activation rows `is`, into `o[(i − is.start)·n_out + 8p + k]`.
-            ///
-            /// # Safety
-            /// AVX2, FMA and F16C (and AVX-VNNI with `VNNI`); `ps` within `w`'s panels, `is`
-            /// within `acts`' rows, and `o` valid for those outputs.
-            #[target_feature(enable = "avx2,fma,f16c")]
-            pub unsafe fn $name<const VNNI: bool>(
-                w: &[$p],
-                acts: &PanelActs<$a>,
-                ps: std::ops::Range<usize>,
-                is: std::ops::Range<usize>,
-                o: *mut f32,
-                n_out: usize,
-            ) {
-                let kb = acts.kb;
-                assert!(ps.end * kb <= w.len() && is.end * kb <= acts.q.len());
-                for p in ps {
-                    let wp = w.as_ptr().add(p * kb);
-                    for i in is.clone().step_by(TILE_A) {
-                        let (a, ad, s) = (
-                            acts.q.as_ptr().add(i * kb),
-                            acts.d.as_ptr().add(i * kb),
-                            acts.s.as_ptr().add(i * kb),
-                        );
-                        let at = o.add((i - is.start) * n_out + 8 * p);
-                        macro_rules! go {
-                            ($c:literal) => {{
-                                let t = $tile::<$c, VNNI>(wp, kb, a, ad, s);
-                                for (c, v) in t.iter().enumerate() {
-                                    _mm256_storeu_ps(at.add(c * n_out), *v);
-                                }
-                            }};
-                        }
-                        match TILE_A.min(is.end - i) {
-                            4 => go!(4),
-                            3 => go!(3),
-                            2 => go!(2),
-                            _ => go!(1),
-                        }
-                    }
-                }
-            }
-        };
-    }
-    panels!(panels_q4_1, panel_tile, PanelQ4_1, BlockQ8_1);
-    panels!(panels_q8_0, panel_tile_q8_0, PanelQ8_0, BlockQ8_0);
+    panels!(
+        panels_q4_1,
+        [VNNI],
+        "avx2,fma,f16c",
+        panel_tile,
+        PanelQ4_1<8>,
+        BlockQ8_1,
+        _mm256_storeu_ps
+    );
+    panels!(
+        panels_q8_0,
+        [VNNI],
+        "avx2,fma,f16c",
+        panel_tile_q8_0,
+        PanelQ8_0<8>,
+        BlockQ8_0,
+        _mm256_storeu_ps
+    );
 
     /// The tiles of [`Format::rows`] for one format: weight rows `R` at a time (its tile's
     /// height), activation rows [`TILE_A`] at a time, the last tiles of each smaller.
@@ -1029,18 +1065,22 @@ fn has_avx2() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
-/// AVX-VNNI (`vpdpbusd` on 256-bit registers, VEX-encoded): CPUID leaf 7, sub-leaf 1, EAX bit
-/// 4, on top of AVX2 (whose detection also checks that the OS saves the registers).
+/// AVX-VNNI (`vpdpbusd` on 256-bit registers, VEX-encoded), on top of AVX2. Read once: CPUID
+/// leaves the virtual machine on every call.
 #[cfg(target_arch = "x86_64")]
 fn has_avx_vnni() -> bool {
-    // SAFETY: CPUID exists on every x86-64; leaf 7 is only read where the CPU reports it.
-    // (`__cpuid` is a safe function in newer compilers, unsafe in the 1.85 we support.)
-    #[allow(unused_unsafe)]
-    let vnni = unsafe {
-        std::arch::x86_64::__cpuid(0).eax >= 7
-            && std::arch::x86_64::__cpuid_count(7, 1).eax & (1 << 4) != 0
-    };
-    has_avx2() && vnni
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| has_avx2() && is_x86_feature_detected!("avxvnni"))
+}
+
+/// AVX-512 with byte and word instructions and VNNI, on top of AVX2 (the detection also checks
+/// that the OS saves the 512-bit registers).
+#[cfg(target_arch = "x86_64")]
+fn has_avx512_vnni() -> bool {
+    has_avx2()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vnni")
 }
 
 /// The instruction set the kernels use.
@@ -1053,20 +1093,28 @@ pub enum Isa {
     Avx2,
     /// The same, with AVX-VNNI's one-instruction byte dot products (bit-identical to `Avx2`).
     AvxVnni,
+    /// AVX-512 (F, BW, VNNI) for the panel kernels, sixteen weight rows per vector
+    /// (bit-identical to `Avx2`); the rest runs as `AvxVnni`, or `Avx2` on a CPU without AVX-VNNI.
+    Avx512Vnni,
 }
 
 impl Isa {
-    /// The best this CPU has; `RILL_KERNELS=scalar` (or `avx2`) caps it, for benchmarks. An
-    /// `Isa` reaches SIMD code only through [`checked`](Self::checked).
+    /// The best this CPU has; `RILL_KERNELS=scalar`, `avx2` or `avx-vnni` caps it, for
+    /// benchmarks. An `Isa` reaches SIMD code only through [`checked`](Self::checked).
     pub fn detect() -> Isa {
         static ISA: OnceLock<Isa> = OnceLock::new();
         *ISA.get_or_init(|| {
             let cap = std::env::var("RILL_KERNELS").unwrap_or_default();
-            let best = Self::available().pop().unwrap_or(Isa::Scalar);
-            match cap.as_str() {
-                "scalar" => Isa::Scalar,
-                "avx2" if best.avx2() => Isa::Avx2,
-                _ => best,
+            let available = Self::available();
+            let cap = match cap.as_str() {
+                "scalar" => Some(Isa::Scalar),
+                "avx2" => Some(Isa::Avx2),
+                "avx-vnni" => Some(Isa::AvxVnni),
+                _ => None,
+            };
+            match cap {
+                Some(isa) if available.contains(&isa) => isa,
+                _ => available.last().copied().unwrap_or(Isa::Scalar),
             }
         })
     }
@@ -1085,13 +1133,26 @@ impl Isa {
             if has_avx_vnni() {
                 v.push(Isa::AvxVnni);
             }
+            if has_avx512_vnni() {
+                v.push(Isa::Avx512Vnni);
+            }
         }
         v
     }
 
-    /// Whether AVX2, FMA and F16C may be used (`Avx2` and `AvxVnni`).
+    /// Whether AVX2, FMA and F16C may be used (every x86 SIMD `Isa`).
     pub fn avx2(self) -> bool {
-        matches!(self, Isa::Avx2 | Isa::AvxVnni)
+        matches!(self, Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni)
+    }
+
+    /// Whether the 256-bit kernels may use AVX-VNNI's `vpdpbusd`.
+    fn avx_vnni(self) -> bool {
+        match self {
+            Isa::AvxVnni => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => has_avx_vnni(),
+            _ => false,
+        }
     }
 
     /// `self` if this CPU runs it, else the scalar reference: every public entry point passes
@@ -1117,12 +1178,12 @@ impl Isa {
     fn dot_q4_1_q8_1_checked(self, x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
         assert_eq!(x.len(), y.len());
         match self {
-            // SAFETY: `Avx2` is only ever chosen when the CPU reports AVX2, FMA and F16C,
-            // `AvxVnni` when it reports AVX-VNNI as well.
+            // SAFETY: `avx2()` ISAs are only ever chosen when the CPU reports AVX2, FMA and
+            // F16C; `avx_vnni()` says whether it reports AVX-VNNI as well.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { avx2::dot_q4_1_q8_1::<false>(x, y) },
+            _ if self.avx_vnni() => unsafe { avx2::dot_q4_1_q8_1::<true>(x, y) },
             #[cfg(target_arch = "x86_64")]
-            Isa::AvxVnni => unsafe { avx2::dot_q4_1_q8_1::<true>(x, y) },
+            _ if self.avx2() => unsafe { avx2::dot_q4_1_q8_1::<false>(x, y) },
             // SAFETY: `Neon` is only chosen when the CPU reports it.
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => unsafe { neon::dot_q4_1_q8_1(x, y) },
@@ -1136,9 +1197,9 @@ impl Isa {
         match self {
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { avx2::dot_q8_0_q8_0::<false>(x, y) },
+            _ if self.avx_vnni() => unsafe { avx2::dot_q8_0_q8_0::<true>(x, y) },
             #[cfg(target_arch = "x86_64")]
-            Isa::AvxVnni => unsafe { avx2::dot_q8_0_q8_0::<true>(x, y) },
+            _ if self.avx2() => unsafe { avx2::dot_q8_0_q8_0::<false>(x, y) },
             // SAFETY: as above.
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => unsafe { neon::dot_q8_0_q8_0(x, y) },
@@ -1149,11 +1210,15 @@ impl Isa {
 
 enum Weights {
     Q4_1(Vec<BlockQ4_1>),
-    /// Q4_1 in panels of eight rows, for the AVX2 panel kernel (rows a multiple of 8).
-    Q4_1x8(Vec<PanelQ4_1>),
+    /// Q4_1 in panels of eight rows, for the 256-bit panel kernels (rows a multiple of 8).
+    Q4_1x8(Vec<PanelQ4_1<8>>),
+    /// Q4_1 in panels of sixteen rows, for the AVX-512 panel kernel (rows a multiple of 16).
+    Q4_1x16(Vec<PanelQ4_1<16>>),
     Q8_0(Vec<BlockQ8_0>),
     /// Q8_0 in panels of eight rows, for the AVX-VNNI panel kernel (rows a multiple of 8).
-    Q8_0x8(Vec<PanelQ8_0>),
+    Q8_0x8(Vec<PanelQ8_0<8>>),
+    /// Q8_0 in panels of sixteen rows, for the AVX-512 panel kernel (rows a multiple of 16).
+    Q8_0x16(Vec<PanelQ8_0<16>>),
 }
 
 impl Weights {
@@ -1162,8 +1227,10 @@ impl Weights {
         match self {
             Weights::Q4_1(w) => w.len(),
             Weights::Q4_1x8(w) => 8 * w.len(),
+            Weights::Q4_1x16(w) => 16 * w.len(),
             Weights::Q8_0(w) => w.len(),
             Weights::Q8_0x8(w) => 8 * w.len(),
+            Weights::Q8_0x16(w) => 16 * w.len(),
         }
     }
 
@@ -1172,8 +1239,10 @@ impl Weights {
         match (self, more) {
             (Weights::Q4_1(w), Weights::Q4_1(m)) => w.extend(m),
             (Weights::Q4_1x8(w), Weights::Q4_1x8(m)) => w.extend(m),
+            (Weights::Q4_1x16(w), Weights::Q4_1x16(m)) => w.extend(m),
             (Weights::Q8_0(w), Weights::Q8_0(m)) => w.extend(m),
             (Weights::Q8_0x8(w), Weights::Q8_0x8(m)) => w.extend(m),
+            (Weights::Q8_0x16(w), Weights::Q8_0x16(m)) => w.extend(m),
             _ => return None,
         }
         Some(())
@@ -1223,14 +1292,16 @@ impl QLinear {
         if weights.n_blocks() != n_out * k / QK {
             return None;
         }
+        // Panels where the rows allow them: sixteen rows with AVX-512, else eight with AVX2 for
+        // Q4_1 and with AVX-VNNI for Q8_0 (without, its byte products would overflow the
+        // 256-bit panel kernel's i16).
+        let (kb, wide) = (k / QK, isa == Isa::Avx512Vnni && n_out % 16 == 0);
         let weights = match weights {
-            // With AVX2, Q4_1 runs in panels of eight rows where the rows allow it; Q8_0 too
-            // with AVX-VNNI (without, its byte products would overflow the panel kernel's i16).
-            Weights::Q4_1(w) if isa.avx2() && n_out % 8 == 0 => {
-                Weights::Q4_1x8(to_panels(&w, k / QK))
-            }
-            Weights::Q8_0(w) if isa == Isa::AvxVnni && n_out % 8 == 0 => {
-                Weights::Q8_0x8(to_panels(&w, k / QK))
+            Weights::Q4_1(w) if wide => Weights::Q4_1x16(to_panels(&w, kb)),
+            Weights::Q4_1(w) if isa.avx2() && n_out % 8 == 0 => Weights::Q4_1x8(to_panels(&w, kb)),
+            Weights::Q8_0(w) if wide => Weights::Q8_0x16(to_panels(&w, kb)),
+            Weights::Q8_0(w) if isa.avx_vnni() && n_out % 8 == 0 => {
+                Weights::Q8_0x8(to_panels(&w, kb))
             }
             w => w,
         };
@@ -1274,11 +1345,17 @@ impl QLinear {
             Weights::Q4_1x8(w) => panel_row(w, kb, j)
                 .zip(out)
                 .for_each(|(b, o)| dequantize_q4_1(t, &b, o)),
+            Weights::Q4_1x16(w) => panel_row(w, kb, j)
+                .zip(out)
+                .for_each(|(b, o)| dequantize_q4_1(t, &b, o)),
             Weights::Q8_0(w) => w[j * kb..(j + 1) * kb]
                 .iter()
                 .zip(out)
                 .for_each(|(b, o)| dequantize_q8_0(t, b, o)),
             Weights::Q8_0x8(w) => panel_row(w, kb, j)
+                .zip(out)
+                .for_each(|(b, o)| dequantize_q8_0(t, &b, o)),
+            Weights::Q8_0x16(w) => panel_row(w, kb, j)
                 .zip(out)
                 .for_each(|(b, o)| dequantize_q8_0(t, &b, o)),
         }
@@ -1304,8 +1381,10 @@ impl QLinear {
         match &self.weights {
             Weights::Q4_1(w) => rows_times(self.isa, w, x, m, self.k, out),
             Weights::Q4_1x8(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Weights::Q4_1x16(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::Q8_0(w) => rows_times(self.isa, w, x, m, self.k, out),
             Weights::Q8_0x8(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Weights::Q8_0x16(w) => panels_times(self.isa, w, x, m, self.k, out),
         }
     }
 
@@ -1397,17 +1476,17 @@ trait Format: Copy + Sync {
     ) {
         let kb = acts.kb;
         let n = w.len() / kb;
-        assert!(w.len() % kb == 0 && is.start < is.end && is.end * kb <= acts.q.len());
+        assert!(w.len().is_multiple_of(kb) && is.start < is.end && is.end * kb <= acts.q.len());
         assert!(acts.d.len() == acts.q.len() && acts.s.len() >= kb * acts.stride);
-        assert!(is.start % TILE_A == 0 && acts.stride >= is.end.div_ceil(TILE_A) * TILE_A);
+        assert!(is.start.is_multiple_of(TILE_A) && acts.stride >= is.end.div_ceil(TILE_A) * TILE_A);
         assert!(n == 0 || (n - 1) * sj + (is.len() - 1) * si < out.len());
         #[cfg(target_arch = "x86_64")]
         if isa.avx2() {
-            // SAFETY: `Avx2` and `AvxVnni` are only chosen when the CPU has AVX2, FMA and F16C
-            // (and AVX-VNNI for the second); every row, scale (tiles start at whole tiles and
+            // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C (and
+            // AVX-VNNI where `avx_vnni()`); every row, scale (tiles start at whole tiles and
             // `s` is padded to whole tiles) and output the tiles touch is inside the bounds
             // asserted above.
-            return unsafe { Self::rows_avx2(isa == Isa::AvxVnni, w, acts, is, out, sj, si) };
+            return unsafe { Self::rows_avx2(isa.avx_vnni(), w, acts, is, out, sj, si) };
         }
         // Otherwise the dot product pair by pair (the scalar reference, or NEON's, which gives
         // the same bits): the same numbers a row gets alone.
@@ -1539,31 +1618,30 @@ struct SharedOut(*mut f32);
 // SAFETY: only used by `panels_times`, whose tasks write disjoint elements (see there).
 unsafe impl Sync for SharedOut {}
 
-/// Panels (of `w`) per task when a call splits the weight rows: 64 rows, as `ROWS_PER_TASK`.
-const PANELS_PER_TASK: usize = ROWS_PER_TASK / 8;
-
-/// [`rows_times`] for matrices in panels of eight rows (made only for AVX2: Q4_1, and Q8_0
-/// with AVX-VNNI). Every split runs the same panel kernel, which sums each output in the same
-/// order whatever rows are beside it, so a row's output is the same alone, in a batch or in a
-/// prefill chunk.
-fn panels_times<P: Panel>(isa: Isa, w: &[P], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
+/// [`rows_times`] for matrices in panels (made only for x86's SIMD: see
+/// `QLinear::from_qtensor`). Every split runs the same panel kernel, which sums each output in
+/// the same order whatever rows are beside it, so a row's output is the same alone, in a batch
+/// or in a prefill chunk.
+fn panels_times<P: Kernel>(isa: Isa, w: &[P], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
     let kb = k / QK;
-    let n_out = w.len() / kb * 8;
+    let n_out = w.len() / kb * P::ROWS;
     let q = quantize_rows::<P::Block>(isa, x, m, k);
     let t = f16_table();
     let (d, s): (Vec<f32>, Vec<f32>) = q.iter().map(|a| P::Block::act_scales(a, t)).unzip();
     let mut acts = PanelActs { q, d, s, kb };
-    let panels = n_out / 8;
+    let panels = n_out / P::ROWS;
+    // Panels per task when a call splits the weight rows: `ROWS_PER_TASK` rows.
+    let per_task = ROWS_PER_TASK / P::ROWS;
     #[cfg(target_arch = "x86_64")]
     if isa.avx2() {
         P::prepare(&mut acts.q);
-        let acts = &acts;
+        let (acts, kernel) = (&acts, P::kernel(isa));
         let run = |ps: std::ops::Range<usize>, is: std::ops::Range<usize>, o: *mut f32| {
-            // SAFETY: AVX2, FMA and F16C (and AVX-VNNI for `AvxVnni`, the only ISA Q8_0 panels
-            // are made for) are present (`avx2()`); `ps` and `is` are within the panels and
+            // SAFETY: the matrix's `isa` is `checked`, and its panels are only made where that
+            // `isa` runs their kernel (`from_qtensor`); `ps` and `is` are within the panels and
             // rows, and `o` points at the output of row `is.start` (column 0) of a row-major
             // buffer `n_out` wide holding rows `is`.
-            unsafe { P::run(isa == Isa::AvxVnni, w, acts, ps, is, o, n_out) }
+            unsafe { kernel(w, acts, ps, is, o, n_out) }
         };
         if m >= 2 * ACT_ROWS_PER_TASK {
             // Many rows: each task its own activation rows (and so its own output rows).
@@ -1580,16 +1658,17 @@ fn panels_times<P: Panel>(isa: Isa, w: &[P], x: &[f32], m: usize, k: usize, out:
             assert_eq!(out.len(), m * n_out);
             let o = SharedOut(out.as_mut_ptr());
             let o = &o;
-            (0..panels.div_ceil(PANELS_PER_TASK))
+            (0..panels.div_ceil(per_task))
                 .into_par_iter()
                 .for_each(|task| {
-                    let ps = task * PANELS_PER_TASK..((task + 1) * PANELS_PER_TASK).min(panels);
+                    let ps = task * per_task..((task + 1) * per_task).min(panels);
                     run(ps, 0..m, o.0);
                 });
         }
         return;
     }
-    // Panels are only made for AVX2; should one reach here, the scalar dot product per pair.
+    // Panels are only made for x86's SIMD; should one reach here, the scalar dot product per
+    // pair.
     for (i, row) in out.chunks_exact_mut(n_out).enumerate() {
         let a = &acts.q[i * kb..(i + 1) * kb];
         for (j, o) in row.iter_mut().enumerate() {
@@ -1690,7 +1769,8 @@ pub(crate) mod tests {
             match &self.weights {
                 Weights::Q4_1(w) => Some(w[j * kb..(j + 1) * kb].to_vec()),
                 Weights::Q4_1x8(w) => Some(panel_row(w, kb, j).collect()),
-                Weights::Q8_0(_) | Weights::Q8_0x8(_) => None,
+                Weights::Q4_1x16(w) => Some(panel_row(w, kb, j).collect()),
+                _ => None,
             }
         }
 
@@ -1700,7 +1780,8 @@ pub(crate) mod tests {
             match &self.weights {
                 Weights::Q8_0(w) => Some(w[j * kb..(j + 1) * kb].to_vec()),
                 Weights::Q8_0x8(w) => Some(panel_row(w, kb, j).collect()),
-                Weights::Q4_1(_) | Weights::Q4_1x8(_) => None,
+                Weights::Q8_0x16(w) => Some(panel_row(w, kb, j).collect()),
+                _ => None,
             }
         }
     }
@@ -1800,16 +1881,15 @@ pub(crate) mod tests {
     #[test]
     fn every_tile_equals_the_scalar_dot_products() {
         let mut r = Lcg(3);
-        // 7 weight rows (a last odd one; no panels) and 136 (17 panels of 8 with AVX2: three
-        // tasks, the last short), 49 blocks (ragged); 1–9 rows (decode, batched decode, every
-        // remainder of 4) and 70 (prefill, the last task short).
+        // 7 weight rows (a last odd one; no panels), 136 (17 panels of 8 with AVX2: three
+        // tasks, the last short) and 144 (9 panels of 16 with AVX-512), 49 blocks (ragged); 1–9
+        // rows (decode, batched decode, every remainder of 4) and 70 (prefill, the last task
+        // short).
         let k = 49 * QK;
-        for (n_out, dtype) in [
-            (7, GgmlDType::Q4_1),
-            (7, GgmlDType::Q8_0),
-            (136, GgmlDType::Q4_1),
-            (136, GgmlDType::Q8_0),
-        ] {
+        for (n_out, dtype) in [7, 136, 144]
+            .into_iter()
+            .flat_map(|n| [(n, GgmlDType::Q4_1), (n, GgmlDType::Q8_0)])
+        {
             let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
             let q = QTensor::quantize(&wt, dtype).unwrap();
             for m in (1..=9).chain([70]) {
@@ -1822,13 +1902,13 @@ pub(crate) mod tests {
                         let xs = &x[i * k..(i + 1) * k];
                         for (j, &v) in row.iter().enumerate() {
                             let want = match &lin.weights {
-                                Weights::Q4_1(_) | Weights::Q4_1x8(_) => {
+                                Weights::Q4_1(_) | Weights::Q4_1x8(_) | Weights::Q4_1x16(_) => {
                                     let mut a = vec![BlockQ8_1::default(); k / QK];
                                     quantize_q8_1(xs, &mut a);
                                     let w = lin.q4_1_row(j).unwrap();
                                     dot_q4_1_q8_1_scalar(&w, &a)
                                 }
-                                Weights::Q8_0(_) | Weights::Q8_0x8(_) => {
+                                Weights::Q8_0(_) | Weights::Q8_0x8(_) | Weights::Q8_0x16(_) => {
                                     let mut a = vec![BlockQ8_0::default(); k / QK];
                                     quantize_q8_0(xs, &mut a);
                                     let w = lin.q8_0_row(j).unwrap();
@@ -1899,12 +1979,13 @@ pub(crate) mod tests {
     #[test]
     fn a_row_gives_the_same_bits_alone_and_in_a_batch() {
         let mut r = Lcg(31);
-        for n_out in [11, 136] {
+        for n_out in [11, 136, 144] {
             a_row_gives_the_same_bits(&mut r, n_out);
         }
     }
 
-    /// [`a_row_gives_the_same_bits_alone_and_in_a_batch`] for `n_out` weight rows (136: panels).
+    /// [`a_row_gives_the_same_bits_alone_and_in_a_batch`] for `n_out` weight rows (136: panels
+    /// of 8; 144: of 16 with AVX-512).
     fn a_row_gives_the_same_bits(r: &mut Lcg, n_out: usize) {
         let k = 576;
         let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
@@ -1937,13 +2018,52 @@ pub(crate) mod tests {
         }
     }
 
+    /// The panel kernels of every instruction set give the same bits: AVX2's (`maddubs`),
+    /// AVX-VNNI's and AVX-512's (panels of sixteen rows), so a faster CPU changes no answer.
+    #[test]
+    fn every_panel_kernel_gives_the_same_bits() {
+        let mut r = Lcg(41);
+        let k = 576;
+        // One panel of eight (AVX-512 runs it with the 256-bit kernels), 17 of eight, 9 of
+        // sixteen (the last task short).
+        for n_out in [8, 136, 144] {
+            let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
+            for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+                let q = QTensor::quantize(&wt, dtype).unwrap();
+                let panels: Vec<(Isa, QLinear)> = Isa::available()
+                    .into_iter()
+                    .map(|isa| (isa, QLinear::from_qtensor(&q, isa).unwrap()))
+                    .filter(|(_, l)| !matches!(l.weights, Weights::Q4_1(_) | Weights::Q8_0(_)))
+                    .collect();
+                for m in [1, 3, 4, 5, 70] {
+                    let x = r.vec(m * k);
+                    let run = |l: &QLinear| {
+                        let mut out = vec![0f32; m * n_out];
+                        l.matmul(&x, m, &mut out);
+                        out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                    };
+                    let Some(((first, reference), rest)) = panels.split_first() else {
+                        continue;
+                    };
+                    let want = run(reference);
+                    for (isa, l) in rest {
+                        assert!(
+                            run(l) == want,
+                            "{dtype:?} n_out={n_out} m={m}: {isa:?} differs from {first:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// candle's own matmul quantises activations the same way (ggml's), so the two agree up to
     /// the order of float additions.
     #[test]
     fn the_matmul_equals_candles_on_the_same_weights() {
         let mut r = Lcg(11);
-        // 70 rows (no panels) and 72 (panels of 8 with AVX2).
-        for n_out in [70, 72] {
+        // 70 rows (no panels), 72 (panels of 8 with AVX2) and 80 (of 16 with AVX-512).
+        for n_out in [70, 72, 80] {
             the_matmul_equals_candles(&mut r, n_out);
         }
     }
@@ -1984,9 +2104,16 @@ pub(crate) mod tests {
 
     #[test]
     fn a_stacked_matrix_gives_each_part_its_own_output() {
+        // Panels of eight rows, and of sixteen with AVX-512.
+        for rows in [[40, 8, 8], [48, 16, 16]] {
+            a_stacked_matrix_gives_each_part(rows);
+        }
+    }
+
+    fn a_stacked_matrix_gives_each_part(rows: [usize; 3]) {
         let mut r = Lcg(5);
         let k = 64;
-        let parts: Vec<(usize, Tensor)> = [40, 8, 8]
+        let parts: Vec<(usize, Tensor)> = rows
             .into_iter()
             .map(|n| {
                 (
@@ -2024,7 +2151,7 @@ pub(crate) mod tests {
 
     #[test]
     fn rows_dequantise_like_candle() {
-        // 16 rows: in panels of 8 with AVX2.
+        // 16 rows: in panels of 8 with AVX2, of 16 with AVX-512.
         let wt = Tensor::from_vec(Lcg(9).vec(16 * 64), (16, 64), &Device::Cpu).unwrap();
         for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
             let q = QTensor::quantize(&wt, dtype).unwrap();

@@ -330,7 +330,7 @@ impl Sequence {
         });
         if let Some(r) = reason {
             self.finish(r);
-        } else if self.completion_tokens % STATS_EVERY == 0 {
+        } else if self.completion_tokens.is_multiple_of(STATS_EVERY) {
             let timings = self.timings();
             self.send(Event::Stats {
                 completion_tokens: self.completion_tokens,

@@ -95,7 +95,9 @@ pub fn attend(shape: Shape, q: &[f32], q_stride: usize, spans: &[Span], out: &mu
     let q_width = shape.n_head * hd;
     // What the SIMD code below relies on: every query, key and value it reads is there.
     let rows: usize = spans.iter().map(|s| s.t).sum();
-    assert!(shape.n_kv_head > 0 && shape.n_head % shape.n_kv_head == 0 && q_stride >= q_width);
+    assert!(
+        shape.n_kv_head > 0 && shape.n_head.is_multiple_of(shape.n_kv_head) && q_stride >= q_width
+    );
     assert!(
         out.len() == rows * q_width && (rows == 0 || q.len() >= (rows - 1) * q_stride + q_width)
     );
