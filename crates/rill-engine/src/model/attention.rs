@@ -1,9 +1,11 @@
 //! Attention on the host (issue 6): RoPE applied in place, keys and values appended to the
 //! sequence's own cache in place, and one fused pass per query and head (scores, softmax,
-//! weighted sum of values) over the cache as it lies, with no copy of K or V.
+//! weighted sum of values) over the cache as it lies, with no copy of K or V. The query heads
+//! that share a KV head share their passes where there are enough of them for the threads, so
+//! each key and value is converted from f16 once for all of them.
 //!
-//! Every query is computed the same way whatever else is in the step: its scores are summed in
-//! a fixed order, its softmax and weighted sum run over its own keys only. So a prompt prefilled
+//! Every query is computed the same way whatever else is in the step or its pass: its scores are
+//! summed in a fixed order, its softmax and weighted sum run over its own keys only. So a prompt prefilled
 //! in chunks of any size, a token decoded alone or in a batch, all give the same bits, and with
 //! the matmul kernels (which have the same property) a seed gives the same text however the
 //! scheduler slices the work.
@@ -105,7 +107,10 @@ pub fn attend(shape: Shape, q: &[f32], q_stride: usize, spans: &[Span], out: &mu
         let filled = (s.pos + s.t) * shape.kv_width();
         assert!(s.kv.k.len() >= filled && s.kv.v.len() >= filled);
     }
-    // Each chunk of `out` is one (row, head): find its sequence once per row.
+    // Each chunk of `out` is the query heads of one KV head in one row (they read the same keys
+    // and values, converted once for all), or one head where that leaves too few tasks for the
+    // threads (a decode step of one row): find its sequence once per row.
+    let per_group = shape.n_head / shape.n_kv_head;
     let mut owner = Vec::with_capacity(out.len() / q_width.max(1));
     let mut work = 0;
     for (s, span) in spans.iter().enumerate() {
@@ -114,23 +119,34 @@ pub fn attend(shape: Shape, q: &[f32], q_stride: usize, spans: &[Span], out: &mu
             work += (span.pos + i + 1) * q_width;
         }
     }
-    let one = |(c, y): (usize, &mut [f32])| {
-        let (row, head) = (c / shape.n_head, c % shape.n_head);
-        let (s, n_keys) = owner[row];
-        let q = &q[row * q_stride + head * hd..][..hd];
-        let g = head / (shape.n_head / shape.n_kv_head);
-        SCORES.with_borrow_mut(|scores| query(shape, q, spans[s].kv, g, n_keys, scores, y, isa));
+    let serial = work < SERIAL_WORK;
+    let heads = match serial || owner.len() * shape.n_kv_head >= 4 * rayon::current_num_threads() {
+        true => per_group,
+        false => 1,
     };
-    if work < SERIAL_WORK {
-        out.chunks_exact_mut(hd).enumerate().for_each(one);
-    } else {
-        out.par_chunks_exact_mut(hd).enumerate().for_each(one);
+    let one = |(c, y): (usize, &mut [f32])| {
+        let (row, first) = (
+            c / (shape.n_head / heads),
+            c % (shape.n_head / heads) * heads,
+        );
+        let (s, n_keys) = owner[row];
+        let q = &q[row * q_stride + first * hd..][..heads * hd];
+        let g = first / per_group;
+        SCORES.with_borrow_mut(|scores| group(shape, q, spans[s].kv, g, n_keys, scores, y, isa));
+    };
+    match serial {
+        true => out.chunks_exact_mut(heads * hd).enumerate().for_each(one),
+        false => out
+            .par_chunks_exact_mut(heads * hd)
+            .enumerate()
+            .for_each(one),
     }
 }
 
-/// One query head over the first `n_keys` positions of KV head `g`.
+/// Query heads `q` (`[heads][head_dim]`) of KV head `g` over its first `n_keys` positions, into
+/// `y` (the same shape).
 #[allow(clippy::too_many_arguments)]
-fn query(
+fn group(
     shape: Shape,
     q: &[f32],
     kv: &LayerKv,
@@ -144,21 +160,53 @@ fn query(
     let scale = 1.0 / (hd as f32).sqrt();
     let keys = &kv.k[g * hd..];
     let values = &kv.v[g * hd..];
-    scores.clear();
-    scores.resize(n_keys, 0.0);
     #[cfg(target_arch = "x86_64")]
     if isa.avx2() && hd % 8 == 0 {
-        // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C; every key
-        // and value row read is `hd` values inside the first `n_keys` positions of the cache
-        // (`attend` asserts the cache holds them), and `hd % 8 == 0`.
-        unsafe {
-            avx2::scores(q, keys, stride, scale, scores);
-            let sum = avx2::exp_in_place(scores);
-            avx2::weighted_sum(scores, values, stride, 1.0 / sum, y);
+        // Up to four heads at a time: each key and value row is converted from f16 once for
+        // all of them.
+        let heads = q.len() / hd;
+        let mut h = 0;
+        while h < heads {
+            let n = (heads - h).min(4);
+            let (qs, ys) = (&q[h * hd..(h + n) * hd], &mut y[h * hd..(h + n) * hd]);
+            scores.clear();
+            scores.resize(n * n_keys, 0.0);
+            // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C; every
+            // key and value row read is `hd` values inside the first `n_keys` positions of the
+            // cache (`attend` asserts the cache holds them), `hd % 8 == 0`, and `qs`, `ys` and
+            // `scores` hold `n` heads.
+            unsafe {
+                match n {
+                    4 => avx2::heads::<4>(qs, keys, values, stride, scale, scores, ys),
+                    3 => avx2::heads::<3>(qs, keys, values, stride, scale, scores, ys),
+                    2 => avx2::heads::<2>(qs, keys, values, stride, scale, scores, ys),
+                    _ => avx2::heads::<1>(qs, keys, values, stride, scale, scores, ys),
+                }
+            }
+            h += n;
         }
         return;
     }
     let _ = isa;
+    scores.clear();
+    scores.resize(n_keys, 0.0);
+    for (q, y) in q.chunks_exact(hd).zip(y.chunks_exact_mut(hd)) {
+        head(q, keys, values, stride, scale, scores, y);
+    }
+}
+
+/// One query head over the keys and values of its KV head (`scores.len()` rows of `stride`),
+/// the scalar reference.
+fn head(
+    q: &[f32],
+    keys: &[f16],
+    values: &[f16],
+    stride: usize,
+    scale: f32,
+    scores: &mut [f32],
+    y: &mut [f32],
+) {
+    let hd = q.len();
     // Each key and value row is converted as a slice (half's own SIMD where the CPU has it:
     // F16C, or ARM's fp16), not element by element.
     let mut row = vec![0f32; hd];
@@ -206,37 +254,120 @@ mod avx2 {
         ))
     }
 
-    /// `scores[j] = q · k_j · scale`, key j at `keys[j·stride..]`. Four keys at a time: four
-    /// independent chains of FMAs, and their four horizontal sums in three `hadd`s, which add
-    /// each key's lanes in the same order as [`hsum`] (so a score does not depend on which keys
-    /// share its group).
+    /// The four sums of `a`, `b`, `c` and `d`'s lanes, each added in [`hsum`]'s order.
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn scores(q: &[f32], keys: &[f16], stride: usize, scale: f32, scores: &mut [f32]) {
-        let hd = q.len();
-        let (q, k) = (q.as_ptr(), keys.as_ptr());
-        let dot = |kj: *const f16| {
-            let mut acc = _mm256_mul_ps(_mm256_loadu_ps(q), load8(kj));
-            let mut c = 8;
-            while c < hd {
-                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(c)), load8(kj.add(c)), acc);
-                c += 8;
-            }
-            acc
-        };
-        let n = scores.len();
+    unsafe fn sums4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
+        let h = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+        _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1))
+    }
+
+    /// `H` query heads (`qs`, `[H][hd]`) of one KV head over `n` keys and values (row j at
+    /// `keys[j·stride..]`, `values[j·stride..]`): `scores` (`[H][n]`) gets `q_h · k_j · scale`,
+    /// then each head's softmax, and `ys` (`[H][hd]`) the weighted sums of the values. Each key
+    /// and value row is converted from f16 once for the `H` heads, and each head's arithmetic
+    /// is the same whatever `H` is and whichever keys share a pass, so its bits are too.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn heads<const H: usize>(
+        qs: &[f32],
+        keys: &[f16],
+        values: &[f16],
+        stride: usize,
+        scale: f32,
+        scores: &mut [f32],
+        ys: &mut [f32],
+    ) {
+        let (hd, n) = (qs.len() / H, scores.len() / H);
         let mut j = 0;
-        while j + 4 <= n {
-            let a: [__m256; 4] = std::array::from_fn(|i| dot(k.add((j + i) * stride)));
-            let h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-            let r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        // Enough independent FMA chains (keys × heads) to keep both FMA units busy.
+        if H <= 2 {
+            while j + 4 <= n {
+                score_keys::<H, 4>(qs, hd, keys.as_ptr(), stride, scale, scores, n, j);
+                j += 4;
+            }
+        }
+        while j + 2 <= n {
+            score_keys::<H, 2>(qs, hd, keys.as_ptr(), stride, scale, scores, n, j);
+            j += 2;
+        }
+        if j < n {
+            score_keys::<H, 1>(qs, hd, keys.as_ptr(), stride, scale, scores, n, j);
+        }
+        let mut inv = [0f32; H];
+        for (h, inv) in inv.iter_mut().enumerate() {
+            *inv = 1.0 / exp_in_place(&mut scores[h * n..(h + 1) * n]);
+        }
+        // Columns in passes of up to eight vectors across the heads.
+        let mut c = 0;
+        while c < hd {
+            let (v, y) = (values.as_ptr().add(c), ys.as_mut_ptr().add(c));
+            let lanes = match (8 / H).min((hd - c) / 8) {
+                8.. => 8,
+                4..=7 => 4,
+                2..=3 => 2,
+                _ => 1,
+            };
+            match lanes {
+                8 => columns::<H, 8>(scores, n, v, stride, &inv, y, hd),
+                4 => columns::<H, 4>(scores, n, v, stride, &inv, y, hd),
+                2 => columns::<H, 2>(scores, n, v, stride, &inv, y, hd),
+                _ => columns::<H, 1>(scores, n, v, stride, &inv, y, hd),
+            }
+            c += 8 * lanes;
+        }
+    }
+
+    /// The scores of keys `j..j+K` for the `H` heads: per (key, head) an FMA chain over the
+    /// columns (the first a multiply), then its horizontal sum in [`hsum`]'s order, times
+    /// `scale`.
+    // Indexed by key and head: clearer than zipped iterators here.
+    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn score_keys<const H: usize, const K: usize>(
+        qs: &[f32],
+        hd: usize,
+        keys: *const f16,
+        stride: usize,
+        scale: f32,
+        scores: &mut [f32],
+        n: usize,
+        j: usize,
+    ) {
+        let q = qs.as_ptr();
+        let k: [*const f16; K] = std::array::from_fn(|i| keys.add((j + i) * stride));
+        let mut acc = [[_mm256_setzero_ps(); H]; K];
+        let mut c = 0;
+        while c < hd {
+            let kc: [__m256; K] = std::array::from_fn(|i| load8(k[i].add(c)));
+            for h in 0..H {
+                let qh = _mm256_loadu_ps(q.add(h * hd + c));
+                for i in 0..K {
+                    acc[i][h] = match c {
+                        0 => _mm256_mul_ps(qh, kc[i]),
+                        _ => _mm256_fmadd_ps(qh, kc[i], acc[i][h]),
+                    };
+                }
+            }
+            c += 8;
+        }
+        // Four sums at a time (the last group padded with its own last accumulator).
+        let all = K * H;
+        let pick = |i: usize| {
+            let i = i.min(all - 1);
+            acc[i / H][i % H]
+        };
+        let mut out = [0f32; 20];
+        for base in (0..all).step_by(4) {
+            let r = sums4(pick(base), pick(base + 1), pick(base + 2), pick(base + 3));
             _mm_storeu_ps(
-                scores.as_mut_ptr().add(j),
+                out.as_mut_ptr().add(base),
                 _mm_mul_ps(r, _mm_set1_ps(scale)),
             );
-            j += 4;
         }
-        for (i, s) in scores.iter_mut().enumerate().skip(j) {
-            *s = hsum(dot(k.add(i * stride))) * scale;
+        for (i, &v) in out[..all].iter().enumerate() {
+            scores[(i % H) * n + j + i / H] = v;
         }
     }
 
@@ -265,51 +396,37 @@ mod avx2 {
         total
     }
 
-    /// `y = inv · Σ_j p_j · v_j`, value j at `values[j·stride..]`; up to 64 columns at a time
-    /// (eight running sums in registers, enough independent FMAs to keep both FMA units busy).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn weighted_sum(p: &[f32], values: &[f16], stride: usize, inv: f32, y: &mut [f32]) {
-        let hd = y.len();
-        let inv = _mm256_set1_ps(inv);
-        let mut c = 0;
-        while c < hd {
-            let (v, out) = (values.as_ptr().add(c), y.as_mut_ptr().add(c));
-            let lanes = match (hd - c) / 8 {
-                8.. => 8,
-                4..=7 => 4,
-                2..=3 => 2,
-                _ => 1,
-            };
-            match lanes {
-                8 => columns::<8>(p, v, stride, inv, out),
-                4 => columns::<4>(p, v, stride, inv, out),
-                2 => columns::<2>(p, v, stride, inv, out),
-                _ => columns::<1>(p, v, stride, inv, out),
-            }
-            c += 8 * lanes;
-        }
-    }
-
-    /// `8·L` columns of [`weighted_sum`], from `v` (value 0's first column) into `y`.
+    /// `8·L` columns of the `H` heads' weighted sums, `y_h = inv_h · Σ_j p_h[j] · v_j` (`p_h`
+    /// at `p[h·n..]`), from `v` (value 0's first column) into `y` (head h at `y[h·hd..]`): each
+    /// value's columns are converted once and added into every head's sums.
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn columns<const L: usize>(
+    unsafe fn columns<const H: usize, const L: usize>(
         p: &[f32],
+        n: usize,
         v: *const f16,
         stride: usize,
-        inv: __m256,
+        inv: &[f32; H],
         y: *mut f32,
+        hd: usize,
     ) {
-        let mut acc = [_mm256_setzero_ps(); L];
-        for (j, &pj) in p.iter().enumerate() {
-            let w = _mm256_set1_ps(pj);
+        let mut acc = [[_mm256_setzero_ps(); L]; H];
+        for j in 0..n {
             let vj = v.add(j * stride);
-            for (l, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(w, load8(vj.add(8 * l)), *a);
+            let x: [__m256; L] = std::array::from_fn(|l| load8(vj.add(8 * l)));
+            for (h, acc) in acc.iter_mut().enumerate() {
+                let w = _mm256_set1_ps(*p.get_unchecked(h * n + j));
+                for (a, x) in acc.iter_mut().zip(&x) {
+                    *a = _mm256_fmadd_ps(w, *x, *a);
+                }
             }
         }
-        for (l, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(y.add(8 * l), _mm256_mul_ps(*a, inv));
+        for (h, acc) in acc.iter().enumerate() {
+            for (l, a) in acc.iter().enumerate() {
+                let out = y.add(h * hd + 8 * l);
+                _mm256_storeu_ps(out, _mm256_mul_ps(*a, _mm256_set1_ps(inv[h])));
+            }
         }
     }
 }
@@ -359,8 +476,16 @@ mod tests {
     fn every_path_equals_the_definition() {
         let mut rng = Lcg(7);
         // Head sizes: this model's 64 (three query heads per KV head), 24 (not a multiple of 32;
-        // one head per KV head), 32 with eight heads on one KV head, and 20 (scalar only).
-        for (hd, n_head, n_kv) in [(64, 9, 3), (24, 4, 4), (32, 8, 1), (20, 2, 1)] {
+        // one head per KV head), 32 with eight heads on one KV head (two passes of four), 16
+        // with two, 40 with seven (four and three), and 20 (scalar only).
+        for (hd, n_head, n_kv) in [
+            (64, 9, 3),
+            (24, 4, 4),
+            (32, 8, 1),
+            (16, 6, 3),
+            (40, 7, 1),
+            (20, 2, 1),
+        ] {
             let shape = Shape {
                 n_head,
                 n_kv_head: n_kv,
@@ -435,6 +560,63 @@ mod tests {
                 whole == fives && whole == singles,
                 "{isa:?}: a row depends on its step"
             );
+        }
+    }
+
+    /// The heads of a KV group share their passes over its keys and values; each head's output
+    /// is the same, bit for bit, as when it runs alone.
+    #[test]
+    fn a_head_gives_the_same_bits_alone_and_in_its_group() {
+        let mut rng = Lcg(17);
+        for (hd, n_head, n_kv) in [(64, 9, 3), (32, 8, 1), (40, 7, 1), (16, 6, 3)] {
+            let shape = Shape {
+                n_head,
+                n_kv_head: n_kv,
+                head_dim: hd,
+            };
+            let alone = Shape {
+                n_head: 1,
+                n_kv_head: 1,
+                head_dim: hd,
+            };
+            let per_group = n_head / n_kv;
+            for n_keys in [1, 2, 5, 37] {
+                let kv = cache(&mut rng, n_keys, shape.kv_width());
+                let q = rng.vec(n_head * hd);
+                let spans = [Span {
+                    t: 1,
+                    pos: n_keys - 1,
+                    kv: &kv,
+                }];
+                for isa in crate::kernels::Isa::available() {
+                    let mut together = vec![0f32; n_head * hd];
+                    attend(shape, &q, n_head * hd, &spans, &mut together, isa);
+                    for head in 0..n_head {
+                        // A cache of this head's KV head only.
+                        let g = head / per_group;
+                        let own = |x: &[f16]| -> Vec<f16> {
+                            x.chunks_exact(shape.kv_width())
+                                .flat_map(|row| row[g * hd..(g + 1) * hd].to_vec())
+                                .collect()
+                        };
+                        let kv1 = LayerKv {
+                            k: own(&kv.k),
+                            v: own(&kv.v),
+                        };
+                        let span = [Span {
+                            t: 1,
+                            pos: n_keys - 1,
+                            kv: &kv1,
+                        }];
+                        let mut y = vec![0f32; hd];
+                        attend(alone, &q[head * hd..][..hd], hd, &span, &mut y, isa);
+                        assert!(
+                            y == together[head * hd..][..hd],
+                            "{isa:?} hd {hd} {n_head}/{n_kv} heads, {n_keys} keys: head {head}"
+                        );
+                    }
+                }
+            }
         }
     }
 
