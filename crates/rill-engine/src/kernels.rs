@@ -20,17 +20,18 @@
 //! instead of 6.56). Other formats stay with candle.
 //!
 //! With AVX2, a matrix whose rows come in eights is stored as panels ([`PanelQ4_1`], and
-//! [`PanelQ8_0`] with AVX-VNNI): eight rows' blocks interleaved so that one vector holds the same
-//! four weights of each row (sixteen rows and 512-bit vectors with AVX-512, `avx512.rs`).
-//! Activations are broadcast four at a time and dotted with it, so each lane ends a block with
-//! its row's exact integer sum, scaled and added once per block; a tile is one panel × up to four
-//! activation rows. Every instruction set's panels give the same bits. Other matrices (rows not in eights, Q8_0 without
-//! VNNI, NEON, the scalar reference) run one dot product per (weight row, activation row), in
-//! tiles of 2 (Q4_1) or 1 (Q8_0) weight rows × 4 activation rows with AVX2. One row or a few (a
-//! decode step, a batched decode) split the weight rows across the engine's rayon pool; many (a
-//! prefill chunk) split the activation rows, 32 per task, so each weight panel or row is read once
-//! per task and stays in L1 for all of its rows. Every path sums each output in the same order
-//! whatever rows are beside it, so a row's output never depends on them.
+//! [`PanelQ8_0`] with AVX-VNNI or AVX-512): eight rows' blocks interleaved so that one vector
+//! holds the same four weights of each row (sixteen rows and 512-bit vectors with AVX-512,
+//! `avx512.rs`). Activations are broadcast four at a time and dotted with it, so each lane ends a
+//! block with its row's exact integer sum, scaled and added once per block; a tile is one panel ×
+//! up to four activation rows. Every instruction set's panels give the same bits. Other matrices
+//! (rows not in eights, Q8_0 without VNNI, NEON, the scalar reference) run one dot product per
+//! (weight row, activation row), in tiles of 2 (Q4_1) or 1 (Q8_0) weight rows × 4 activation rows
+//! with AVX2. One row or a few (a decode step, a batched decode) split the weight rows across the
+//! engine's rayon pool; many (a prefill chunk) split the activation rows, 32 per task, so each
+//! weight panel or row is read once per task and stays in L1 for all of its rows. Every path sums
+//! each output in the same order whatever rows are beside it, so a row's output never depends on
+//! them.
 
 // Panels, and what feeds them, are made only for x86-64's SIMD; elsewhere they go unused.
 #![cfg_attr(
@@ -573,8 +574,8 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     /// `acc` plus, per 32-bit lane, the sum of the four products of unsigned bytes `u` and
-    /// signed bytes `s`: one AVX-VNNI `vpdpbusd`, written in asm so that no newer compiler is
-    /// needed for its intrinsic (the CPU is checked at run time).
+    /// signed bytes `s`: one AVX-VNNI `vpdpbusd`, in asm with its VEX encoding spelled out (the
+    /// form CPUs with AVX-VNNI but no AVX-512 run; the CPU is checked at run time).
     macro_rules! vpdpbusd {
         ($acc:expr, $u:expr, $s:expr) => {{
             let (mut acc, u, s): (__m256i, __m256i, __m256i) = ($acc, $u, $s);
