@@ -5,10 +5,10 @@
 //! each key and value is converted from f16 once for all of them.
 //!
 //! Every query is computed the same way whatever else is in the step or its pass: its scores are
-//! summed in a fixed order, its softmax and weighted sum run over its own keys only. So a prompt prefilled
-//! in chunks of any size, a token decoded alone or in a batch, all give the same bits, and with
-//! the matmul kernels (which have the same property) a seed gives the same text however the
-//! scheduler slices the work.
+//! summed in a fixed order, its softmax and weighted sum run over its own keys only. So a prompt
+//! prefilled in chunks of any size, a token decoded alone or in a batch, all give the same bits,
+//! and with the matmul kernels (which have the same property) a seed gives the same text however
+//! the scheduler slices the work.
 //!
 //! The cache of one layer is position-major, `[position][kv head][head_dim]`, so it grows by
 //! appending and a prefix is a plain slice.
