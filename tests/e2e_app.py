@@ -80,6 +80,15 @@ class App:
             lambda _: what(), message
         )
 
+    def fresh(self, read):
+        """`read()`, again if the view redrew an element it held (a few times, as `wait` would)."""
+        for _ in range(50):
+            try:
+                return read()
+            except StaleElementReferenceException:
+                time.sleep(0.1)
+        return read()
+
     def answers(self):
         return self.d.find_elements(By.CSS_SELECTOR, '[data-testid="message"][data-role="assistant"]')
 
@@ -107,12 +116,15 @@ class App:
         composer.send_keys(text)
         composer.send_keys(Keys.ENTER)
         self.wait(lambda: len(self.answers()) > count, 60, "no answer appeared")
-        return self.last_answer().get_attribute("data-id")
+        return self.fresh(lambda: self.last_answer().get_attribute("data-id"))
 
     def status_of(self, answer_id: str) -> str | None:
         # The answer may be in a chat that is not open now: ask the sidebar/live state via DOM.
-        found = self.d.find_elements(By.CSS_SELECTOR, f'[data-testid="message"][data-id="{answer_id}"]')
-        return found[0].get_attribute("data-status") if found else None
+        def read():
+            found = self.d.find_elements(By.CSS_SELECTOR, f'[data-testid="message"][data-id="{answer_id}"]')
+            return found[0].get_attribute("data-status") if found else None
+
+        return self.fresh(read)
 
     def shot(self, name: str) -> None:
         SHOTS.mkdir(parents=True, exist_ok=True)
@@ -159,7 +171,7 @@ def main() -> int:
             first = app.ask(QUESTION)
             seen_streaming = app.status_of(first) == "streaming"
             app.wait(lambda: app.status_of(first) == "done", 300, "the answer did not finish")
-            text = app.last_answer().text
+            text = app.fresh(lambda: app.last_answer().text)
             print(f"answer: {text!r} (seen streaming: {seen_streaming})")
             if "Paris" not in text:
                 failures.append(f"the answer does not contain Paris: {text!r}")
@@ -182,21 +194,22 @@ def main() -> int:
             app.new_chat()
             short_id = app.ask(QUESTION)
             app.wait(lambda: app.status_of(short_id) == "done", 300, "the short answer did not finish")
-            long_item = app.find(f'[data-testid="conversation-item"][data-id="{long_chat}"]')
-            still_live = long_item.get_attribute("data-live") == "true"
-            partial = long_item.text
+            long_item = lambda: app.find(f'[data-testid="conversation-item"][data-id="{long_chat}"]')
+            still_live = app.fresh(lambda: long_item().get_attribute("data-live") == "true")
+            partial = app.fresh(lambda: long_item().text)
+            short_text = app.fresh(lambda: app.last_answer().text)
             app.shot("app-flow")
-            print(f"short answer: {app.last_answer().text!r}; long chat still live: {still_live}; sidebar: {partial!r}")
+            print(f"short answer: {short_text!r}; long chat still live: {still_live}; sidebar: {partial!r}")
             if not still_live:
                 failures.append("the long answer ended before the short one: no flow")
-            if "Paris" not in app.last_answer().text:
+            if "Paris" not in short_text:
                 failures.append("the short answer does not contain Paris")
             with sqlite3.connect(db) as c:
                 (long_status,) = c.execute("SELECT status FROM messages WHERE id = ?", (int(long_id),)).fetchone()
             print(f"long answer status in the database meanwhile: {long_status}")
 
             # Stop the long answer from its own chat; the partial answer is kept.
-            long_item.find_element(By.CSS_SELECTOR, "button.conv-open").click()
+            app.fresh(lambda: long_item().find_element(By.CSS_SELECTOR, "button.conv-open").click())
             app.wait(lambda: app.status_of(long_id) in ("streaming", "stopped", "done"), 30)
             if app.status_of(long_id) == "streaming":
                 # A click in the page, not at coordinates: the answer streams fast enough that the
@@ -221,7 +234,7 @@ def main() -> int:
             app.set_field('[aria-label="API port"]', str(api_port))
             app.tid("api-toggle").click()
             app.wait(lambda: "Serving at" in app.tid("api-status").text, 30, "the API did not start")
-            address = app.tid("api-status").text.split("Serving at ", 1)[1].strip()
+            address = app.fresh(lambda: app.tid("api-status").text).split("Serving at ", 1)[1].strip()
             body = json.dumps({
                 "messages": [{"role": "user", "content": QUESTION}],
                 "temperature": 0,
@@ -249,7 +262,7 @@ def main() -> int:
             app.wait(lambda: app.tid("remote-use").text == "In use", 30, "the remote backend was not taken")
             remote_id = app.ask(QUESTION)
             app.wait(lambda: app.status_of(remote_id) in ("done", "error"), 300, "the remote answer did not finish")
-            remote_text = app.last_answer().text
+            remote_text = app.fresh(lambda: app.last_answer().text)
             with sqlite3.connect(db) as c:
                 (status, content, model_used) = c.execute(
                     "SELECT status, content, model FROM messages WHERE id = ?", (int(remote_id),)
@@ -264,7 +277,7 @@ def main() -> int:
             app.wait(lambda: app.tid("remote-use").text == "In use", 30)
             dead_id = app.ask("Are you there?")
             app.wait(lambda: app.status_of(dead_id) == "error", 120, "an unreachable server did not give an error")
-            shown = app.find(f'[data-testid="message"][data-id="{dead_id}"]').text
+            shown = app.fresh(lambda: app.find(f'[data-testid="message"][data-id="{dead_id}"]').text)
             print(f"unreachable server: {shown!r}")
             if "cannot reach" not in shown:
                 failures.append(f"the unreachable server's error is not shown clearly: {shown!r}")
