@@ -395,7 +395,7 @@ impl Kernel for PanelQ4_1<8> {
 impl Kernel for PanelQ8_0<8> {
     #[cfg(target_arch = "x86_64")]
     fn kernel(_: Isa) -> KernelFn<Self, BlockQ8_0> {
-        avx2::panels_q8_0::<true>
+        avx2::panels_q8_0
     }
 }
 
@@ -443,6 +443,18 @@ fn dequantize_q4_1(t: &[f32], b: &BlockQ4_1, o: &mut [f32]) {
     for (i, q) in b.qs.iter().enumerate() {
         o[i] = d * (q & 0x0F) as f32 + m;
         o[i + QK / 2] = d * (q >> 4) as f32 + m;
+    }
+}
+
+/// One row's `blocks` into `out`, 32 weights each, by the format's `dequantize`.
+fn dequantize_blocks<B>(
+    blocks: impl Iterator<Item = B>,
+    out: &mut [f32],
+    dequantize: fn(&[f32], &B, &mut [f32]),
+) {
+    let t = f16_table();
+    for (b, o) in blocks.zip(out.chunks_exact_mut(QK)) {
+        dequantize(t, &b, o);
     }
 }
 
@@ -521,8 +533,9 @@ pub fn dot_q8_0_q8_0_scalar(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
 macro_rules! panels {
     ($name:ident, [$($vnni:ident)?], $features:literal, $tile:ident, $p:ty, $a:ty, $store:ident) => {
         /// # Safety
-        /// The instructions of its target features (and AVX-VNNI with `VNNI`); `ps` within
-        /// `w`'s panels, `is` within `acts`' rows, and `o` valid for those outputs.
+        /// The instructions of its target features and its tile's (AVX-VNNI with `VNNI`, and
+        /// for the 256-bit Q8_0 tile); `ps` within `w`'s panels, `is` within `acts`' rows, and
+        /// `o` valid for those outputs.
         #[target_feature(enable = $features)]
         pub unsafe fn $name<$(const $vnni: bool)?>(
             w: &[$p],
@@ -893,7 +906,7 @@ mod avx2 {
     /// `vpdpbusd`, takes `128·Σw` back out (exact integers), then `acc += (d_w·d_a) · sum`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn panel_tile_q8_0<const C: usize, const VNNI: bool>(
+    unsafe fn panel_tile_q8_0<const C: usize>(
         w: *const PanelQ8_0<8>,
         kb: usize,
         a: *const BlockQ8_0,
@@ -937,7 +950,7 @@ mod avx2 {
     );
     panels!(
         panels_q8_0,
-        [VNNI],
+        [],
         "avx2,fma,f16c",
         panel_tile_q8_0,
         PanelQ8_0<8>,
@@ -1336,29 +1349,14 @@ impl QLinear {
     /// table, so the table never has to exist in f32 (113 MB for a 49,152 × 576 vocabulary).
     pub fn dequantize_row(&self, j: usize, out: &mut [f32]) {
         let kb = self.k / QK;
-        let t = f16_table();
-        let out = out.chunks_exact_mut(QK);
+        let row = j * kb..(j + 1) * kb;
         match &self.weights {
-            Weights::Q4_1(w) => w[j * kb..(j + 1) * kb]
-                .iter()
-                .zip(out)
-                .for_each(|(b, o)| dequantize_q4_1(t, b, o)),
-            Weights::Q4_1x8(w) => panel_row(w, kb, j)
-                .zip(out)
-                .for_each(|(b, o)| dequantize_q4_1(t, &b, o)),
-            Weights::Q4_1x16(w) => panel_row(w, kb, j)
-                .zip(out)
-                .for_each(|(b, o)| dequantize_q4_1(t, &b, o)),
-            Weights::Q8_0(w) => w[j * kb..(j + 1) * kb]
-                .iter()
-                .zip(out)
-                .for_each(|(b, o)| dequantize_q8_0(t, b, o)),
-            Weights::Q8_0x8(w) => panel_row(w, kb, j)
-                .zip(out)
-                .for_each(|(b, o)| dequantize_q8_0(t, &b, o)),
-            Weights::Q8_0x16(w) => panel_row(w, kb, j)
-                .zip(out)
-                .for_each(|(b, o)| dequantize_q8_0(t, &b, o)),
+            Weights::Q4_1(w) => dequantize_blocks(w[row].iter().copied(), out, dequantize_q4_1),
+            Weights::Q4_1x8(w) => dequantize_blocks(panel_row(w, kb, j), out, dequantize_q4_1),
+            Weights::Q4_1x16(w) => dequantize_blocks(panel_row(w, kb, j), out, dequantize_q4_1),
+            Weights::Q8_0(w) => dequantize_blocks(w[row].iter().copied(), out, dequantize_q8_0),
+            Weights::Q8_0x8(w) => dequantize_blocks(panel_row(w, kb, j), out, dequantize_q8_0),
+            Weights::Q8_0x16(w) => dequantize_blocks(panel_row(w, kb, j), out, dequantize_q8_0),
         }
     }
 
@@ -1456,10 +1454,34 @@ impl QLinear {
     }
 }
 
+/// The tiles of [`Format::rows`] on AVX2 for one format: `(w, acts, is, out, sj, si)`.
+///
+/// # Safety
+/// AVX2, FMA and F16C (and AVX-VNNI for the VNNI one); the bounds [`Format::rows`] asserts.
+#[cfg(target_arch = "x86_64")]
+type RowsFn<F, A> = unsafe fn(&[F], &Acts<A>, std::ops::Range<usize>, &mut [f32], usize, usize);
+
 /// A weight block format the kernels run, and the activation blocks it is dotted with.
 trait Format: Copy + Sync {
     type Act: Copy + Default + Send + Sync;
-    fn quantize(isa: Isa, x: &[f32], out: &mut [Self::Act]);
+    /// ggml's quantisation of an activation row, the scalar reference.
+    const QUANTIZE: fn(&[f32], &mut [Self::Act]);
+    /// The same with AVX2, bit for bit (needs AVX2, FMA and F16C).
+    #[cfg(target_arch = "x86_64")]
+    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [Self::Act]);
+    /// The tiles of [`rows`](Self::rows) on AVX2: without AVX-VNNI, and with it.
+    #[cfg(target_arch = "x86_64")]
+    const ROWS_AVX2: [RowsFn<Self, Self::Act>; 2];
+    /// An activation row quantised with the best of `isa`.
+    fn quantize(isa: Isa, x: &[f32], out: &mut [Self::Act]) {
+        #[cfg(target_arch = "x86_64")]
+        if isa.avx2() {
+            // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C.
+            return unsafe { (Self::QUANTIZE_AVX2)(x, out) };
+        }
+        let _ = isa;
+        (Self::QUANTIZE)(x, out)
+    }
     /// `(d, s)` of an activation block (`s` = d·Σq, or 0 when the format needs none).
     fn act_scales(a: &Self::Act, t: &[f32]) -> (f32, f32);
     /// With an `isa` already [`checked`](Isa::checked) (the matrix's).
@@ -1483,11 +1505,12 @@ trait Format: Copy + Sync {
         assert!(n == 0 || (n - 1) * sj + (is.len() - 1) * si < out.len());
         #[cfg(target_arch = "x86_64")]
         if isa.avx2() {
+            let tiles = Self::ROWS_AVX2[usize::from(isa.avx_vnni())];
             // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C (and
-            // AVX-VNNI where `avx_vnni()`); every row, scale (tiles start at whole tiles and
-            // `s` is padded to whole tiles) and output the tiles touch is inside the bounds
-            // asserted above.
-            return unsafe { Self::rows_avx2(isa.avx_vnni(), w, acts, is, out, sj, si) };
+            // AVX-VNNI where `avx_vnni()`, which picks the VNNI tiles); every row, scale (tiles
+            // start at whole tiles and `s` is padded to whole tiles) and output the tiles touch
+            // is inside the bounds asserted above.
+            return unsafe { tiles(w, acts, is, out, sj, si) };
         }
         // Otherwise the dot product pair by pair (the scalar reference, or NEON's, which gives
         // the same bits): the same numbers a row gets alone.
@@ -1498,85 +1521,37 @@ trait Format: Copy + Sync {
             }
         }
     }
-    /// # Safety
-    /// AVX2, FMA and F16C (and AVX-VNNI with `vnni`); the bounds [`rows`](Self::rows) asserts.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn rows_avx2(
-        vnni: bool,
-        w: &[Self],
-        acts: &Acts<Self::Act>,
-        is: std::ops::Range<usize>,
-        out: &mut [f32],
-        sj: usize,
-        si: usize,
-    );
 }
 
 impl Format for BlockQ4_1 {
     type Act = BlockQ8_1;
-    fn quantize(isa: Isa, x: &[f32], out: &mut [BlockQ8_1]) {
-        #[cfg(target_arch = "x86_64")]
-        if isa.avx2() {
-            // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C.
-            return unsafe { avx2::quantize_q8_1(x, out) };
-        }
-        let _ = isa;
-        quantize_q8_1(x, out)
-    }
+    const QUANTIZE: fn(&[f32], &mut [BlockQ8_1]) = quantize_q8_1;
+    #[cfg(target_arch = "x86_64")]
+    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8_1]) = avx2::quantize_q8_1;
+    #[cfg(target_arch = "x86_64")]
+    const ROWS_AVX2: [RowsFn<Self, BlockQ8_1>; 2] =
+        [avx2::rows_q4_1::<false>, avx2::rows_q4_1::<true>];
     fn act_scales(a: &BlockQ8_1, t: &[f32]) -> (f32, f32) {
         (h(t, a.d), h(t, a.s))
     }
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_1]) -> f32 {
         isa.dot_q4_1_q8_1_checked(w, a)
     }
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn rows_avx2(
-        vnni: bool,
-        w: &[Self],
-        acts: &Acts<BlockQ8_1>,
-        is: std::ops::Range<usize>,
-        out: &mut [f32],
-        sj: usize,
-        si: usize,
-    ) {
-        match vnni {
-            true => avx2::rows_q4_1::<true>(w, acts, is, out, sj, si),
-            false => avx2::rows_q4_1::<false>(w, acts, is, out, sj, si),
-        }
-    }
 }
 
 impl Format for BlockQ8_0 {
     type Act = BlockQ8_0;
-    fn quantize(isa: Isa, x: &[f32], out: &mut [BlockQ8_0]) {
-        #[cfg(target_arch = "x86_64")]
-        if isa.avx2() {
-            // SAFETY: as for Q8_1.
-            return unsafe { avx2::quantize_q8_0(x, out) };
-        }
-        let _ = isa;
-        quantize_q8_0(x, out)
-    }
+    const QUANTIZE: fn(&[f32], &mut [BlockQ8_0]) = quantize_q8_0;
+    #[cfg(target_arch = "x86_64")]
+    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8_0]) = avx2::quantize_q8_0;
+    #[cfg(target_arch = "x86_64")]
+    const ROWS_AVX2: [RowsFn<Self, BlockQ8_0>; 2] =
+        [avx2::rows_q8_0::<false>, avx2::rows_q8_0::<true>];
     fn act_scales(a: &BlockQ8_0, t: &[f32]) -> (f32, f32) {
         (h(t, a.d), 0.0)
     }
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_0]) -> f32 {
         isa.dot_q8_0_q8_0_checked(w, a)
-    }
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn rows_avx2(
-        vnni: bool,
-        w: &[Self],
-        acts: &Acts<BlockQ8_0>,
-        is: std::ops::Range<usize>,
-        out: &mut [f32],
-        sj: usize,
-        si: usize,
-    ) {
-        match vnni {
-            true => avx2::rows_q8_0::<true>(w, acts, is, out, sj, si),
-            false => avx2::rows_q8_0::<false>(w, acts, is, out, sj, si),
-        }
     }
 }
 
