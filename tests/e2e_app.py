@@ -10,8 +10,13 @@ asked while the first streams a long answer gets its answer first; Stop keeps a 
 answer; the API turned on in Settings answers a real HTTP client and logs the request in the
 window; a chat set to a remote OpenAI-compatible server (the app's own API, over HTTP) streams
 its answer from there, and one set to an unreachable server shows a clear error; the API
-stops answering when turned off. Screenshots of the window
+stops answering when turned off; the window opens on an empty chat ready to type in; files are
+chosen only in dialogs the app opens itself (a page script naming a path writes nothing, reads
+nothing); a remote server's key is kept apart from the conversation. Screenshots of the window
 go to tests/screenshots/ (git-ignored).
+
+The app's dialogs are answered through RILL_TEST_DIALOG (read by debug builds only): the test
+writes the answer (a path, or nothing for cancel) into that file before it clicks.
 """
 
 import json
@@ -23,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -141,8 +147,11 @@ def main() -> int:
         RILL_MODEL=str(model),
         RILL_MODELS_DIR=str(work / "models"),
         HF_HOME=str(work / "hf"),
+        RILL_CONFIG_DIR=str(work / "config"),
+        RILL_TEST_DIALOG=str(work / "dialog-answer"),
         RILL_LOG="info",
     )
+    dialog_answer = lambda path: (work / "dialog-answer").write_text(f"{path}\n")
     port, native_port = free_port(), free_port()
     driver_bin = shutil.which("tauri-driver") or str(Path.home() / ".cargo/bin/tauri-driver")
     log = open(work / "tauri-driver.log", "w")
@@ -163,18 +172,37 @@ def main() -> int:
         try:
             # The test model is ready at start (RILL_MODEL).
             app.wait(lambda: "smollm2" in app.tid("model-picker").text.lower(), 120, "the model did not load")
+            # The first screen is an empty chat with its composer focused: no click needed.
+            app.wait(lambda: app.tid("composer").is_displayed(), 30, "the first screen has no composer")
+            app.wait(lambda: d.switch_to.active_element.get_attribute("data-testid") == "composer", 30,
+                     "the composer is not focused at start")
             app.shot("app-start")
 
+            # Every status an answer shows, as the page changes (a short answer can stream and
+            # finish between two reads of WebDriver's).
+            d.execute_script(
+                "window.__seen = [];"
+                "new MutationObserver(() => document.querySelectorAll('[data-testid=message][data-role=assistant]')"
+                "  .forEach((e) => window.__seen.push(e.dataset.id + ':' + e.dataset.status)))"
+                ".observe(document.body, {subtree: true, childList: true, attributes: true, attributeFilter: ['data-status']});"
+            )
+
             # 1. One chat, temperature 0: "Paris" streams in, and is saved.
-            app.new_chat()
             app.set_field('[aria-label="Temperature value"]', "0")
             first = app.ask(QUESTION)
-            seen_streaming = app.status_of(first) == "streaming"
             app.wait(lambda: app.status_of(first) == "done", 300, "the answer did not finish")
+            seen_streaming = f"{first}:streaming" in d.execute_script("return window.__seen")
             text = app.fresh(lambda: app.last_answer().text)
             print(f"answer: {text!r} (seen streaming: {seen_streaming})")
+            if not seen_streaming:
+                failures.append("the answer was never shown streaming")
             if "Paris" not in text:
                 failures.append(f"the answer does not contain Paris: {text!r}")
+            # The header shows the whole title when it fits.
+            cut = d.execute_script("const h = document.querySelector('.chat-header h1'); return [h.textContent, h.scrollWidth > h.clientWidth]")
+            print(f"chat header: {cut}")
+            if cut[1] or not cut[0].startswith("What is the capital of France? Answer in one word"):
+                failures.append(f"the chat header cuts a title that fits: {cut}")
             app.shot("app-answer")
             with sqlite3.connect(db) as c:
                 rows = c.execute(
@@ -207,6 +235,8 @@ def main() -> int:
             with sqlite3.connect(db) as c:
                 (long_status,) = c.execute("SELECT status FROM messages WHERE id = ?", (int(long_id),)).fetchone()
             print(f"long answer status in the database meanwhile: {long_status}")
+            if still_live and long_status != "streaming":
+                failures.append(f"a live answer is {long_status!r} in the database, not streaming")
 
             # Stop the long answer from its own chat; the partial answer is kept.
             app.fresh(lambda: long_item().find_element(By.CSS_SELECTOR, "button.conv-open").click())
@@ -258,8 +288,19 @@ def main() -> int:
             app.tid("backend-remote").click()
             app.set_field('[data-testid="remote-url"]', address)
             app.set_field('[data-testid="remote-model"]', model.stem)
+            app.set_field('[data-testid="remote-key"]', "sk-e2e-secret")  # the API takes any key: it has none
             app.tid("remote-use").click()
             app.wait(lambda: app.tid("remote-use").text == "In use", 30, "the remote backend was not taken")
+            remote_chat = app.find('[data-testid="conversation-item"].active').get_attribute("data-id")
+            with sqlite3.connect(db) as c:
+                (settings,) = c.execute("SELECT settings FROM conversations WHERE id = ?", (int(remote_chat),)).fetchone()
+            secrets = work / "config" / "secrets.json"
+            mode = oct(secrets.stat().st_mode & 0o777) if secrets.exists() else None
+            print(f"remote chat settings: {settings}; secrets file mode {mode}")
+            if "sk-e2e-secret" in settings or "api_key" in settings:
+                failures.append(f"the remote server's key is in the conversation's settings: {settings}")
+            if mode != "0o600" or "sk-e2e-secret" not in secrets.read_text():
+                failures.append(f"the key is not kept in a file only the user reads: {mode}")
             remote_id = app.ask(QUESTION)
             app.wait(lambda: app.status_of(remote_id) in ("done", "error"), 300, "the remote answer did not finish")
             remote_text = app.fresh(lambda: app.last_answer().text)
@@ -313,21 +354,65 @@ def main() -> int:
             if len(kept) < completion:
                 failures.append(f"not every token's probabilities were kept: {len(kept)} < {completion}")
 
-            # Export with probabilities (the button opens the native save dialog, which a test
-            # cannot drive: the same command, called as the button does, from the page).
+            # Export with probabilities: the button, and the app's own save dialog (answered).
             exported = work / "answer.json"
-            error = d.execute_async_script(
-                "const done = arguments[arguments.length - 1];"
-                "window.__TAURI_INTERNALS__.invoke('export_answer', {message: arguments[0], path: arguments[1]})"
-                ".then(() => done(null), (e) => done(JSON.stringify(e)));",
-                int(probs_id), str(exported),
-            )
-            doc = json.loads(exported.read_text()) if exported.exists() else {}
-            print(f"exported answer: {len(doc.get('tokens', []))} tokens, question {doc.get('question')!r}, error {error}")
-            if error or len(doc.get("tokens", [])) != len(kept) or doc.get("message", {}).get("id") != int(probs_id):
-                failures.append(f"the answer's export with probabilities is wrong: {error} {str(doc)[:300]}")
+            dialog_answer(exported)
+            d.execute_script("arguments[0].click()", app.find('[aria-label="Export with probabilities"]', answer_el))
+            app.wait(lambda: exported.exists(), 30, "the export with probabilities wrote nothing")
+            time.sleep(0.5)  # written whole, then renamed into place: read after the rename
+            doc = json.loads(exported.read_text())
+            print(f"exported answer: {len(doc.get('tokens', []))} tokens, question {doc.get('question')!r}")
+            if len(doc.get("tokens", [])) != len(kept) or doc.get("message", {}).get("id") != int(probs_id):
+                failures.append(f"the answer's export with probabilities is wrong: {str(doc)[:300]}")
             elif "".join(t["text"] for t in doc["tokens"]) != doc["message"]["content"]:
                 failures.append("the exported tokens do not add up to the answer")
+
+            # A hostile page (model output is untrusted): a script calling the app's commands
+            # with paths of its own writes and reads nothing; only what a dialog returned counts.
+            evil = work / "evil"
+            evil.mkdir()
+            secret = evil / "secret.json"
+            secret.write_text((work / "answer.json").read_text())
+            call = lambda cmd, args: d.execute_async_script(
+                "const done = arguments[arguments.length - 1];"
+                "window.__TAURI_INTERNALS__.invoke(arguments[0], arguments[1])"
+                ".then((r) => done({ok: r === undefined ? null : r}), (e) => done({err: JSON.stringify(e)}));",
+                cmd, args,
+            )
+            conv_id = int(app.find('[data-testid="conversation-item"].active').get_attribute("data-id"))
+            attempts = {
+                "export_conversation": call("export_conversation", {"id": conv_id, "format": "json", "path": str(evil / "a.json")}),
+                "export_answer": call("export_answer", {"message": int(probs_id), "path": str(evil / "b.json")}),
+                "import_conversation": call("import_conversation", {"path": str(secret)}),
+                "import_model": call("import_model", {"path": str(model)}),
+                "select_model": call("select_model", {"path": str(secret)}),
+                "plugin:dialog|save": call("plugin:dialog|save", {"options": {"defaultPath": str(evil / "c.json")}}),
+                "plugin:opener|open_path": call("plugin:opener|open_path", {"path": str(secret)}),
+            }
+            print(f"hostile page: {attempts}")
+            written = sorted(p.name for p in evil.iterdir())
+            if written != ["secret.json"]:
+                failures.append(f"a page script wrote files of its own choosing: {written}")
+            for cmd in ("export_conversation", "export_answer", "import_conversation", "import_model"):
+                if attempts[cmd] != {"ok": None}:
+                    failures.append(f"{cmd} with a path from the page did something: {attempts[cmd]}")
+            for cmd in ("select_model", "plugin:dialog|save", "plugin:opener|open_path"):
+                if "err" not in attempts[cmd]:
+                    failures.append(f"{cmd} from the page was not refused: {attempts[cmd]}")
+            # What a dialog returns is honoured: export the conversation, import it back.
+            chosen = work / "chosen.json"
+            dialog_answer(chosen)
+            d.find_element(By.CSS_SELECTOR, '[aria-label="Export as JSON"]').click()
+            app.wait(lambda: chosen.exists(), 30, "exporting the conversation wrote nothing")
+            time.sleep(0.5)
+            before = len(d.find_elements(By.CSS_SELECTOR, '[data-testid="conversation-item"]'))
+            dialog_answer(chosen)
+            d.find_element(By.CSS_SELECTOR, '[aria-label="Import a conversation"]').click()
+            app.wait(lambda: len(d.find_elements(By.CSS_SELECTOR, '[data-testid="conversation-item"]')) > before, 30,
+                     "importing the exported conversation did nothing")
+            # Back to the chat the probabilities were looked at in.
+            app.fresh(lambda: app.find(f'[data-testid="conversation-item"][data-id="{conv_id}"] button.conv-open').click())
+            app.find(f'[data-testid="message"][data-id="{probs_id}"]')
 
             chart = app.tid("preview-chart")
             top = lambda: float(app.find('[data-testid="preview-row"]', chart).get_attribute("data-sampled"))
@@ -375,8 +460,11 @@ def main() -> int:
             try:
                 urllib.request.urlopen(f"{address}/models", timeout=5)
                 failures.append("the API still answers after it was turned off")
-            except OSError:
-                pass
+            except urllib.error.HTTPError as e:
+                failures.append(f"the API still answers (HTTP {e.code}) after it was turned off")
+            except urllib.error.URLError as e:
+                if not isinstance(e.reason, ConnectionRefusedError):
+                    failures.append(f"the API did not refuse the connection after it was turned off: {e.reason!r}")
         except Exception:
             app.shot("app-failure")
             print("page text at failure:", d.find_element(By.TAG_NAME, "body").text[:2000])

@@ -4,16 +4,14 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use rill_engine::hub::{self, DownloadProgress, LocalModel};
 use rill_engine::{Event, ModelInfo, Prompt, SamplingParams};
 use rill_store::{Conversation, Message, NewConversation, NewMessage, SearchHit};
 use serde::{Deserialize, Serialize};
 use tauri::ipc::Channel;
 use tauri::{AppHandle, Manager, State};
+
+pub use crate::models::load;
 
 use crate::error::{CommandError, Result};
 use crate::state::{ApiSettings, AppState, LiveAnswer};
@@ -147,43 +145,6 @@ pub struct ContextUsage {
     pub overflow: &'static str,
 }
 
-/// A recommended model (assets/catalogue.json).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct CatalogueEntry {
-    pub name: String,
-    pub spec: String,
-    pub description: String,
-    pub size_bytes: u64,
-    pub ram_bytes: u64,
-    #[serde(default)]
-    pub recommended: bool,
-}
-
-#[derive(Serialize)]
-pub struct Models {
-    pub loaded: Option<ModelInfo>,
-    pub local: Vec<LocalModel>,
-    pub catalogue: Vec<CatalogueEntry>,
-}
-
-#[derive(Clone, Serialize)]
-#[serde(tag = "event", content = "data", rename_all = "snake_case")]
-pub enum DownloadEvent {
-    Progress {
-        file: String,
-        done_bytes: u64,
-        total_bytes: u64,
-        bytes_per_second: f64,
-    },
-    Done {
-        path: PathBuf,
-    },
-    Error {
-        kind: &'static str,
-        message: String,
-    },
-}
-
 // ---- app ----------------------------------------------------------------------------------
 
 #[tauri::command]
@@ -252,40 +213,6 @@ pub async fn search_conversations(
 }
 
 #[tauri::command]
-pub async fn export_conversation(
-    state: State<'_, AppState>,
-    id: i64,
-    format: String,
-    path: PathBuf,
-) -> Result<()> {
-    let text = match format.as_str() {
-        "json" => state.store.export_json(id).await?,
-        "markdown" => state.store.export_markdown(id).await?,
-        other => {
-            return Err(CommandError::Invalid(format!(
-                "unknown export format `{other}`"
-            )))
-        }
-    };
-    write_whole(&path, text).await
-}
-
-/// Writes a file the user chose so that a full disk never leaves half a file under that name:
-/// into a neighbour first, then renamed over it.
-async fn write_whole(path: &std::path::Path, text: String) -> Result<()> {
-    let tmp = path.with_extension("rill-tmp");
-    tokio::fs::write(&tmp, text).await?;
-    tokio::fs::rename(&tmp, path).await?;
-    Ok(())
-}
-
-#[tauri::command]
-pub async fn import_conversation(state: State<'_, AppState>, path: PathBuf) -> Result<i64> {
-    let text = tokio::fs::read_to_string(&path).await?;
-    Ok(state.store.import_json(&text).await?)
-}
-
-#[tauri::command]
 pub async fn open_conversation(state: State<'_, AppState>, id: i64) -> Result<ConversationView> {
     view(&state, id).await
 }
@@ -312,10 +239,27 @@ async fn view(state: &AppState, id: i64) -> Result<ConversationView> {
     }
     path.reverse();
     Ok(ConversationView {
-        settings: PanelSettings::from_json(&conversation.settings),
+        settings: settings_of(state, &conversation).await?,
         conversation,
         messages: path,
     })
+}
+
+/// A conversation's panel settings, saying whether a key is kept for its remote server (never
+/// the key). A key found in the settings themselves (an older Rill kept it there) moves to the
+/// secrets file, and the settings are written again without it (issue 13).
+async fn settings_of(state: &AppState, conv: &Conversation) -> Result<PanelSettings> {
+    let mut settings = PanelSettings::from_json(&conv.settings);
+    if let Some(r) = settings.remote.as_mut() {
+        if let Some(key) = r.api_key.take().filter(|k| !k.is_empty()) {
+            state.secrets.set_remote_key(&r.url, Some(&key))?;
+            state.store.set_settings(conv.id, &settings.to_json()).await?;
+        }
+    }
+    if let Some(r) = settings.remote.as_mut() {
+        r.has_key = state.secrets.remote_key(&r.url).is_some();
+    }
+    Ok(settings)
 }
 
 #[tauri::command]
@@ -338,9 +282,18 @@ pub async fn set_params(
     conversation: i64,
     settings: PanelSettings,
 ) -> Result<()> {
+    let mut settings = settings;
     settings.params.validate()?;
-    if let Some(r) = &settings.remote {
+    if let Some(r) = settings.remote.as_mut() {
         r.validate()?;
+        // The key goes to the secrets file, never into the settings: "" forgets it, no key
+        // keeps the one there is.
+        match r.api_key.take() {
+            Some(k) if k.trim().is_empty() => state.secrets.set_remote_key(&r.url, None)?,
+            Some(k) => state.secrets.set_remote_key(&r.url, Some(k.trim()))?,
+            None => {}
+        }
+        r.has_key = state.secrets.remote_key(&r.url).is_some();
     }
     for answer in state.live_in(conversation) {
         if let Ok(control) = answer.local() {
@@ -479,9 +432,11 @@ pub async fn continue_answer(
     let m = state.store.message(message).await?;
     let conv = state.store.conversation(m.conversation_id).await?;
     let settings = PanelSettings::from_json(&conv.settings);
+    // The store refuses a second writer (an answer already streaming, here or elsewhere, or
+    // one that ended done): a double click on Continue starts one generation (issue 13).
     let answering =
         rill_chat::begin_continue(&handle, &state.store, message, settings.options()).await?;
-    Ok(stream(app, &state, m.conversation_id, answering, on_event))
+    stream(app, &state, m.conversation_id, answering, on_event)
 }
 
 /// Where a chat's answers come from, with its panel settings.
@@ -500,9 +455,12 @@ impl Chat {
     /// this machine's model and none is loaded (a chat on a remote server needs none).
     async fn of(state: &AppState, conversation: i64) -> Result<Chat> {
         let conv = state.store.conversation(conversation).await?;
-        let mut settings = PanelSettings::from_json(&conv.settings);
+        let mut settings = settings_of(state, &conv).await?;
         let backend = match settings.remote.take() {
-            Some(remote) => Backend::Remote(remote),
+            Some(mut remote) => {
+                remote.api_key = state.secrets.remote_key(&remote.url);
+                Backend::Remote(remote)
+            }
             None => Backend::Local(state.handle()?),
         };
         Ok(Chat { backend, settings })
@@ -539,7 +497,7 @@ impl Chat {
                     self.settings.options(),
                 )
                 .await?;
-                Ok(stream(app, state, conversation, answering, on_event))
+                stream(app, state, conversation, answering, on_event)
             }
         }
     }
@@ -552,7 +510,7 @@ fn stream(
     conversation: i64,
     answering: rill_chat::Answering,
     on_event: Channel<ChatEvent>,
-) -> i64 {
+) -> Result<i64> {
     let id = answering.message_id();
     state.track(
         id,
@@ -560,7 +518,7 @@ fn stream(
             conversation,
             steer: crate::state::Steer::Local(answering.control()),
         },
-    );
+    )?;
     tauri::async_runtime::spawn(async move {
         // A page that went away (reload, closed window) does not stop the answer: it is
         // saved, and shown when the conversation is opened again.
@@ -617,7 +575,7 @@ fn stream(
         };
         let _ = on_event.send(last);
     });
-    id
+    Ok(id)
 }
 
 // ---- probabilities and activity -----------------------------------------------------------
@@ -629,27 +587,6 @@ pub async fn message_tokens(
     message: i64,
 ) -> Result<Option<serde_json::Value>> {
     Ok(state.store.message_tokens(message).await?)
-}
-
-/// Writes an answer, its settings and its token probabilities to a JSON file.
-#[tauri::command]
-pub async fn export_answer(state: State<'_, AppState>, message: i64, path: PathBuf) -> Result<()> {
-    let m = state.store.message(message).await?;
-    let tokens = state.store.message_tokens(message).await?;
-    let doc = serde_json::json!({
-        "rill_answer": 1,
-        "message": m,
-        "question": match m.parent_id {
-            Some(p) => Some(state.store.message(p).await?.content),
-            None => None,
-        },
-        "tokens": tokens.unwrap_or(serde_json::Value::Array(Vec::new())),
-    });
-    write_whole(
-        &path,
-        serde_json::to_string_pretty(&doc).unwrap_or_default(),
-    )
-    .await
 }
 
 /// A candidate of the next-token preview, with its text.
@@ -854,182 +791,9 @@ pub async fn set_api(state: State<'_, AppState>, settings: ApiSettings) -> Resul
     api_status(state).await
 }
 
-// ---- models -------------------------------------------------------------------------------
-
-pub fn catalogue() -> Vec<CatalogueEntry> {
-    // Built in at compile time; a parse error fails the crate's tests, never the app.
-    serde_json::from_str(include_str!("../../assets/catalogue.json")).unwrap_or_default()
-}
-
-#[tauri::command]
-pub async fn models(state: State<'_, AppState>) -> Result<Models> {
-    let dir = state.models_dir.clone();
-    let local = tauri::async_runtime::spawn_blocking(move || hub::list(&dir))
-        .await
-        .map_err(|e| CommandError::Invalid(e.to_string()))?;
-    Ok(Models {
-        loaded: state.model(),
-        local,
-        catalogue: catalogue(),
-    })
-}
-
-#[tauri::command]
-pub async fn select_model(app: AppHandle, path: PathBuf) -> Result<ModelInfo> {
-    load(&app, path).await
-}
-
-/// Registers a GGUF file where it lies (never copied) and loads it.
-#[tauri::command]
-pub async fn import_model(app: AppHandle, path: PathBuf) -> Result<ModelInfo> {
-    let dir = app.state::<AppState>().models_dir.clone();
-    let info = blocking(move || hub::import(&dir, &path)).await??;
-    load(&app, info.path).await
-}
-
-pub async fn load(app: &AppHandle, path: PathBuf) -> Result<ModelInfo> {
-    let app2 = app.clone();
-    let p = path.clone();
-    let info = blocking(move || app2.state::<AppState>().load(p)).await??;
-    let state = app.state::<AppState>();
-    let value = serde_json::Value::String(path.to_string_lossy().into_owned());
-    state.store.set_setting("model", &value).await?;
-    // The API serves the model in use: start it (or move it) onto the new one.
-    let api = api_settings(&state).await;
-    if api.enabled {
-        if let Err(e) = state.start_api(&api).await {
-            tracing::warn!(error = %e, "could not start the API");
-        }
-    }
-    Ok(info)
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-    tauri::async_runtime::spawn_blocking(f)
-        .await
-        .map_err(|e| CommandError::Invalid(e.to_string()))
-}
-
-struct ChannelProgress {
-    channel: Channel<DownloadEvent>,
-    cancel: Arc<AtomicBool>,
-    file: String,
-    total: u64,
-    done: u64,
-    started: Instant,
-    last_sent: Instant,
-}
-
-impl DownloadProgress for ChannelProgress {
-    fn start(&mut self, file: &str, total_bytes: usize) {
-        self.file = file.to_owned();
-        self.total = total_bytes as u64;
-        self.done = 0;
-        self.started = Instant::now();
-    }
-
-    fn advance(&mut self, bytes: usize) {
-        self.done += bytes as u64;
-        // A few updates a second is smooth for a progress bar and cheap for the page.
-        if self.last_sent.elapsed() >= Duration::from_millis(150) {
-            self.last_sent = Instant::now();
-            self.send();
-        }
-    }
-
-    fn finish(&mut self) {
-        self.send();
-    }
-
-    fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed)
-    }
-}
-
-impl ChannelProgress {
-    fn send(&self) {
-        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
-        let _ = self.channel.send(DownloadEvent::Progress {
-            file: self.file.clone(),
-            done_bytes: self.done,
-            total_bytes: self.total,
-            bytes_per_second: self.done as f64 / secs,
-        });
-    }
-}
-
-/// Downloads `OWNER/REPO` or `OWNER/REPO:FILE.gguf` from Hugging Face (retried, resumed after
-/// an interruption or a restart), then loads it. Progress goes to `on_progress`.
-#[tauri::command]
-pub async fn download_model(
-    app: AppHandle,
-    spec: String,
-    on_progress: Channel<DownloadEvent>,
-) -> Result<ModelInfo> {
-    let cancel = Arc::new(AtomicBool::new(false));
-    if !app
-        .state::<AppState>()
-        .start_download(&spec, cancel.clone())
-    {
-        return Err(CommandError::Invalid(format!(
-            "{spec} is already downloading"
-        )));
-    }
-    let mut progress = ChannelProgress {
-        channel: on_progress.clone(),
-        cancel,
-        file: String::new(),
-        total: 0,
-        done: 0,
-        started: Instant::now(),
-        last_sent: Instant::now(),
-    };
-    let spec2 = spec.clone();
-    let result = blocking(move || hub::pull(&spec2, &mut progress)).await;
-    app.state::<AppState>().end_download(&spec);
-    let result = match result {
-        Ok(Ok(path)) => load(&app, path).await,
-        Ok(Err(e)) => Err(e.into()),
-        Err(e) => Err(e),
-    };
-    let _ = on_progress.send(match &result {
-        Ok(info) => DownloadEvent::Done {
-            path: info.path.clone(),
-        },
-        Err(e) => DownloadEvent::Error {
-            kind: if matches!(
-                e,
-                CommandError::Engine(rill_engine::Error::DownloadCancelled)
-            ) {
-                "cancelled"
-            } else {
-                "failed"
-            },
-            message: e.to_string(),
-        },
-    });
-    result
-}
-
-#[tauri::command]
-pub fn cancel_download(state: State<'_, AppState>, spec: String) -> bool {
-    state.cancel_download(&spec)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_built_in_catalogue_parses_and_names_one_recommended_model() {
-        let c = catalogue();
-        assert!(c.len() >= 3, "{c:?}");
-        assert_eq!(c.iter().filter(|e| e.recommended).count(), 1);
-        for e in &c {
-            assert!(e.spec.contains('/'), "{}", e.spec);
-            assert!(e.ram_bytes >= e.size_bytes, "{}", e.name);
-        }
-    }
 
     #[test]
     fn panel_settings_round_trip_through_the_stored_json() {

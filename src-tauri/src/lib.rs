@@ -10,8 +10,12 @@
 //! none, the window offers the recommended download and the import of a file.
 
 pub mod commands;
+pub mod dialogs;
 pub mod error;
+pub mod files;
+pub mod models;
 pub mod remote;
+pub mod secrets;
 pub mod state;
 
 use std::path::PathBuf;
@@ -64,10 +68,15 @@ pub fn run(builder: tauri::Builder<tauri::Wry>) -> anyhow::Result<()> {
     }
     let store = tauri::async_runtime::block_on(rill_store::Store::open(&db))
         .with_context(|| format!("cannot open the conversation database {}", db.display()))?;
-    let state = AppState::new(store, rill_engine::hub::models_dir());
+    let state = AppState::new(
+        store,
+        rill_engine::hub::models_dir(),
+        crate::secrets::Secrets::for_user(),
+    );
 
     builder
         .plugin(tauri_plugin_dialog::init())
+        .plugin(tauri_plugin_opener::init())
         .manage(state)
         .setup(|app| {
             let handle = app.handle().clone();
@@ -90,8 +99,8 @@ pub fn run(builder: tauri::Builder<tauri::Wry>) -> anyhow::Result<()> {
             commands::set_pinned,
             commands::delete_conversation,
             commands::search_conversations,
-            commands::export_conversation,
-            commands::import_conversation,
+            files::export_conversation,
+            files::import_conversation,
             commands::open_conversation,
             commands::set_system_prompt,
             commands::set_params,
@@ -108,17 +117,18 @@ pub fn run(builder: tauri::Builder<tauri::Wry>) -> anyhow::Result<()> {
             commands::pause,
             commands::resume,
             commands::set_priority,
-            commands::models,
-            commands::select_model,
-            commands::import_model,
-            commands::download_model,
-            commands::cancel_download,
+            models::models,
+            models::select_model,
+            models::import_model,
+            models::download_model,
+            models::cancel_download,
             commands::api_status,
             commands::set_api,
             commands::message_tokens,
-            commands::export_answer,
+            files::export_answer,
             commands::preview_next,
             commands::activity,
+            files::open_link,
         ])
         .run(tauri::generate_context!())
         .context("the window failed")?;

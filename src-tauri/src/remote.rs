@@ -24,8 +24,14 @@ pub struct RemoteBackend {
     pub url: String,
     /// The model name the server knows.
     pub model: String,
-    #[serde(default)]
+    /// Only on the way in, from the page: a key to keep for this server (`""` forgets the kept
+    /// one). It is never written into the conversation's settings nor sent back to the page: it
+    /// lives in the secrets file (`secrets.rs`) and is filled in here only to make a request.
+    #[serde(default, skip_serializing)]
     pub api_key: Option<String>,
+    /// Whether a key is kept for this server (what the page shows instead of the key).
+    #[serde(default)]
+    pub has_key: bool,
 }
 
 impl RemoteBackend {
@@ -75,7 +81,7 @@ pub async fn answer(
             conversation,
             steer: Steer::Remote(stop.clone()),
         },
-    );
+    )?;
     tauri::async_runtime::spawn(async move {
         let client = RemoteClient::new(&backend.url, &backend.model, backend.api_key.clone());
         let request = RemoteRequest {

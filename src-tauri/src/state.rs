@@ -88,6 +88,8 @@ pub struct RunningApi {
 pub struct AppState {
     pub store: Store,
     pub models_dir: PathBuf,
+    /// Keys for remote servers, apart from the conversations.
+    pub secrets: crate::secrets::Secrets,
     engine: Mutex<Option<Engine>>,
     api: Mutex<Option<RunningApi>>,
     live: Mutex<HashMap<i64, LiveAnswer>>,
@@ -101,10 +103,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl AppState {
-    pub fn new(store: Store, models_dir: PathBuf) -> Self {
+    pub fn new(store: Store, models_dir: PathBuf, secrets: crate::secrets::Secrets) -> Self {
         AppState {
             store,
             models_dir,
+            secrets,
             engine: Mutex::new(None),
             api: Mutex::new(None),
             live: Mutex::new(HashMap::new()),
@@ -126,7 +129,8 @@ impl AppState {
     }
 
     /// Loads a model (seconds: call it off the async runtime) and makes it the one in use.
-    /// The previous engine stops after this; its running answers end with an error.
+    /// The previous engine stops after this; its running answers end as if stopped: kept,
+    /// with everything they wrote, as `stopped` (and can be continued on the new model).
     pub fn load(&self, path: PathBuf) -> Result<ModelInfo> {
         let engine = Engine::start(EngineConfig::new(path))?;
         let info = engine.handle().model_info().clone();
@@ -182,8 +186,18 @@ impl AppState {
             .map(|a| (a.address.clone(), a.log.entries()))
     }
 
-    pub fn track(&self, message: i64, answer: LiveAnswer) {
-        lock(&self.live).insert(message, answer);
+    /// Registers a running answer; refused when one already runs for that message (the store
+    /// refuses a second writer first; this keeps the first one's controls whatever happens).
+    pub fn track(&self, message: i64, answer: LiveAnswer) -> Result<()> {
+        match lock(&self.live).entry(message) {
+            std::collections::hash_map::Entry::Occupied(_) => Err(CommandError::Invalid(format!(
+                "answer {message} is being written already"
+            ))),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(answer);
+                Ok(())
+            }
+        }
     }
 
     pub fn untrack(&self, message: i64) {
@@ -206,7 +220,6 @@ impl AppState {
             .collect()
     }
 
-    /// Message ids of every running answer.
     /// Every answer being written, by message id.
     pub fn live_answers(&self) -> Vec<(i64, LiveAnswer)> {
         lock(&self.live)

@@ -109,6 +109,21 @@ export default function App() {
     }
   }, [refreshList, openConversation]);
 
+  // The first screen is a chat to type in, its composer focused (as LM Studio opens): the
+  // newest conversation with no message yet, or a new one.
+  const started = useRef(false);
+  useEffect(() => {
+    if (started.current) return;
+    started.current = true;
+    (async () => {
+      const list = await api.listConversations();
+      const empty = [...list].sort((a, b) => b.updated_at - a.updated_at).find((c) => c.current_leaf_id === null);
+      const id = empty ? empty.id : (await api.createConversation()).id;
+      await refreshList();
+      await openConversation(id);
+    })().catch((e) => setError(errorText(e)));
+  }, [refreshList, openConversation]);
+
   useEffect(() => {
     const onKey = (e: KeyboardEvent) => {
       const mod = e.ctrlKey || e.metaKey;

@@ -98,6 +98,17 @@ try {
     const html = await answer.innerHTML();
     assert.ok(!/<script|onerror|javascript:/i.test(html), html);
     assert.equal(page.url(), url, "a link must not navigate the app");
+    const opened = await page.evaluate(() => window.__rill.calls.filter((c) => c.cmd === "open_link"));
+    assert.deepEqual(opened, [], "a javascript: link is not handed to the browser");
+  });
+
+  await step("a web link in an answer goes to the app, which confirms and opens it outside", async () => {
+    await emit({ event: "token", data: { text: " See [the docs](https://example.com/guide?x=1)." } });
+    await answer.getByText("the docs", { exact: true }).click();
+    await page.waitForFunction(() => window.__rill.calls.some((c) => c.cmd === "open_link"));
+    const opened = await page.evaluate(() => window.__rill.calls.filter((c) => c.cmd === "open_link").map((c) => c.args.url));
+    assert.deepEqual(opened, ["https://example.com/guide?x=1"]);
+    assert.equal(page.url(), url, "the window stays on the app");
   });
 
   await step("the answer finishes with its stats and the chat leaves the live list", async () => {

@@ -144,7 +144,8 @@ export function createMockBackend() {
     download_model: ({ spec, onProgress }) =>
       new Promise((resolve, reject) => state.downloads.set(spec, { channel: onProgress, resolve, reject })),
     message_tokens: ({ message }) => state.tokens.get(message) ?? null,
-    export_answer: ({ message, path }) => { state.exports.push({ message, path }); },
+    export_answer: ({ message }) => { state.exports.push({ message }); return `/tmp/answer-${message}.json`; },
+    open_link: ({ url }) => true,
     preview_next: ({ conversation, settings }) => {
       const leaf = conv(conversation).current_leaf_id;
       if (leaf == null) return null;

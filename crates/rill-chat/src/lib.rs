@@ -233,13 +233,18 @@ pub async fn begin_continue(
 }
 
 /// An answer on its way: the stored message it grows into, the controls of its generation
-/// (stop, pause, resume, live settings, priority), and [`finish`](Self::finish).
+/// (stop, pause, resume, live settings, priority), and the events, each saved before it is
+/// handed on ([`next_event`](Self::next_event), or [`finish`](Self::finish) to run it out).
 pub struct Answering {
     generation: Generation,
-    writer: rill_store::StreamWriter,
+    /// `None` once the answer is saved for good.
+    writer: Option<rill_store::StreamWriter>,
+    message_id: i64,
     handle: Handle,
     /// Set when the answer keeps its token probabilities: where, and those it has so far.
     probs: Option<(Store, Vec<TokenProbs>)>,
+    /// The saved answer, once `Done` came.
+    answer: Option<Answer>,
 }
 
 async fn start(
@@ -257,12 +262,46 @@ async fn start(
         top_candidates: options.top_candidates,
         ..GenerateRequest::new(prompt)
     };
+    start_request(handle, store, writer, request, kept).await
+}
+
+/// Starts `request` as the answer under `parent`, saved as it streams, for a caller whose
+/// request was built elsewhere (the API: its stop strings, logprobs and limits) and whose
+/// conversation is already stored up to `parent`.
+pub async fn begin_request(
+    handle: &Handle,
+    store: &Store,
+    conversation: i64,
+    parent: Option<i64>,
+    request: GenerateRequest,
+) -> Result<Answering> {
+    let writer = store
+        .begin_answer(
+            conversation,
+            parent,
+            Some(handle.model_info().name.clone()),
+            Some(request.params.to_json()),
+        )
+        .await?;
+    start_request(handle, store, writer, request, Vec::new()).await
+}
+
+async fn start_request(
+    handle: &Handle,
+    store: &Store,
+    writer: rill_store::StreamWriter,
+    request: GenerateRequest,
+    kept: Vec<TokenProbs>,
+) -> Result<Answering> {
+    let keep_probs = request.top_candidates > 0;
     match handle.generate(request) {
         Ok(generation) => Ok(Answering {
             generation,
-            writer,
+            message_id: writer.message_id(),
+            writer: Some(writer),
             handle: handle.clone(),
-            probs: (options.top_candidates > 0).then(|| (store.clone(), kept)),
+            probs: keep_probs.then(|| (store.clone(), kept)),
+            answer: None,
         }),
         Err(e) => {
             writer
@@ -276,12 +315,94 @@ async fn start(
 impl Answering {
     /// The stored message's id.
     pub fn message_id(&self) -> i64 {
-        self.writer.message_id()
+        self.message_id
     }
 
     /// Steers the generation while it runs.
     pub fn control(&self) -> Control {
         self.generation.control().clone()
+    }
+
+    /// How many tokens the prompt has.
+    pub fn prompt_tokens(&self) -> usize {
+        self.generation.prompt_tokens()
+    }
+
+    /// The saved answer, once [`next_event`](Self::next_event) has returned `Done`.
+    pub fn answer(&self) -> Option<&Answer> {
+        self.answer.as_ref()
+    }
+
+    /// The next event, once what it says is saved: a token's text goes to the writer; `Done`
+    /// saves the answer (`done`, or `stopped` when cancelled) and `Error` saves it as `error`
+    /// with the message, before either is returned. With each token, its probabilities when
+    /// the answer keeps them. `Ok(None)` after the last event.
+    pub async fn next_event(&mut self) -> Result<Option<(Event, Option<TokenProbs>)>> {
+        let Some(writer) = self.writer.as_ref() else {
+            return Ok(None);
+        };
+        let Some(event) = self.generation.next_event().await else {
+            if let Some(w) = self.writer.take() {
+                w.finish(
+                    Status::Error,
+                    MessageStats::default(),
+                    Some("the engine stopped".into()),
+                )
+                .await?;
+            }
+            return Err(Error::Generation(
+                "the engine stopped before the answer ended".into(),
+            ));
+        };
+        let token_probs = match self.probs {
+            Some(_) => TokenProbs::of(&self.handle, &event),
+            None => None,
+        };
+        match &event {
+            Event::Token { text, .. } => {
+                writer.push(text);
+                if let (Some((_, kept)), Some(p)) = (self.probs.as_mut(), &token_probs) {
+                    kept.push(p.clone());
+                }
+            }
+            Event::Done {
+                reason,
+                usage,
+                timings,
+            } => {
+                let w = self.writer.take().expect("checked above");
+                let message = w
+                    .finish(status_of(*reason), stats_of(*usage, *timings), None)
+                    .await?;
+                self.save_probs().await?;
+                self.answer = Some(Answer {
+                    message,
+                    reason: *reason,
+                });
+            }
+            Event::Error { message } => {
+                let w = self.writer.take().expect("checked above");
+                w.finish(
+                    Status::Error,
+                    MessageStats::default(),
+                    Some(message.clone()),
+                )
+                .await?;
+                self.save_probs().await?;
+            }
+            Event::Queued { .. } | Event::Started { .. } | Event::Stats { .. } => {}
+        }
+        Ok(Some((event, token_probs)))
+    }
+
+    async fn save_probs(&mut self) -> Result<()> {
+        if let Some((store, tokens)) = &self.probs {
+            if !tokens.is_empty() {
+                let json = serde_json::to_value(tokens).unwrap_or_default();
+                store.set_message_tokens(self.message_id, &json).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Streams the answer to its end, saving it as it grows, and returns the saved message.
@@ -293,71 +414,34 @@ impl Answering {
     /// [`finish`](Self::finish), with each token's probabilities (when the answer keeps them)
     /// beside its event, so a caller that shows them need not build them again.
     pub async fn finish_with_probs(
-        self,
+        mut self,
         mut on_event: impl FnMut(&Event, Option<&TokenProbs>),
     ) -> Result<Answer> {
-        let Answering {
-            mut generation,
-            writer,
-            handle,
-            probs,
-        } = self;
-        let id = writer.message_id();
-        let (store, mut tokens) = probs.unzip();
-        let result = loop {
-            let Some(event) = generation.next_event().await else {
-                writer
-                    .finish(
-                        Status::Error,
-                        MessageStats::default(),
-                        Some("the engine stopped".into()),
-                    )
-                    .await?;
-                break Err(Error::Generation(
-                    "the engine stopped before the answer ended".into(),
-                ));
-            };
-            let token_probs = match tokens {
-                Some(_) => TokenProbs::of(&handle, &event),
-                None => None,
-            };
-            on_event(&event, token_probs.as_ref());
-            match event {
-                Event::Token { ref text, .. } => {
-                    writer.push(text);
-                    if let (Some(kept), Some(p)) = (tokens.as_mut(), token_probs) {
-                        kept.push(p);
-                    }
-                }
-                Event::Done {
-                    reason,
-                    usage,
-                    timings,
-                } => {
-                    let message = writer
-                        .finish(status_of(reason), stats_of(usage, timings), None)
-                        .await?;
-                    break Ok(Answer { message, reason });
-                }
-                Event::Error { message } => {
-                    writer
-                        .finish(
-                            Status::Error,
-                            MessageStats::default(),
-                            Some(message.clone()),
-                        )
-                        .await?;
-                    break Err(Error::Generation(message));
-                }
-                Event::Queued { .. } | Event::Started { .. } | Event::Stats { .. } => {}
-            }
-        };
-        if let (Some(store), Some(tokens)) = (store, tokens) {
-            if !tokens.is_empty() {
-                let json = serde_json::to_value(&tokens).unwrap_or_default();
-                store.set_message_tokens(id, &json).await?;
+        let mut failure = None;
+        while let Some((event, probs)) = self.next_event().await? {
+            on_event(&event, probs.as_ref());
+            if let Event::Error { message } = event {
+                failure = Some(message);
             }
         }
-        result
+        match (self.answer, failure) {
+            (Some(answer), _) => Ok(answer),
+            (None, Some(message)) => Err(Error::Generation(message)),
+            (None, None) => Err(Error::Generation("the answer ended without a word".into())),
+        }
+    }
+
+    /// Stops the answer and saves what it has as `stopped`, in the background: for a caller
+    /// that goes away mid-answer (an API client hanging up).
+    pub fn stop_in_background(self) {
+        if self.writer.is_none() || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let _ = self.generation.cancel();
+        tokio::spawn(async move {
+            if let Err(e) = self.finish(|_| {}).await {
+                tracing::warn!(error = %e, "could not save the stopped answer");
+            }
+        });
     }
 }

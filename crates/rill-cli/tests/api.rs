@@ -225,7 +225,7 @@ fn streamed_and_whole_answers_equal_rill_run_with_the_right_usage() {
 /// Solo means alone in a fresh process (`rill run`), so neither batching nor a cached prefix
 /// from another request is involved; the server starts fresh too.
 #[test]
-fn eight_concurrent_streams_all_finish_with_their_solo_text() {
+fn eight_concurrent_streams_equal_their_solo_runs_exactly() {
     let questions: Vec<String> = (0..8)
         .map(|i| format!("Name one thing about the number {i}."))
         .collect();
@@ -265,16 +265,10 @@ fn eight_concurrent_streams_all_finish_with_their_solo_text() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    // Batched decode reads the weights once for all streams; candle's quantised matmul rounds a
-    // many-row product slightly differently from a one-row product, so a greedy near-tie can fall
-    // the other way (measured: 1 of these 8 answers, at token 19; the engine's flow tests check
-    // that every such token is a near-tie). Everything else must be identical.
-    let same = together.iter().zip(&solo).filter(|(a, b)| a == b).count();
-    eprintln!("{same} of 8 concurrent answers equal their solo runs exactly");
-    assert!(same >= 6, "{together:?}\nvs\n{solo:?}");
-    for (a, b) in together.iter().zip(&solo) {
-        let common = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
-        assert!(common * 2 >= b.chars().count(), "parted early:\n{a}\n{b}");
+    // Every row's arithmetic is independent of the rows beside it (README, "CPU kernels"):
+    // answers decoded together are the answers alone, exactly (issue 13).
+    for (i, (a, b)) in together.iter().zip(&solo).enumerate() {
+        assert_eq!(a, b, "concurrent answer {i} differs from its solo run");
     }
 }
 
@@ -399,12 +393,12 @@ fn bad_requests_get_openai_shaped_errors_and_the_server_keeps_serving() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs an API key"));
 }
 
-#[test]
-fn a_client_that_leaves_mid_stream_cancels_its_generation_and_frees_its_cache() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("api.db");
-    let db = db.to_str().unwrap();
-    let server = Server::start(&["--db", db, "--save"]);
+/// Starts a long streamed answer and reads its first `n` chunks: the rest of the stream, and
+/// the text those chunks carried.
+fn long_stream(
+    server: &Server,
+    n: usize,
+) -> (std::io::Lines<BufReader<reqwest::blocking::Response>>, String) {
     let body = json!({"messages": [{"role": "user", "content": "Write a very long story."}], "temperature": 0, "max_tokens": 400, "stream": true});
     let resp = client()
         .post(server.url("/v1/chat/completions"))
@@ -413,7 +407,7 @@ fn a_client_that_leaves_mid_stream_cancels_its_generation_and_frees_its_cache() 
         .unwrap();
     let mut lines = BufReader::new(resp).lines();
     let (mut chunks, mut received) = (0, String::new());
-    while chunks < 5 {
+    while chunks < n {
         let line = lines.next().unwrap().unwrap();
         if let Some(data) = line.strip_prefix("data: ") {
             let v: Value = serde_json::from_str(data).unwrap();
@@ -421,6 +415,16 @@ fn a_client_that_leaves_mid_stream_cancels_its_generation_and_frees_its_cache() 
             chunks += 1;
         }
     }
+    (lines, received)
+}
+
+#[test]
+fn a_client_that_leaves_mid_stream_cancels_its_generation_and_frees_its_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("api.db");
+    let db = db.to_str().unwrap();
+    let server = Server::start(&["--db", db, "--save"]);
+    let (lines, received) = long_stream(&server, 5);
     let during = server.health();
     assert_eq!(during["live_generations"], 1);
     assert!(during["cache_bytes"].as_u64().unwrap() > 0);
@@ -695,4 +699,153 @@ fn logprobs_give_each_token_its_probability_and_alternatives() {
         "top_logprobs",
     );
     refused("/v1/completions", json!({"logprobs": true}), "logprobs");
+}
+
+/// Issue 13: without a key, only requests naming this machine are served. A web page can reach
+/// 127.0.0.1 through a domain that resolves there (DNS rebinding): its `Host` names that domain,
+/// and a page's request carries its `Origin`. Both are refused; local clients are not.
+#[test]
+fn without_a_key_only_requests_naming_this_machine_are_served() {
+    let server = Server::start(&[]);
+    let http = client();
+    let status = |path: &str, host: Option<&str>, origin: Option<&str>| {
+        let mut r = http.get(server.url(path));
+        if let Some(h) = host {
+            r = r.header("Host", h);
+        }
+        if let Some(o) = origin {
+            r = r.header("Origin", o);
+        }
+        r.send().unwrap().status().as_u16()
+    };
+    assert_eq!(status("/v1/models", None, None), 200);
+    assert_eq!(status("/v1/models", Some("localhost:8080"), None), 200);
+    assert_eq!(status("/v1/models", Some("[::1]:8080"), None), 200);
+    assert_eq!(status("/v1/models", Some("evil.example"), None), 403);
+    assert_eq!(status("/v1/models", Some("evil.example:8080"), None), 403);
+    assert_eq!(status("/v1/models", Some("127.0.0.1.evil.example"), None), 403);
+    assert_eq!(status("/health", Some("evil.example"), None), 403);
+    assert_eq!(status("/v1/models", None, Some("https://evil.example")), 403);
+    assert_eq!(status("/v1/models", None, Some("null")), 403);
+    assert_eq!(status("/v1/models", None, Some("http://localhost:5173")), 200);
+    // A generation from a rebinding page never starts.
+    let r = http
+        .post(server.url("/v1/chat/completions"))
+        .header("Host", "evil.example:8080")
+        .json(&chat_body(false))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    let body: Value = r.json().unwrap();
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("evil.example"),
+        "{body}"
+    );
+    assert_eq!(server.health()["live_generations"], 0);
+}
+
+/// Issue 13: with a key, any name may be served (the key is the guard); `/health` tells
+/// liveness to anyone and what the engine holds only to a client with the key.
+#[test]
+fn with_a_key_health_details_need_the_key() {
+    let server = Server::start(&["--api-key", "k"]);
+    let http = client();
+    let anon: Value = http.get(server.url("/health")).send().unwrap().json().unwrap();
+    assert_eq!(anon, json!({"status": "ok"}));
+    let full: Value = http
+        .get(server.url("/health"))
+        .bearer_auth("k")
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(full["status"], "ok");
+    assert_eq!(full["live_generations"], 0);
+    assert!(full["model"].is_string());
+    let named = http
+        .get(server.url("/v1/models"))
+        .header("Host", "gpu-box.example:8080")
+        .bearer_auth("k")
+        .send()
+        .unwrap();
+    assert_eq!(named.status().as_u16(), 200);
+    let wrong = http
+        .get(server.url("/v1/models"))
+        .bearer_auth("kk")
+        .send()
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+}
+
+/// Issue 13: past `--max-concurrent` generating requests, a request is told to come back
+/// (503 with `Retry-After`), and is served once a slot frees.
+#[test]
+fn past_max_concurrent_a_request_gets_503_with_retry_after() {
+    let server = Server::start(&["--max-concurrent", "1"]);
+    let http = client();
+    let (lines, _) = long_stream(&server, 1);
+    let busy = http
+        .post(server.url("/v1/chat/completions"))
+        .json(&chat_body(false))
+        .send()
+        .unwrap();
+    assert_eq!(busy.status().as_u16(), 503);
+    assert_eq!(
+        busy.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    let body: Value = busy.json().unwrap();
+    assert_eq!(body["error"]["code"], "overloaded");
+    drop(lines); // the first client leaves: its slot frees
+    let t = Instant::now();
+    loop {
+        let r = http
+            .post(server.url("/v1/chat/completions"))
+            .json(&chat_body(false))
+            .send()
+            .unwrap();
+        if r.status().is_success() {
+            let v: Value = r.json().unwrap();
+            assert!(v["choices"][0]["message"]["content"].as_str().unwrap().contains("Paris"));
+            break;
+        }
+        assert_eq!(r.status().as_u16(), 503);
+        assert!(t.elapsed() < Duration::from_secs(30), "the slot never freed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Issue 13: with `--save`, an API answer is written as it streams, as the window's are: a
+/// server killed mid-answer (SIGKILL) leaves the question and the answer up to its last 250 ms,
+/// which the next open of the database marks `interrupted`. (It was written only at the end.)
+#[test]
+fn a_saved_api_answer_survives_the_server_being_killed_mid_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("api.db");
+    let db = db.to_str().unwrap();
+    let mut server = Server::start(&["--db", db, "--save"]);
+    let (_lines, received) = long_stream(&server, 20);
+    // Everything received 600 ms before the kill has been on disk for 350 ms at least.
+    std::thread::sleep(Duration::from_millis(600));
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args(["conversations", "--db", db, "export", "1", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "nothing saved: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let saved: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let messages = saved["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["content"], "Write a very long story.");
+    let answer = &messages[1];
+    assert_eq!(answer["status"], "interrupted");
+    let content = answer["content"].as_str().unwrap();
+    assert!(
+        !received.is_empty() && content.starts_with(&received),
+        "saved {content:?}, received {received:?}"
+    );
 }

@@ -60,8 +60,9 @@ impl DeviceKind {
 pub struct EngineConfig {
     pub model: PathBuf,
     pub device: DeviceKind,
-    /// Compute threads; `None` = one per physical core. Applies process-wide (candle keeps one
-    /// pool), so the first engine of a process decides.
+    /// Compute threads; `None` = one per physical core. The engine's own pool: every forward
+    /// pass runs inside it (no process-wide setting is changed, so engines of one process can
+    /// differ).
     pub threads: Option<usize>,
     /// Cap on the context window (positions per sequence); `None` = the model's, at most 8192.
     pub context_size: Option<usize>,
@@ -102,6 +103,11 @@ fn available_memory() -> usize {
 /// reserve gigabytes of RoPE tables and cache by default.
 const DEFAULT_CONTEXT_CAP: usize = 8192;
 
+/// The largest priority: an answer at priority p takes part in the first p passes of a round,
+/// so an unbounded one would hold prefill and cancellation back for as many passes (issue 13).
+/// The window offers 1×–4×.
+pub const MAX_PRIORITY: u8 = 4;
+
 /// The most candidates a request may ask to see per token.
 pub const MAX_CANDIDATES: usize = 50;
 
@@ -126,7 +132,7 @@ pub struct GenerateRequest {
     pub stop: Vec<String>,
     /// At most this many answer tokens; `None` = until the model stops or the context is full.
     pub max_tokens: Option<usize>,
-    /// Decode steps per round relative to others (1 = equal share).
+    /// Decode steps per round relative to others (1 = equal share; at most [`MAX_PRIORITY`]).
     pub priority: u8,
     /// Keep going past end-of-generation tokens (benchmarks).
     pub ignore_eos: bool,
@@ -281,19 +287,8 @@ impl Engine {
         if config.prefill_chunk == 0 {
             return Err(Error::param("prefill_chunk", "must be ≥ 1"));
         }
-        if let Some(n) = config.threads {
-            if n == 0 {
-                return Err(Error::param("threads", "must be ≥ 1"));
-            }
-            // candle sizes its CPU pools from these on first use.
-            std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
-            std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-        } else if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
-            // Physical cores: hyper-threads share the SIMD units the matmuls saturate.
-            std::env::set_var(
-                "CANDLE_NUM_THREADS",
-                num_cpus::get_physical().max(1).to_string(),
-            );
+        if config.threads == Some(0) {
+            return Err(Error::param("threads", "must be ≥ 1"));
         }
         // Physical cores: hyper-threads share the SIMD units the matmuls saturate.
         let threads = config
@@ -304,12 +299,18 @@ impl Engine {
         if cap == 0 {
             return Err(Error::param("context_size", "must be ≥ 1"));
         }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("rill-compute-{i}"))
+            .build()
+            .map_err(|e| Error::param("threads", e.to_string()))?;
+        // Loading (repacking weights) runs on the same threads as the forward passes.
         let Model {
             info,
             weights,
             tokenizer,
             template,
-        } = Model::load(&config.model, &device, Some(cap))?;
+        } = pool.install(|| Model::load(&config.model, &device, Some(cap)))?;
         let shared = Arc::new(Shared {
             info,
             tokenizer,
@@ -334,11 +335,7 @@ impl Engine {
             budget,
             prefill_chunk: config.prefill_chunk,
             row_ms: 0.0,
-            pool: rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .thread_name(|i| format!("rill-compute-{i}"))
-                .build()
-                .map_err(|e| Error::param("threads", e.to_string()))?,
+            pool,
             preview: None,
             previews: Vec::new(),
         };
@@ -508,7 +505,7 @@ impl Handle {
             max_tokens: req.max_tokens,
             context_length: self.shared.context_length,
             ignore_eos: req.ignore_eos,
-            priority: req.priority.max(1),
+            priority: req.priority.clamp(1, MAX_PRIORITY),
             dropped_messages,
             top_candidates: req.top_candidates.min(MAX_CANDIDATES),
             events: events_tx,
@@ -616,9 +613,13 @@ impl Control {
         self.send(Command::Cancel(self.id))
     }
 
-    /// Decode steps per round relative to others (1 = equal share).
+    /// Decode steps per round relative to others (1 = equal share), clamped to
+    /// 1..=[`MAX_PRIORITY`].
     pub fn set_priority(&self, priority: u8) -> Result<()> {
-        self.send(Command::SetPriority(self.id, priority.max(1)))
+        self.send(Command::SetPriority(
+            self.id,
+            priority.clamp(1, MAX_PRIORITY),
+        ))
     }
 
     /// A new cap on answer tokens (`None`: until the model stops or the context is full). An
@@ -687,6 +688,9 @@ impl Generation {
                     usage,
                     timings,
                 } => {
+                    // A stopped answer's held-back text comes as a last token repeating the
+                    // last id: the ids are the answer's tokens.
+                    out.ids.truncate(usage.completion_tokens);
                     out.reason = Some(reason);
                     out.usage = usage;
                     out.timings = timings;

@@ -2033,6 +2033,87 @@ pub(crate) mod tests {
         }
     }
 
+    /// Every instruction set's kernels, rows and panels, against the integer definition of the
+    /// product (issue 13: comparing panels with each other checks nothing on a CPU with one
+    /// instruction set). Weights and activations are integers chosen so that every block's
+    /// scale is exactly 1 (each block holds the largest magnitude) and every sum is exact in
+    /// f32: any kernel whose integer block sums are right gives the exact product, bit for bit,
+    /// whatever its order of additions. What this CPU cannot run is printed as skipped.
+    fn layout(l: &QLinear) -> &'static str {
+        match l.weights {
+            Weights::Q4_1(_) | Weights::Q8_0(_) => "rows",
+            Weights::Q4_1x8(_) | Weights::Q8_0x8(_) => "panels of 8",
+            Weights::Q4_1x16(_) | Weights::Q8_0x16(_) => "panels of 16",
+        }
+    }
+
+    #[test]
+    fn every_kernel_gives_the_exact_integer_product() {
+        let mut r = Lcg(43);
+        let k = 576;
+        let all = [Isa::Scalar, Isa::Neon, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni];
+        let available = Isa::available();
+        let skipped: Vec<_> = all.iter().filter(|i| !available.contains(i)).collect();
+        eprintln!("instruction sets checked: {available:?}; skipped (not on this CPU): {skipped:?}");
+        // Integers in [lo, hi] with the block's first element at `top`, so each 32-value
+        // block's quantisation scale is exactly 1.
+        let ints = |r: &mut Lcg, n: usize, lo: i32, hi: i32, top: i32| -> Vec<f32> {
+            (0..n)
+                .map(|i| match i % 32 {
+                    0 => top as f32,
+                    _ => {
+                        let u = (r.next() + 1.0) / 2.0; // [0, 1)
+                        (lo + ((u * (hi - lo + 1) as f32) as i32).min(hi - lo)) as f32
+                    }
+                })
+                .collect()
+        };
+        for n_out in [8, 16, 136, 144] {
+            // Q8_0: weights in [-127, 127] (scale 1); Q4_1: in [-8, 7] (scale 1, minimum -8).
+            for (dtype, lo, hi, top) in [
+                (GgmlDType::Q8_0, -127, 127, 127),
+                (GgmlDType::Q4_1, -8, 7, -8),
+            ] {
+                let mut w = ints(&mut r, n_out * k, lo, hi, top);
+                if dtype == GgmlDType::Q4_1 {
+                    // Each block also needs its maximum 7, for a scale of (7 - -8) / 15 = 1.
+                    for b in w.chunks_mut(32) {
+                        b[1] = 7.0;
+                    }
+                }
+                let wt = Tensor::from_vec(w.clone(), (n_out, k), &Device::Cpu).unwrap();
+                let q = QTensor::quantize(&wt, dtype).unwrap();
+                for m in [1, 4, 5, 70] {
+                    let x = ints(&mut r, m * k, -127, 127, 127);
+                    let exact: Vec<f32> = (0..m)
+                        .flat_map(|i| {
+                            let (x, w) = (&x, &w);
+                            (0..n_out).map(move |j| {
+                                (0..k)
+                                    .map(|c| x[i * k + c] as i64 * w[j * k + c] as i64)
+                                    .sum::<i64>() as f32
+                            })
+                        })
+                        .collect();
+                    for &isa in &available {
+                        let l = QLinear::from_qtensor(&q, isa).unwrap();
+                        let mut out = vec![0f32; m * n_out];
+                        l.matmul(&x, m, &mut out);
+                        let bad = out.iter().zip(&exact).position(|(a, b)| a.to_bits() != b.to_bits());
+                        assert!(
+                            bad.is_none(),
+                            "{dtype:?} n_out={n_out} m={m} {isa:?} ({}): element {bad:?} is {} \
+                             instead of {}",
+                            layout(&l),
+                            out[bad.unwrap_or(0)],
+                            exact[bad.unwrap_or(0)]
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// candle's own matmul quantises activations the same way (ggml's), so the two agree up to
     /// the order of float additions.
     #[test]

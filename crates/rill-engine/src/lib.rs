@@ -44,7 +44,7 @@ pub mod tokenizer;
 
 pub use engine::{
     Activity, Collected, Control, DeviceKind, Engine, EngineConfig, Event, GenerateRequest,
-    Generation, Handle, Overflow, PreviewRequest, Prompt, Timings, Usage,
+    Generation, Handle, Overflow, PreviewRequest, Prompt, Timings, Usage, MAX_PRIORITY,
 };
 pub use error::{Error, Result};
 pub use model::{inspect, ModelInfo};

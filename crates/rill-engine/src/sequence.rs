@@ -225,7 +225,12 @@ impl Sequence {
     pub fn admit(&mut self, reused: Option<KvCache>) {
         if let Some(cache) = reused {
             debug_assert!(cache.len() < self.tokens.len());
-            self.reused_tokens = cache.len();
+            // Prompt reuse is counted once, at the first admission. An answer preempted and
+            // admitted again can find a kept cache that covers its own answer so far (an
+            // identical greedy answer finished meanwhile): that is not prompt reuse (issue 13).
+            if !self.started {
+                self.reused_tokens = cache.len().min(self.prompt_len);
+            }
             self.cache = cache;
         }
         self.admitted = true;
@@ -348,7 +353,7 @@ impl Sequence {
         };
         let prefill_ms = ms(self.prefill_started, self.prefill_done);
         let decode_ms = ms(self.first_token, self.last_token);
-        let prefilled = self.prompt_len - self.reused_tokens;
+        let prefilled = self.prompt_len.saturating_sub(self.reused_tokens);
         Timings {
             ttft_ms: ms(Some(self.submitted), self.first_token),
             prefill_tps: if prefill_ms > 0.0 {
@@ -365,10 +370,24 @@ impl Sequence {
         }
     }
 
-    /// Ends the sequence (once) and sends `Done` with usage and timings.
+    /// Ends the sequence (once) and sends `Done` with usage and timings. A stopped answer
+    /// (Stop, shutdown) first gets the text still held back, as one last `Token` repeating the
+    /// last token's id: the start of a possible stop string, or bytes of an unfinished
+    /// character. That text was produced, so it is part of the answer (issue 13).
     pub fn finish(&mut self, reason: StopReason) {
         if self.finished.is_some() {
             return;
+        }
+        if reason == StopReason::Cancelled && !self.preview {
+            let held = self.stops.flush() + &self.decoder.flush();
+            let last = self.tokens[self.prompt_len..].last().copied();
+            if let (false, Some(id)) = (held.is_empty(), last) {
+                let _ = self.events.send(Event::Token {
+                    id,
+                    text: held,
+                    candidates: Vec::new(),
+                });
+            }
         }
         self.finished = Some(reason);
         let usage = Usage {

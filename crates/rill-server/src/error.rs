@@ -46,6 +46,16 @@ impl ApiError {
         }
     }
 
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("forbidden"),
+        }
+    }
+
     pub fn busy() -> Self {
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,

@@ -127,15 +127,18 @@ impl RemoteClient {
             message,
         };
         let mut body = response.bytes_stream();
-        let mut buf = String::new();
+        // Bytes, split on newlines before decoding: a character can be split across network
+        // chunks, and decoding each chunk alone turned it into U+FFFD (issue 13).
+        let mut buf: Vec<u8> = Vec::new();
         let (mut first, mut last) = (None::<Instant>, None::<Instant>);
         let (mut reason, mut usage, mut tokens) = (None, None, 0usize);
         while let Some(bytes) = body.next().await {
             let bytes = bytes.map_err(|e| protocol(format!("stream broke off: {e}")))?;
-            buf.push_str(&String::from_utf8_lossy(&bytes));
-            while let Some(nl) = buf.find('\n') {
-                let line = buf[..nl].trim_end_matches('\r').to_owned();
-                buf.drain(..=nl);
+            buf.extend_from_slice(&bytes);
+            while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+                let raw: Vec<u8> = buf.drain(..=nl).collect();
+                let line = String::from_utf8_lossy(&raw[..nl]);
+                let line = line.trim_end_matches('\r');
                 let Some(data) = line.strip_prefix("data:").map(str::trim) else {
                     continue;
                 };

@@ -18,6 +18,11 @@ pub enum Error {
     #[error("message {0} not found")]
     MessageNotFound(i64),
 
+    /// A second writer on one answer (issue 13): it is being written already, here or by
+    /// another program, or it ended in a way that is not continued (done, error).
+    #[error("{}", not_continuable(*id, *status))]
+    NotContinuable { id: i64, status: crate::Status },
+
     /// An export file that cannot be imported; nothing was changed.
     #[error("cannot import: {0}")]
     Import(String),
@@ -30,6 +35,19 @@ pub enum Error {
 
     #[error(transparent)]
     Io(#[from] std::io::Error),
+}
+
+fn not_continuable(id: i64, status: crate::Status) -> String {
+    match status {
+        crate::Status::Streaming => format!("answer {id} is being written already"),
+        other => format!(
+            "answer {id} is {}: only a stopped or interrupted answer can be continued",
+            serde_json::to_value(other)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        ),
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,9 +1,11 @@
 //! Export and import.
 //!
-//! JSON is lossless and versioned: the conversation with every message of every branch, ids
-//! replaced by positions in the file (so an export → import → export round trip gives the same
+//! JSON is lossless and versioned: the conversation with every message of every branch and
+//! each answer's token probabilities (`message_tokens`), ids replaced by positions in the file (so an export → import → export round trip gives the same
 //! bytes, whatever ids the new database hands out). A file from a newer Rill, or a damaged one,
-//! is refused with a clear error and changes nothing (the import is one transaction).
+//! is refused with a clear error and changes nothing (the import is one transaction). Secrets
+//! never leave in an export: any `api_key` in the settings is left out (issue 13; the app keeps
+//! keys apart from settings anyway).
 //! Markdown is for reading: the current branch, one heading per turn.
 
 use std::collections::HashMap;
@@ -13,8 +15,9 @@ use serde_json::Value;
 
 use crate::{Error, Result, Role, Status, Store};
 
-/// The JSON format this build writes, and the newest it reads.
-pub const EXPORT_VERSION: u32 = 1;
+/// The JSON format this build writes, and the newest it reads. Version 2 added the messages'
+/// `tokens`; version 1 files are read as they are.
+pub const EXPORT_VERSION: u32 = 2;
 const FORMAT: &str = "rill-conversation";
 
 #[derive(Serialize, Deserialize)]
@@ -60,6 +63,28 @@ struct ExportMessage {
     error: Option<String>,
     created_at: i64,
     updated_at: i64,
+    /// The answer's tokens with their candidates and probabilities, when it kept them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tokens: Option<Value>,
+}
+
+/// `v` without any `api_key` field, at any depth.
+fn without_secrets(mut v: Value) -> Value {
+    match &mut v {
+        Value::Object(map) => {
+            map.remove("api_key");
+            for (_, x) in map.iter_mut() {
+                *x = without_secrets(std::mem::take(x));
+            }
+        }
+        Value::Array(items) => {
+            for x in items.iter_mut() {
+                *x = without_secrets(std::mem::take(x));
+            }
+        }
+        _ => {}
+    }
+    v
 }
 
 impl Store {
@@ -67,6 +92,17 @@ impl Store {
     pub async fn export_json(&self, conversation: i64) -> Result<String> {
         let c = self.conversation(conversation).await?;
         let messages = self.all_messages(conversation).await?;
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT t.message_id, t.tokens FROM message_tokens t JOIN messages m ON m.id = t.message_id
+             WHERE m.conversation_id = ?",
+        )
+        .bind(conversation)
+        .fetch_all(self.pool())
+        .await?;
+        let mut tokens: HashMap<i64, Value> = rows
+            .into_iter()
+            .filter_map(|(id, t)| Some((id, serde_json::from_str(&t).ok()?)))
+            .collect();
         let position: HashMap<i64, usize> = messages
             .iter()
             .enumerate()
@@ -82,7 +118,7 @@ impl Store {
                 updated_at: c.updated_at,
                 model: c.model,
                 system_prompt: c.system_prompt,
-                settings: c.settings,
+                settings: without_secrets(c.settings),
                 pinned: c.pinned,
                 archived: c.archived,
                 current_leaf: c.current_leaf_id.and_then(|l| position.get(&l).copied()),
@@ -96,8 +132,9 @@ impl Store {
                     role: m.role,
                     content: m.content,
                     status: m.status,
+                    tokens: tokens.remove(&m.id),
                     model: m.model,
-                    settings: m.settings,
+                    settings: m.settings.map(without_secrets),
                     prompt_tokens: m.stats.prompt_tokens,
                     completion_tokens: m.stats.completion_tokens,
                     ttft_ms: m.stats.ttft_ms,
@@ -171,7 +208,11 @@ impl Store {
             .bind(m.parent.map(|p| ids[p]))
             .bind(m.role)
             .bind(&m.content)
-            .bind(m.status)
+            // An answer exported while it streamed has no writer here: it is interrupted.
+            .bind(match m.status {
+                Status::Streaming => Status::Interrupted,
+                s => s,
+            })
             .bind(&m.model)
             .bind(m.settings.as_ref().map(Value::to_string))
             .bind(m.prompt_tokens)
@@ -185,6 +226,13 @@ impl Store {
             .await?
             .last_insert_rowid();
             ids.push(id);
+            if let Some(t) = &m.tokens {
+                sqlx::query("INSERT INTO message_tokens (message_id, tokens) VALUES (?, ?)")
+                    .bind(id)
+                    .bind(t.to_string())
+                    .execute(&mut *tx)
+                    .await?;
+            }
         }
         sqlx::query("UPDATE conversations SET current_leaf_id = ? WHERE id = ?")
             .bind(c.current_leaf.map(|l| ids[l]))

@@ -8,12 +8,14 @@
 //! The file is opened in WAL mode with foreign keys on and a busy timeout, and every write that
 //! takes more than one statement starts with `BEGIN IMMEDIATE`, so the app and the API can write
 //! to it at the same time without "database is locked" reaching anyone. On open, migrations
-//! from `migrations/` are applied and answers left `streaming` by a crash become `interrupted`.
+//! from `migrations/` are applied and answers left `streaming` by a writer that is gone (a
+//! crash) become `interrupted`; answers another program is writing are left alone.
 //!
 //! The crate knows nothing of the engine: callers pass text and numbers.
 
 mod error;
 mod export;
+mod lease;
 mod search;
 mod types;
 mod writer;
@@ -70,9 +72,12 @@ impl Store {
     /// exactly as it was.
     pub async fn open(path: impl AsRef<Path>) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
-        if let Ok(bytes) = std::fs::read(&path).map(|b| b.into_iter().take(16).collect::<Vec<u8>>())
-        {
-            if !bytes.is_empty() && bytes != b"SQLite format 3\0" {
+        if let Ok(file) = std::fs::File::open(&path) {
+            use std::io::Read;
+            // The header only (SQLite's first 16 bytes), not the whole file.
+            let mut head = Vec::with_capacity(16);
+            file.take(16).read_to_end(&mut head)?;
+            if !head.is_empty() && head != b"SQLite format 3\0" {
                 return Err(Error::NotADatabase { path });
             }
         }
@@ -108,18 +113,42 @@ impl Store {
             }
             Err(e) => return Err(e.into()),
         }
-        let recovered =
-            sqlx::query("UPDATE messages SET status = 'interrupted' WHERE status = 'streaming'")
-                .execute(&pool)
-                .await?
-                .rows_affected();
+        let store = Store { pool, path };
+        let recovered = store.recover_abandoned().await?;
         if recovered > 0 {
             tracing::info!(
                 recovered,
-                "answers left streaming by a crash marked interrupted"
+                "answers whose writer is gone (a crash) marked interrupted"
             );
         }
-        Ok(Store { pool, path })
+        Ok(store)
+    }
+
+    /// Marks `interrupted` the answers left `streaming` whose writer is gone (its process
+    /// ended, or it fell silent for the lease); answers another program is writing right now are
+    /// left alone. Returns how many were recovered.
+    pub async fn recover_abandoned(&self) -> Result<u64> {
+        let rows: Vec<(i64, Option<i64>, Option<i64>, Option<i64>)> = sqlx::query_as(
+            "SELECT id, writer_pid, writer_token, writer_seen_at FROM messages WHERE status = 'streaming'",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let now = now_ms();
+        let mut recovered = 0;
+        for (id, pid, token, seen) in rows {
+            if lease::writer_gone(pid, token, seen, now) {
+                recovered += sqlx::query(
+                    "UPDATE messages SET status = 'interrupted' WHERE id = ? AND status = 'streaming'
+                         AND writer_token IS ?",
+                )
+                .bind(id)
+                .bind(token)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            }
+        }
+        Ok(recovered)
     }
 
     pub fn path(&self) -> &Path {
@@ -412,7 +441,7 @@ impl Store {
         self.add_child(m.conversation_id, m.parent_id, new).await
     }
 
-    /// Replaces a message's text, status and stats (used while an answer streams).
+    /// Replaces a message's text, status and stats.
     pub async fn update_message(
         &self,
         id: i64,
@@ -421,10 +450,28 @@ impl Store {
         stats: &MessageStats,
         error: Option<&str>,
     ) -> Result<()> {
-        let done = sqlx::query(
+        if self.set_message(id, None, content, status, stats, error).await? == 0 {
+            return Err(Error::MessageNotFound(id));
+        }
+        Ok(())
+    }
+
+    /// Writes a message's text, status, stats (those given) and error; with `writer`, only if
+    /// that writer still owns the row. Returns the rows written (0 or 1).
+    pub(crate) async fn set_message(
+        &self,
+        id: i64,
+        writer: Option<i64>,
+        content: &str,
+        status: Status,
+        stats: &MessageStats,
+        error: Option<&str>,
+    ) -> Result<u64> {
+        Ok(sqlx::query(
             "UPDATE messages SET content = ?, status = ?, prompt_tokens = COALESCE(?, prompt_tokens),
                  completion_tokens = COALESCE(?, completion_tokens), ttft_ms = COALESCE(?, ttft_ms),
-                 decode_tps = COALESCE(?, decode_tps), error = ?, updated_at = ? WHERE id = ?",
+                 decode_tps = COALESCE(?, decode_tps), error = ?, updated_at = ?
+             WHERE id = ? AND (? IS NULL OR writer_token = ?)",
         )
         .bind(content)
         .bind(status)
@@ -435,50 +482,11 @@ impl Store {
         .bind(error)
         .bind(now_ms())
         .bind(id)
+        .bind(writer)
+        .bind(writer)
         .execute(&self.pool)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(Error::MessageNotFound(id));
-        }
-        Ok(())
-    }
-
-    /// Starts an answer under `parent` (status `streaming`), written as it grows.
-    pub async fn begin_answer(
-        &self,
-        conversation: i64,
-        parent: Option<i64>,
-        model: Option<String>,
-        settings: Option<Value>,
-    ) -> Result<StreamWriter> {
-        let message = self
-            .add_child(
-                conversation,
-                parent,
-                NewMessage {
-                    role: Role::Assistant,
-                    content: String::new(),
-                    status: Status::Streaming,
-                    model,
-                    settings,
-                },
-            )
-            .await?;
-        Ok(StreamWriter::start(self.clone(), message.id, String::new()))
-    }
-
-    /// Continues an interrupted or stopped answer in place: the text grows from what it has.
-    pub async fn resume_answer(&self, message: i64) -> Result<StreamWriter> {
-        let m = self.message(message).await?;
-        self.update_message(
-            message,
-            &m.content,
-            Status::Streaming,
-            &MessageStats::default(),
-            None,
-        )
-        .await?;
-        Ok(StreamWriter::start(self.clone(), message, m.content))
+        .await?
+        .rows_affected())
     }
 
     // ---- presets and settings -----------------------------------------------------------

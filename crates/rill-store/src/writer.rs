@@ -1,21 +1,29 @@
 //! Writing an answer while it streams.
 //!
-//! A [`StreamWriter`] owns a small task that holds the answer's text. Text is pushed without
-//! waiting (from any thread: the engine's token loop must not block on the disk); the task
-//! writes it out at most 250 ms after the oldest unwritten piece arrived, and once more at the
-//! end with the final status and stats. So a crash loses at most the last 250 ms of an answer,
-//! and the store opens it as `interrupted`. If the writer is dropped without `finish`, what it
-//! has is saved as `interrupted`.
+//! [`Store::begin_answer`] and [`Store::resume_answer`] claim an answer row for one writer
+//! (see [`crate::lease`]): a second writer on the same row is refused, in this process or
+//! another, so a double click on Continue cannot start two generations that overwrite each
+//! other (issue 13). A [`StreamWriter`] owns a small task that holds the answer's text. Text is
+//! pushed without waiting (from any thread: the engine's token loop must not block on the
+//! disk); the task writes it out at most 250 ms after the oldest unwritten piece arrived, says
+//! it is alive every second, and writes once more at the end with the final status and stats.
+//! A write that fails (a full disk, a locked file) is tried again 250 ms later, and so is the
+//! final one, for a while. So a crash loses at most the last 250 ms of an answer, and the store
+//! opens it as `interrupted`. If the writer is dropped without `finish`, what it has is saved
+//! as `interrupted`.
 
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::{Message, MessageStats, Result, Status, Store};
+use crate::lease::{self, Claim};
+use crate::{Error, Message, MessageStats, NewMessage, Result, Role, Status, Store};
 
 /// The longest an answer's text stays only in memory.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(250);
+/// How many times the final write is tried (every [`FLUSH_EVERY`]) before giving up.
+const FINISH_TRIES: usize = 12;
 
 enum Cmd {
     Text(String),
@@ -33,10 +41,124 @@ pub struct StreamWriter {
     tx: mpsc::UnboundedSender<Cmd>,
 }
 
+impl Store {
+    /// Starts an answer under `parent` (status `streaming`), written as it grows.
+    pub async fn begin_answer(
+        &self,
+        conversation: i64,
+        parent: Option<i64>,
+        model: Option<String>,
+        settings: Option<serde_json::Value>,
+    ) -> Result<StreamWriter> {
+        let claim = Claim::new();
+        let mut tx = self.write_tx().await?;
+        let new = NewMessage {
+            role: Role::Assistant,
+            content: String::new(),
+            status: Status::Streaming,
+            model,
+            settings,
+        };
+        let id = crate::insert_message(&mut tx, conversation, parent, &new).await?;
+        sqlx::query(
+            "UPDATE messages SET writer_pid = ?, writer_token = ?, writer_seen_at = ? WHERE id = ?",
+        )
+        .bind(lease::pid())
+        .bind(claim.token)
+        .bind(crate::now_ms())
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(StreamWriter::start(self.clone(), id, String::new(), claim))
+    }
+
+    /// Continues a `stopped` or `interrupted` answer in place: the text grows from what it
+    /// has. Refused while the answer is being written (by this process or another) and for an
+    /// answer that ended otherwise: one answer, one writer.
+    pub async fn resume_answer(&self, message: i64) -> Result<StreamWriter> {
+        let claim = Claim::new();
+        let claimed = sqlx::query(
+            "UPDATE messages SET status = 'streaming', error = NULL, writer_pid = ?, writer_token = ?,
+                 writer_seen_at = ?, updated_at = ?
+             WHERE id = ? AND role = 'assistant' AND status IN ('stopped', 'interrupted')",
+        )
+        .bind(lease::pid())
+        .bind(claim.token)
+        .bind(crate::now_ms())
+        .bind(crate::now_ms())
+        .bind(message)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        let m = self.message(message).await?;
+        if claimed == 0 {
+            return Err(Error::NotContinuable {
+                id: message,
+                status: m.status,
+            });
+        }
+        Ok(StreamWriter::start(self.clone(), message, m.content, claim))
+    }
+
+    /// Writes a streaming answer's text, if `token` still writes it.
+    async fn write_streaming(&self, id: i64, token: i64, text: &str) -> Result<bool> {
+        let now = crate::now_ms();
+        Ok(sqlx::query(
+            "UPDATE messages SET content = ?, writer_seen_at = ?, updated_at = ?
+             WHERE id = ? AND writer_token = ? AND status = 'streaming'",
+        )
+        .bind(text)
+        .bind(now)
+        .bind(now)
+        .bind(id)
+        .bind(token)
+        .execute(self.pool())
+        .await?
+        .rows_affected()
+            > 0)
+    }
+
+    async fn heartbeat(&self, id: i64, token: i64) -> Result<()> {
+        sqlx::query(
+            "UPDATE messages SET writer_seen_at = ? WHERE id = ? AND writer_token = ? AND status = 'streaming'",
+        )
+        .bind(crate::now_ms())
+        .bind(id)
+        .bind(token)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// The final write of an answer, if `token` still owns it (nobody continued it since).
+    async fn end_answer(
+        &self,
+        id: i64,
+        token: i64,
+        text: &str,
+        status: Status,
+        stats: &MessageStats,
+        error: Option<&str>,
+    ) -> Result<()> {
+        let written = self
+            .set_message(id, Some(token), text, status, stats, error)
+            .await?;
+        if written == 0 {
+            self.message(id).await?; // gone: MessageNotFound
+            return Err(Error::NotContinuable {
+                id,
+                status: Status::Streaming,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl StreamWriter {
-    pub(crate) fn start(store: Store, message_id: i64, initial: String) -> Self {
+    fn start(store: Store, message_id: i64, initial: String, claim: Claim) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(store, message_id, initial, rx));
+        tokio::spawn(run(store, message_id, initial, rx, claim));
         StreamWriter { message_id, tx }
     }
 
@@ -74,16 +196,42 @@ impl StreamWriter {
     }
 }
 
-async fn run(store: Store, id: i64, mut text: String, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+async fn run(
+    store: Store,
+    id: i64,
+    mut text: String,
+    mut rx: mpsc::UnboundedReceiver<Cmd>,
+    claim: Claim,
+) {
+    let token = claim.token;
     // When the oldest unwritten text arrived; None when everything is on disk.
     let mut dirty_since: Option<Instant> = None;
+    let mut beat = tokio::time::interval(lease::HEARTBEAT);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let deadline = dirty_since.map(|t| t + FLUSH_EVERY);
         let cmd = tokio::select! {
             cmd = rx.recv() => cmd,
             _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => {
-                flush(&store, id, &text, Status::Streaming).await;
-                dirty_since = None;
+                // Only a write that happened clears the deadline: a failed one is tried again
+                // in FLUSH_EVERY, whether or not more text comes (issue 13).
+                dirty_since = match store.write_streaming(id, token, &text).await {
+                    Ok(true) => None,
+                    Ok(false) => {
+                        tracing::warn!(message = id, "another writer took the answer over; this one stops writing");
+                        None
+                    }
+                    Err(e) => {
+                        tracing::warn!(message = id, error = %e, "could not write the streaming answer; trying again");
+                        Some(Instant::now())
+                    }
+                };
+                continue;
+            }
+            _ = beat.tick() => {
+                if let Err(e) = store.heartbeat(id, token).await {
+                    tracing::debug!(message = id, error = %e, "heartbeat not written");
+                }
                 continue;
             }
         };
@@ -98,9 +246,20 @@ async fn run(store: Store, id: i64, mut text: String, mut rx: mpsc::UnboundedRec
                 error,
                 done,
             }) => {
-                let r = store
-                    .update_message(id, &text, status, &stats, error.as_deref())
-                    .await;
+                let mut tries = 0;
+                let r = loop {
+                    tries += 1;
+                    let r = store
+                        .end_answer(id, token, &text, status, &stats, error.as_deref())
+                        .await;
+                    match r {
+                        Err(Error::Db(e)) if tries < FINISH_TRIES => {
+                            tracing::warn!(message = id, error = %e, "could not finish the answer; trying again");
+                            tokio::time::sleep(FLUSH_EVERY).await;
+                        }
+                        r => break r,
+                    }
+                };
                 let _ = done.send(match r {
                     Ok(()) => store.message(id).await,
                     Err(e) => Err(e),
@@ -109,19 +268,14 @@ async fn run(store: Store, id: i64, mut text: String, mut rx: mpsc::UnboundedRec
             }
             None => {
                 // Dropped without finishing: keep what we have, continuable.
-                flush(&store, id, &text, Status::Interrupted).await;
+                let r = store
+                    .end_answer(id, token, &text, Status::Interrupted, &MessageStats::default(), None)
+                    .await;
+                if let Err(e) = r {
+                    tracing::warn!(message = id, error = %e, "could not keep the unfinished answer");
+                }
                 return;
             }
         }
-    }
-}
-
-async fn flush(store: &Store, id: i64, text: &str, status: Status) {
-    if let Err(e) = store
-        .update_message(id, text, status, &MessageStats::default(), None)
-        .await
-    {
-        // The text is still in memory and the next flush retries; the UI keeps showing it.
-        tracing::warn!(message = id, error = %e, "could not write the streaming answer");
     }
 }

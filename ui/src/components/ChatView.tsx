@@ -1,6 +1,5 @@
 import { useCallback, useEffect, useLayoutEffect, useRef, useState, type RefObject } from "react";
 import { useVirtualizer } from "@tanstack/react-virtual";
-import { save } from "@tauri-apps/plugin-dialog";
 import { api, errorText, type Channel, type ChatEvent, type ContextUsage, type ConversationView } from "../lib/ipc";
 import { live } from "../lib/live";
 import { useLive } from "../lib/useLive";
@@ -51,6 +50,11 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
     return () => ids.forEach((a) => api.setPriority(a, 1).catch(() => {}));
   }, [runningIds]);
 
+  // An empty chat opens ready to type in.
+  useEffect(() => {
+    if (messages.length === 0) composerRef.current?.focus();
+  }, []); // eslint-disable-line react-hooks/exhaustive-deps -- on opening only
+
   useEffect(() => {
     api.contextUsage(id).then(setUsage, () => setUsage(null));
   }, [id, messages.length, messages[messages.length - 1]?.status]);
@@ -80,27 +84,19 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
 
   const stopAll = () => running.forEach((a) => api.stop(a.id).catch((e) => onError(errorText(e))));
 
-  const exportAs = async (format: "json" | "markdown") => {
-    const ext = format === "json" ? "json" : "md";
-    const path = await save({
-      defaultPath: `${view.conversation.title || "conversation"}.${ext}`,
-      filters: [{ name: format === "json" ? "Rill conversation" : "Markdown", extensions: [ext] }],
-    });
-    if (path) api.exportConversation(id, format, path).catch((e) => onError(errorText(e)));
+  // The app asks where to save in a native dialog of its own; the page never names a path.
+  const exportAs = (format: "json" | "markdown") => {
+    api.exportConversation(id, format).catch((e) => onError(errorText(e)));
   };
 
-  const exportProbs = async (message: number) => {
-    const path = await save({
-      defaultPath: `answer-${message}-probabilities.json`,
-      filters: [{ name: "JSON", extensions: ["json"] }],
-    });
-    if (path) api.exportAnswer(message, path).catch((e) => onError(errorText(e)));
+  const exportProbs = (message: number) => {
+    api.exportAnswer(message).catch((e) => onError(errorText(e)));
   };
 
   return (
     <section className="chat" aria-label="Conversation">
       <div className="chat-header">
-        <h1>{view.conversation.title || "New chat"}</h1>
+        <h1 title={view.conversation.title || undefined}>{view.conversation.title || "New chat"}</h1>
         {view.settings.remote && (
           <span className="badge" title={view.settings.remote.url}>
             via {view.settings.remote.model}

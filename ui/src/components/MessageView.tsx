@@ -44,8 +44,10 @@ interface Props {
 }
 
 /** Copy buttons and links inside rendered markdown, handled by delegation: sanitised HTML
- * carries no handlers of its own, and links never navigate the app's window. */
-function onMarkdownClick(e: React.MouseEvent<HTMLDivElement>) {
+ * carries no handlers of its own, and links never navigate the app's window. An http(s) link
+ * goes to the app, which asks the user to confirm its address and opens it in the system
+ * browser; any other scheme stays inert. */
+export function onMarkdownClick(e: React.MouseEvent<HTMLElement>) {
   const target = e.target as HTMLElement;
   const copy = target.closest("button[data-copy]");
   if (copy) {
@@ -56,7 +58,12 @@ function onMarkdownClick(e: React.MouseEvent<HTMLDivElement>) {
     });
     return;
   }
-  if (target.closest("a")) e.preventDefault();
+  const link = target.closest("a");
+  if (link) {
+    e.preventDefault();
+    const href = link.getAttribute("href") ?? "";
+    if (/^https?:\/\//i.test(href.trim())) api.openLink(href.trim()).catch(() => {});
+  }
 }
 
 function Stats({ m, live }: { m: ViewMessage; live: LiveAnswer | undefined }) {

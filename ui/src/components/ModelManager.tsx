@@ -1,5 +1,4 @@
 import { useEffect, useState } from "react";
-import { open } from "@tauri-apps/plugin-dialog";
 import { api, Channel, errorText, type CatalogueEntry, type DownloadEvent, type ModelInfo, type Models } from "../lib/ipc";
 
 interface Props {
@@ -37,11 +36,11 @@ export default function ModelManager({ welcome, loaded, onClose, onLoaded }: Pro
     refresh();
   }, []);
 
-  const select = async (path: string, how: "select" | "import") => {
+  const select = async (path: string) => {
     setBusy(path);
     setError(null);
     try {
-      await (how === "select" ? api.selectModel(path) : api.importModel(path));
+      await api.selectModel(path);
       onLoaded();
     } catch (e) {
       setError(errorText(e));
@@ -50,9 +49,17 @@ export default function ModelManager({ welcome, loaded, onClose, onLoaded }: Pro
     }
   };
 
+  // The app opens the file dialog itself; the page never names the file.
   const importFile = async () => {
-    const path = await open({ multiple: false, directory: false, filters: [{ name: "GGUF model", extensions: ["gguf"] }] });
-    if (typeof path === "string") select(path, "import");
+    setBusy("import");
+    setError(null);
+    try {
+      if (await api.importModel()) onLoaded();
+    } catch (e) {
+      setError(errorText(e));
+    } finally {
+      setBusy(null);
+    }
   };
 
   const download = async (entry: CatalogueEntry) => {
@@ -121,7 +128,7 @@ export default function ModelManager({ welcome, loaded, onClose, onLoaded }: Pro
                 {loaded?.path === m.path ? (
                   <span className="badge">in use</span>
                 ) : (
-                  <button type="button" disabled={busy !== null} onClick={() => select(m.path, "select")}>
+                  <button type="button" disabled={busy !== null} onClick={() => select(m.path)}>
                     {busy === m.path ? "Loading…" : "Use"}
                   </button>
                 )}

@@ -115,7 +115,10 @@ function OptionalNumber({ id, label, value, placeholder, min, onChange }: Option
  * (vLLM, TGI, Ollama, llama.cpp, another Rill) when one machine is not enough. */
 function Backend({ remote, onChange }: { remote: RemoteBackend | null | undefined; onChange: (r: RemoteBackend | null) => void }) {
   const [mode, setMode] = useState<"local" | "remote">(remote ? "remote" : "local");
-  const [draft, setDraft] = useState<RemoteBackend>(remote ?? { url: "http://127.0.0.1:8080", model: "", api_key: null });
+  // The key is never sent back to the page: `has_key` says one is kept; typing a new one
+  // replaces it, "Forget key" removes it.
+  const [draft, setDraft] = useState<RemoteBackend>({ url: remote?.url ?? "http://127.0.0.1:8080", model: remote?.model ?? "", api_key: null });
+  const same = remote && remote.url === draft.url.trim() && remote.model === draft.model.trim();
   const ok = /^https?:\/\//.test(draft.url.trim()) && draft.model.trim() !== "";
   return (
     <div className="param backend">
@@ -134,11 +137,19 @@ function Backend({ remote, onChange }: { remote: RemoteBackend | null | undefine
             onChange={(e) => setDraft({ ...draft, url: e.target.value })} />
           <input aria-label="Model on the server" data-testid="remote-model" placeholder="model name" value={draft.model}
             onChange={(e) => setDraft({ ...draft, model: e.target.value })} />
-          <input aria-label="Server API key" type="password" placeholder="API key (if it needs one)" value={draft.api_key ?? ""}
+          <input aria-label="Server API key" data-testid="remote-key" type="password"
+            placeholder={same && remote?.has_key ? "a key is kept (type to replace it)" : "API key (if it needs one)"}
+            value={draft.api_key ?? ""}
             onChange={(e) => setDraft({ ...draft, api_key: e.target.value || null })} />
-          <button type="button" data-testid="remote-use" disabled={!ok} onClick={() => onChange({ ...draft, url: draft.url.trim(), model: draft.model.trim() })}>
-            {remote && remote.url === draft.url.trim() && remote.model === draft.model.trim() && remote.api_key === draft.api_key ? "In use" : "Use this server"}
+          <button type="button" data-testid="remote-use" disabled={!ok}
+            onClick={() => (onChange({ url: draft.url.trim(), model: draft.model.trim(), api_key: draft.api_key }), setDraft({ ...draft, api_key: null }))}>
+            {same && draft.api_key === null ? "In use" : "Use this server"}
           </button>
+          {same && remote?.has_key && (
+            <button type="button" data-testid="remote-forget-key" onClick={() => onChange({ url: remote.url, model: remote.model, api_key: "" })}>
+              Forget key
+            </button>
+          )}
           <span className="muted small">Stop works; pause and live changes apply to this computer's answers only.</span>
         </>
       )}

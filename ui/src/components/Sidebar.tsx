@@ -1,5 +1,4 @@
 import { useEffect, useState, type RefObject } from "react";
-import { open } from "@tauri-apps/plugin-dialog";
 import { api, errorText, type Conversation, type SearchHit } from "../lib/ipc";
 import { useLive } from "../lib/useLive";
 
@@ -138,10 +137,10 @@ export default function Sidebar({ conversations, current, searchRef, onOpen, onN
           type="button"
           aria-label="Import a conversation"
           onClick={async () => {
-            const path = await open({ multiple: false, filters: [{ name: "Rill conversation", extensions: ["json"] }] });
-            if (typeof path !== "string") return;
             try {
-              const id = await api.importConversation(path);
+              // The app opens the file dialog itself; the page never names the file.
+              const id = await api.importConversation();
+              if (id === null) return;
               onChanged();
               onOpen(id);
             } catch (e) {

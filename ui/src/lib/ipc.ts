@@ -64,7 +64,11 @@ export interface PanelSettings {
 export interface RemoteBackend {
   url: string;
   model: string;
-  api_key: string | null;
+  /** Only sent, never received: a key to keep for this server ("" forgets the kept one). The
+   * app keeps keys in a file of their own, never in the conversation's settings. */
+  api_key?: string | null;
+  /** Whether a key is kept for this server. */
+  has_key?: boolean;
 }
 
 export const DEFAULT_SETTINGS: PanelSettings = {
@@ -251,9 +255,12 @@ export const api = {
   setPinned: (id: number, pinned: boolean) => invoke<void>("set_pinned", { id, pinned }),
   deleteConversation: (id: number) => invoke<void>("delete_conversation", { id }),
   search: (query: string) => invoke<SearchHit[]>("search_conversations", { query }),
-  exportConversation: (id: number, format: "json" | "markdown", path: string) =>
-    invoke<void>("export_conversation", { id, format, path }),
-  importConversation: (path: string) => invoke<number>("import_conversation", { path }),
+  // Files are chosen in native dialogs the app opens itself: the page never names a path.
+  /** The path written, or null when the user cancelled the dialog. */
+  exportConversation: (id: number, format: "json" | "markdown") =>
+    invoke<string | null>("export_conversation", { id, format }),
+  /** The new conversation's id, or null when the user cancelled the dialog. */
+  importConversation: () => invoke<number | null>("import_conversation"),
   openConversation: (id: number) => invoke<ConversationView>("open_conversation", { id }),
   setSystemPrompt: (id: number, prompt: string | null) => invoke<void>("set_system_prompt", { id, prompt }),
   setParams: (conversation: number, settings: PanelSettings) =>
@@ -278,12 +285,15 @@ export const api = {
   setApi: (settings: ApiSettings) => invoke<ApiStatus>("set_api", { settings }),
   models: () => invoke<Models>("models"),
   selectModel: (path: string) => invoke<ModelInfo>("select_model", { path }),
-  importModel: (path: string) => invoke<ModelInfo>("import_model", { path }),
+  /** The imported model, or null when the user cancelled the dialog. */
+  importModel: () => invoke<ModelInfo | null>("import_model"),
   downloadModel: (spec: string, onProgress: Channel<DownloadEvent>) =>
     invoke<ModelInfo>("download_model", { spec, onProgress }),
   cancelDownload: (spec: string) => invoke<boolean>("cancel_download", { spec }),
   messageTokens: (message: number) => invoke<TokenProbs[] | null>("message_tokens", { message }),
-  exportAnswer: (message: number, path: string) => invoke<void>("export_answer", { message, path }),
+  exportAnswer: (message: number) => invoke<string | null>("export_answer", { message }),
+  /** Opens an http(s) link in the system browser after the user confirms it. */
+  openLink: (url: string) => invoke<boolean>("open_link", { url }),
   previewNext: (conversation: number, settings: PanelSettings) =>
     invoke<Preview | null>("preview_next", { conversation, settings }),
   activity: () => invoke<ActivityItem[]>("activity"),

@@ -25,7 +25,7 @@ describe("renderMarkdown", () => {
     expect(doc.querySelector("img")).not.toBeNull(); // kept, but without its handler
   });
 
-  it("opens links outside the app, never with the page's opener", () => {
+  it("marks links to open without the page's opener (clicks go to the app, which asks first)", () => {
     const html = renderMarkdown("[docs](https://example.com)");
     expect(html).toContain('rel="noopener noreferrer"');
   });

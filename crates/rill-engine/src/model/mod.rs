@@ -7,18 +7,19 @@
 //! Mistral as llama.cpp converts it) and `"mistral"`.
 
 pub mod attention;
+pub mod gguf;
 pub mod llama;
 mod ops;
 
 use std::fs::File;
-use std::io::{BufReader, Read, Seek};
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file;
 use candle_core::Device;
 use serde::Serialize;
 
-use crate::error::{candle_message, Error, Result};
+use crate::error::{Error, Result};
 use crate::template::ChatTemplate;
 use crate::tokenizer::Tokenizer;
 pub use llama::{KvCache, Llama};
@@ -65,6 +66,7 @@ fn open(path: &Path) -> Result<(File, u64)> {
 
 /// Reads and checks the header: magic, metadata, tensor table, and that every tensor's data
 /// lies inside the file (a truncated download is caught here, not when the tensor is read).
+/// Every number in it is checked before use ([`gguf`]), so a crafted file is an error here.
 fn read_header(path: &Path) -> Result<(gguf_file::Content, BufReader<File>, u64)> {
     let (file, len) = open(path)?;
     let mut reader = BufReader::new(file);
@@ -72,32 +74,19 @@ fn read_header(path: &Path) -> Result<(gguf_file::Content, BufReader<File>, u64)
     if reader.read_exact(&mut magic).is_err() || &magic != b"GGUF" {
         return Err(Error::model_file(path, "not a GGUF file (Rill loads .gguf models; convert others with llama.cpp's convert_hf_to_gguf.py)"));
     }
-    reader.rewind()?;
-    let content = gguf_file::Content::read(&mut reader).map_err(|e| {
-        Error::model_file(
-            path,
-            format!(
-                "damaged GGUF header (truncated or corrupt file?): {}",
-                candle_message(&e)
-            ),
-        )
-    })?;
-    let needed = content
-        .tensor_infos
-        .values()
-        .map(|t| {
-            let bytes = t.shape.elem_count() / t.ggml_dtype.block_size() * t.ggml_dtype.type_size();
-            content.tensor_data_offset + t.offset + bytes as u64
-        })
-        .max()
-        .unwrap_or(0);
-    if needed > len {
-        return Err(Error::model_file(
-            path,
-            format!("truncated: its tensors need {needed} bytes but the file has {len} (incomplete download?)"),
-        ));
-    }
+    let content = gguf::read(&mut reader, len).map_err(|e| header_error(path, e))?;
     Ok((content, reader, len))
+}
+
+fn header_error(path: &Path, e: gguf::HeaderError) -> Error {
+    match e {
+        gguf::HeaderError::Damaged(m) if m.starts_with("truncated:") => Error::model_file(path, m),
+        gguf::HeaderError::Damaged(m) => Error::model_file(
+            path,
+            format!("damaged GGUF header (truncated or corrupt file?): {m}"),
+        ),
+        unsupported => Error::model_file(path, unsupported.to_string()),
+    }
 }
 
 fn info_of(path: &Path, content: &gguf_file::Content, len: u64) -> Result<ModelInfo> {
@@ -127,8 +116,7 @@ fn info_of(path: &Path, content: &gguf_file::Content, len: u64) -> Result<ModelI
     let parameters = content
         .tensor_infos
         .values()
-        .map(|t| t.shape.elem_count() as u64)
-        .sum();
+        .fold(0u64, |n, t| n.saturating_add(t.shape.elem_count() as u64));
     let context_length = md
         .get(&format!("{architecture}.context_length"))
         .and_then(|v| v.to_u32().ok())
@@ -151,27 +139,76 @@ pub fn inspect(path: &Path) -> Result<ModelInfo> {
     info_of(path, &content, len)
 }
 
+/// The text side of a model: its tokenizer and chat template.
+struct TextSide {
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+}
+
+/// Everything checked before the weights are read: the architecture, the hyper-parameters
+/// against every tensor's shape, the tokenizer against the embedding, the chat template.
+fn check_content(
+    path: &Path,
+    content: &gguf_file::Content,
+    info: &ModelInfo,
+    beside: Option<&Path>,
+) -> Result<TextSide> {
+    if !LLAMA_FAMILY.contains(&info.architecture.as_str()) {
+        return Err(Error::UnsupportedArchitecture(info.architecture.clone()));
+    }
+    llama::LlamaConfig::read(content, &info.architecture, Some(1), path)?;
+    let tokenizer = Tokenizer::from_gguf(&content.metadata, beside)?;
+    let vocab = weights_vocab(content);
+    if vocab.is_some_and(|v| v != tokenizer.vocab_size()) {
+        return Err(Error::model_file(
+            path,
+            format!(
+                "the tokenizer has {} tokens but the embedding has {} rows",
+                tokenizer.vocab_size(),
+                vocab.unwrap_or(0)
+            ),
+        ));
+    }
+    let special = |id: Option<u32>| id.and_then(|i| tokenizer.token_text(i)).unwrap_or_default();
+    let template_src = content
+        .metadata
+        .get("tokenizer.chat_template")
+        .and_then(|v| v.to_string().ok());
+    let template = ChatTemplate::new(
+        template_src.map(String::as_str),
+        special(tokenizer.bos_id()),
+        special(tokenizer.eos_id()),
+    )?;
+    Ok(TextSide {
+        tokenizer,
+        template,
+    })
+}
+
+/// Runs every check [`Model::load`] makes before reading weights on a GGUF file held in
+/// `reader` (`len` bytes; `path` only names it in errors). For tests that feed the loader
+/// crafted and mutated headers: whatever the bytes, this returns, never panics.
+pub fn check<R: std::io::Read + std::io::Seek>(
+    reader: &mut R,
+    len: u64,
+    path: &Path,
+) -> Result<ModelInfo> {
+    let content = gguf::read(reader, len).map_err(|e| header_error(path, e))?;
+    let info = info_of(path, &content, len)?;
+    check_content(path, &content, &info, None)?;
+    Ok(info)
+}
+
 impl Model {
     /// Loads a GGUF model onto `device`. `context_cap` limits the context (and so the memory a
     /// sequence can take); `None` keeps the trained length.
     pub fn load(path: &Path, device: &Device, context_cap: Option<usize>) -> Result<Model> {
         let (content, mut reader, len) = read_header(path)?;
         let info = info_of(path, &content, len)?;
-        if !LLAMA_FAMILY.contains(&info.architecture.as_str()) {
-            return Err(Error::UnsupportedArchitecture(info.architecture));
-        }
-        let tokenizer = Tokenizer::from_gguf(&content.metadata, path.parent())?;
-        let special =
-            |id: Option<u32>| id.and_then(|i| tokenizer.token_text(i)).unwrap_or_default();
-        let template_src = content
-            .metadata
-            .get("tokenizer.chat_template")
-            .and_then(|v| v.to_string().ok());
-        let template = ChatTemplate::new(
-            template_src.map(String::as_str),
-            special(tokenizer.bos_id()),
-            special(tokenizer.eos_id()),
-        )?;
+        let TextSide {
+            tokenizer,
+            template,
+        } = check_content(path, &content, &info, path.parent())?;
         let weights = Llama::from_gguf(
             &content,
             &mut reader,
@@ -180,17 +217,6 @@ impl Model {
             context_cap,
             path,
         )?;
-        let vocab = weights_vocab(&content);
-        if vocab.is_some_and(|v| v != tokenizer.vocab_size()) {
-            return Err(Error::model_file(
-                path,
-                format!(
-                    "the tokenizer has {} tokens but the embedding has {} rows",
-                    tokenizer.vocab_size(),
-                    vocab.unwrap_or(0)
-                ),
-            ));
-        }
         tracing::info!(name = %info.name, quant = %info.quantization, ctx = weights.config().context_length, "model loaded");
         Ok(Model {
             info,
@@ -205,5 +231,5 @@ fn weights_vocab(content: &gguf_file::Content) -> Option<usize> {
     content
         .tensor_infos
         .get("token_embd.weight")
-        .map(|t| t.shape.dims()[0])
+        .and_then(|t| t.shape.dims().first().copied())
 }

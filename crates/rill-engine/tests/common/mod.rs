@@ -60,3 +60,4 @@ pub fn greedy_gap(context: &[u32], prefix: &[u32], token: u32) -> f32 {
     let best = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
     best - logits[token as usize]
 }
+pub mod gguf_craft;

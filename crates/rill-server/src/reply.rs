@@ -1,0 +1,359 @@
+//! Answering a request: the whole answer as one JSON object, or a stream of server-sent events,
+//! in the shape of the endpoint asked ([`Kind`]). With `--save`, the request's conversation is
+//! stored first and the answer goes through `rill_chat`'s streaming writer, as the window's and
+//! the CLI's do: it is on disk within 250 ms as it streams (a crash loses at most that), it ends
+//! `done`, `stopped` (the client hung up) or `error` (the engine failed mid-answer).
+
+use std::convert::Infallible;
+
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream::{self, Stream};
+use rill_chat::Answering;
+use rill_engine::{Event, GenerateRequest, Generation, Handle, Message};
+use rill_store::Store;
+use serde_json::{json, Value};
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::api::{finish_reason, Usage};
+use crate::error::ApiError;
+use crate::{now, AppState};
+
+/// Which endpoint a generation answers: they differ only in the shape of their JSON.
+#[derive(Clone, Copy)]
+pub(crate) enum Kind {
+    Chat,
+    Text,
+}
+
+impl Kind {
+    fn object(self, chunk: bool) -> &'static str {
+        match (self, chunk) {
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Text, _) => "text_completion",
+        }
+    }
+
+    fn choice(
+        self,
+        text: Option<&str>,
+        finish: Option<&str>,
+        chunk: bool,
+        first: bool,
+        logprobs: Option<Vec<Value>>,
+    ) -> Value {
+        let logprobs = logprobs.map_or(Value::Null, |content| json!({ "content": content }));
+        match (self, chunk) {
+            (Kind::Chat, true) => {
+                let mut delta = json!({});
+                if first {
+                    delta["role"] = json!("assistant");
+                }
+                if let Some(t) = text {
+                    delta["content"] = json!(t);
+                }
+                json!({"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs})
+            }
+            (Kind::Chat, false) => json!({
+                "index": 0, "message": {"role": "assistant", "content": text.unwrap_or("")},
+                "finish_reason": finish, "logprobs": logprobs
+            }),
+            (Kind::Text, _) => {
+                json!({"index": 0, "text": text.unwrap_or(""), "finish_reason": finish, "logprobs": null})
+            }
+        }
+    }
+}
+
+
+/// How the client wants its answer.
+pub(crate) struct Reply {
+    pub kind: Kind,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// `top_logprobs`, when log-probabilities were asked for.
+    pub logprobs: Option<usize>,
+}
+
+/// Where a reply's events come from: the engine alone, or the engine through `rill_chat`,
+/// each event saved before it is sent. Dropping it mid-answer stops the generation; a saved
+/// answer is then kept as `stopped`.
+enum Source {
+    Plain(Generation),
+    Saved(Option<Answering>),
+}
+
+impl Source {
+    fn id(&self) -> u64 {
+        match self {
+            Source::Plain(g) => g.control().id(),
+            Source::Saved(a) => a.as_ref().map_or(0, |a| a.control().id()),
+        }
+    }
+
+    async fn next(&mut self) -> Option<Event> {
+        match self {
+            Source::Plain(g) => g.next_event().await,
+            Source::Saved(a) => match a.as_mut()?.next_event().await {
+                Ok(Some((event, _))) => Some(event),
+                Ok(None) => None,
+                Err(e) => Some(Event::Error {
+                    message: e.to_string(),
+                }),
+            },
+        }
+    }
+}
+
+impl Drop for Source {
+    fn drop(&mut self) {
+        if let Source::Saved(a) = self {
+            if let Some(a) = a.take() {
+                a.stop_in_background(); // nothing to do when it ended
+            }
+        }
+    }
+}
+
+/// Stores the request's conversation (its system prompt apart, as the window keeps it) and
+/// starts the answer under its last message.
+async fn begin_saved(
+    handle: &Handle,
+    store: &Store,
+    messages: &[Message],
+    request: GenerateRequest,
+) -> Result<Answering, ApiError> {
+    use rill_store::{MessageStats, NewConversation, NewMessage, Role as R, Status};
+    let system = messages
+        .iter()
+        .find(|m| m.role == rill_engine::Role::System)
+        .map(|m| m.content.clone());
+    let turns: Vec<NewMessage> = messages
+        .iter()
+        .filter(|m| m.role != rill_engine::Role::System)
+        .map(|m| NewMessage {
+            role: if m.role == rill_engine::Role::User {
+                R::User
+            } else {
+                R::Assistant
+            },
+            content: m.content.clone(),
+            status: Status::Done,
+            model: None,
+            settings: None,
+        })
+        .collect();
+    let conversation = NewConversation {
+        model: Some(handle.model_info().name.clone()),
+        system_prompt: system,
+        settings: Some(request.params.to_json()),
+    };
+    let store_error = |e: rill_store::Error| ApiError::internal(format!("saving: {e}"));
+    let id = store
+        .save_conversation(conversation, &turns, &MessageStats::default())
+        .await
+        .map_err(store_error)?;
+    let leaf = store
+        .conversation(id)
+        .await
+        .map_err(store_error)?
+        .current_leaf_id;
+    rill_chat::begin_request(handle, store, id, leaf, request)
+        .await
+        .map_err(|e| match e {
+            rill_chat::Error::Engine(e) => ApiError::from(e),
+            other => ApiError::internal(other.to_string()),
+        })
+}
+
+/// Starts the generation (saving it when `save` names a store and the conversation) and
+/// answers in the way `reply` asks.
+pub(crate) async fn respond(
+    s: AppState,
+    reply: Reply,
+    request: GenerateRequest,
+    save: Option<(Store, Vec<Message>)>,
+) -> Result<Response, ApiError> {
+    let permit = s
+        .slots
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::busy())?;
+    let mut source = match save {
+        None => Source::Plain(s.handle.generate(request)?),
+        Some((store, messages)) => Source::Saved(Some(
+            begin_saved(&s.handle, &store, &messages, request).await?,
+        )),
+    };
+    let kind = reply.kind;
+    let id = format!(
+        "{}-{}",
+        if matches!(kind, Kind::Chat) {
+            "chatcmpl"
+        } else {
+            "cmpl"
+        },
+        source.id()
+    );
+    let logprobs = reply.logprobs.map(|top| (s.handle.clone(), top));
+    if reply.stream {
+        let events = sse_stream(source, permit, kind, id, s.model_id.clone(), reply.include_usage, logprobs);
+        return Ok(Sse::new(events).into_response());
+    }
+    let mut text = String::new();
+    let mut entries = logprobs.as_ref().map(|_| Vec::new());
+    while let Some(event) = source.next().await {
+        match event {
+            Event::Token {
+                text: t,
+                id,
+                candidates,
+            } => {
+                text.push_str(&t);
+                if let (Some(e), Some((h, top))) = (entries.as_mut(), &logprobs) {
+                    e.push(logprob_entry(h.tokenizer(), id, &candidates, *top));
+                }
+            }
+            Event::Done { reason, usage, .. } => {
+                drop(permit);
+                return Ok(Json(json!({
+                    "id": id, "object": kind.object(false), "created": now(), "model": s.model_id,
+                    "choices": [kind.choice(Some(&text), Some(finish_reason(reason)), false, false, entries)],
+                    "usage": Usage::from(usage),
+                }))
+                .into_response());
+            }
+            Event::Error { message } => return Err(ApiError::internal(message)),
+            _ => {}
+        }
+    }
+    Err(ApiError::internal(
+        "the engine stopped before the answer ended",
+    ))
+}
+
+/// The answer as server-sent events: a chunk per token, a last chunk with `finish_reason`, the
+/// usage chunk if asked for, then `[DONE]`. Dropping the stream (the client left) drops the
+/// source, which cancels the generation.
+fn sse_stream(
+    source: Source,
+    permit: OwnedSemaphorePermit,
+    kind: Kind,
+    id: String,
+    model: String,
+    include_usage: bool,
+    logprobs: Option<(Handle, usize)>,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    struct St {
+        source: Option<Source>,
+        _permit: OwnedSemaphorePermit,
+        first: bool,
+        tail: Vec<SseEvent>,
+    }
+    let created = now();
+    let chunk = move |choices: Value, usage: Option<Usage>| {
+        let mut v = json!({"id": id, "object": kind.object(true), "created": created, "model": model, "choices": choices});
+        if let Some(u) = usage {
+            v["usage"] = json!(u);
+        }
+        SseEvent::default().data(v.to_string())
+    };
+    stream::unfold(
+        St {
+            source: Some(source),
+            _permit: permit,
+            first: true,
+            tail: Vec::new(),
+        },
+        move |mut st| {
+            let chunk = chunk.clone();
+            let logprobs = logprobs.clone();
+            async move {
+                loop {
+                    if !st.tail.is_empty() {
+                        let ev = st.tail.remove(0);
+                        return Some((Ok(ev), st));
+                    }
+                    let source = st.source.as_mut()?;
+                    match source.next().await {
+                        Some(Event::Token {
+                            text,
+                            id,
+                            candidates,
+                        }) => {
+                            if text.is_empty() && !st.first && logprobs.is_none() {
+                                continue;
+                            }
+                            let entry = logprobs.as_ref().map(|(h, top)| {
+                                vec![logprob_entry(h.tokenizer(), id, &candidates, *top)]
+                            });
+                            let ev = chunk(
+                                json!([kind.choice(Some(&text), None, true, st.first, entry)]),
+                                None,
+                            );
+                            st.first = false;
+                            return Some((Ok(ev), st));
+                        }
+                        Some(Event::Done { reason, usage, .. }) => {
+                            st.source = None;
+                            st.tail.push(chunk(
+                                json!([kind.choice(
+                                    None,
+                                    Some(finish_reason(reason)),
+                                    true,
+                                    st.first,
+                                    None
+                                )]),
+                                None,
+                            ));
+                            if include_usage {
+                                st.tail.push(chunk(json!([]), Some(usage.into())));
+                            }
+                            st.tail.push(SseEvent::default().data("[DONE]"));
+                        }
+                        Some(Event::Error { message }) => {
+                            st.source = None;
+                            let err = json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}});
+                            st.tail.push(SseEvent::default().data(err.to_string()));
+                            st.tail.push(SseEvent::default().data("[DONE]"));
+                        }
+                        Some(_) => continue,
+                        None => return None,
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// One token's entry in OpenAI's `logprobs.content`: its text, bytes and natural-log
+/// probability under the model, and the `top` likeliest alternatives. The probabilities are the
+/// model's own (before temperature and the other sampling settings), as OpenAI reports them.
+fn logprob_entry(
+    tok: &rill_engine::tokenizer::Tokenizer,
+    id: u32,
+    candidates: &[rill_engine::Candidate],
+    top: usize,
+) -> Value {
+    let piece = |id: u32| {
+        let bytes = tok.piece_bytes(id);
+        (String::from_utf8_lossy(bytes).into_owned(), bytes.to_vec())
+    };
+    let logprob = |p: f32| f64::from(p.max(f32::MIN_POSITIVE)).ln();
+    let (token, bytes) = piece(id);
+    let own = candidates
+        .iter()
+        .find(|c| c.id == id)
+        .map_or(0.0, |c| c.raw);
+    let alternatives: Vec<Value> = candidates
+        .iter()
+        .take(top)
+        .map(|c| {
+            let (token, bytes) = piece(c.id);
+            json!({"token": token, "logprob": logprob(c.raw), "bytes": bytes})
+        })
+        .collect();
+    json!({"token": token, "logprob": logprob(own), "bytes": bytes, "top_logprobs": alternatives})
+}
