@@ -25,8 +25,9 @@ afterEach(() => {
 
 async function startChat() {
   render(<App />);
-  fireEvent.click(await screen.findByTestId("new-chat"));
+  // The first screen is an empty chat, ready (see the first test).
   const composer = await screen.findByTestId("composer");
+  await waitFor(() => expect(document.activeElement).toBe(composer));
   fireEvent.change(composer, { target: { value: "What is the capital of France?" } });
   fireEvent.keyDown(composer, { key: "Enter" });
   await waitFor(() => expect(backend.lastAnswerId()).toBeDefined());
@@ -39,6 +40,18 @@ const answer = (id: number) => document.querySelector(`[data-testid=message][dat
 const frame = () => act(() => new Promise((r) => setTimeout(r, 40)));
 
 describe("the chat window", () => {
+  it("opens on an empty chat with the composer focused, no click needed", async () => {
+    render(<App />);
+    const composer = await screen.findByTestId("composer");
+    await waitFor(() => expect(document.activeElement).toBe(composer));
+    expect(screen.getAllByTestId("conversation-item")).toHaveLength(1);
+    // Opening again reuses that empty chat instead of adding another.
+    cleanup();
+    render(<App />);
+    await waitFor(() => expect(document.activeElement).toBe(screen.getByTestId("composer")));
+    expect(screen.getAllByTestId("conversation-item")).toHaveLength(1);
+  });
+
   it("shows tokens as they arrive, then the finished answer with its stats", async () => {
     const id = await startChat();
     expect(answer(id).dataset.status).toBe("streaming");

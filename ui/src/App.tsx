@@ -56,7 +56,10 @@ export default function App() {
     }
   }, []);
 
+  // The conversation in front, for callbacks that must not wait for a render to know it.
+  const currentRef = useRef<number | null>(null);
   const openConversation = useCallback(async (id: number) => {
+    currentRef.current = id;
     setCurrent(id);
     try {
       setView(await api.openConversation(id));
@@ -117,10 +120,12 @@ export default function App() {
     started.current = true;
     (async () => {
       const list = await api.listConversations();
+      // The user may have opened or started a chat meanwhile: that one stays in front.
+      if (currentRef.current !== null) return;
       const empty = [...list].sort((a, b) => b.updated_at - a.updated_at).find((c) => c.current_leaf_id === null);
       const id = empty ? empty.id : (await api.createConversation()).id;
       await refreshList();
-      await openConversation(id);
+      if (currentRef.current === null) await openConversation(id);
     })().catch((e) => setError(errorText(e)));
   }, [refreshList, openConversation]);
 
@@ -161,6 +166,7 @@ export default function App() {
         onChanged={async (deleted) => {
           await refreshList();
           if (deleted !== undefined && deleted === current) {
+            currentRef.current = null;
             setCurrent(null);
             setView(null);
           }

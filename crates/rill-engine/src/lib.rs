@@ -31,6 +31,7 @@
 
 pub mod engine;
 pub mod error;
+pub mod generation;
 pub mod hub;
 pub mod kernels;
 pub mod model;

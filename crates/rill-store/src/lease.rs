@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::Result;
+
 /// How often a writer says it is alive.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How long a writer of another process may stay silent before its answer counts as abandoned
@@ -105,4 +107,33 @@ pub(crate) fn writer_gone(
         return true;
     }
     process_alive(writer_pid) == Some(false)
+}
+
+impl crate::Store {
+    /// Marks `interrupted` the answers left `streaming` whose writer is gone (its process
+    /// ended, or it fell silent for the lease); answers another program is writing right now are
+    /// left alone. Returns how many were recovered.
+    pub async fn recover_abandoned(&self) -> Result<u64> {
+        let rows: Vec<(i64, Option<i64>, Option<i64>, Option<i64>)> = sqlx::query_as(
+            "SELECT id, writer_pid, writer_token, writer_seen_at FROM messages WHERE status = 'streaming'",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let now = crate::now_ms();
+        let mut recovered = 0;
+        for (id, pid, token, seen) in rows {
+            if writer_gone(pid, token, seen, now) {
+                recovered += sqlx::query(
+                    "UPDATE messages SET status = 'interrupted' WHERE id = ? AND status = 'streaming'
+                         AND writer_token IS ?",
+                )
+                .bind(id)
+                .bind(token)
+                .execute(self.pool())
+                .await?
+                .rows_affected();
+            }
+        }
+        Ok(recovered)
+    }
 }

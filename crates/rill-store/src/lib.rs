@@ -124,33 +124,6 @@ impl Store {
         Ok(store)
     }
 
-    /// Marks `interrupted` the answers left `streaming` whose writer is gone (its process
-    /// ended, or it fell silent for the lease); answers another program is writing right now are
-    /// left alone. Returns how many were recovered.
-    pub async fn recover_abandoned(&self) -> Result<u64> {
-        let rows: Vec<(i64, Option<i64>, Option<i64>, Option<i64>)> = sqlx::query_as(
-            "SELECT id, writer_pid, writer_token, writer_seen_at FROM messages WHERE status = 'streaming'",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        let now = now_ms();
-        let mut recovered = 0;
-        for (id, pid, token, seen) in rows {
-            if lease::writer_gone(pid, token, seen, now) {
-                recovered += sqlx::query(
-                    "UPDATE messages SET status = 'interrupted' WHERE id = ? AND status = 'streaming'
-                         AND writer_token IS ?",
-                )
-                .bind(id)
-                .bind(token)
-                .execute(&self.pool)
-                .await?
-                .rows_affected();
-            }
-        }
-        Ok(recovered)
-    }
-
     pub fn path(&self) -> &Path {
         &self.path
     }

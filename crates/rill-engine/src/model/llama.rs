@@ -18,22 +18,9 @@ use candle_transformers::quantized_nn::RmsNorm;
 use half::{f16, slice::HalfFloatSliceExt};
 
 use super::attention::{self, LayerKv, Rope, Span};
+pub use super::config::LlamaConfig;
 use super::ops;
 use crate::error::{candle_message, Error, Result};
-
-/// Hyper-parameters read from the GGUF metadata (`llama.*`).
-#[derive(Clone, Debug)]
-pub struct LlamaConfig {
-    pub n_layer: usize,
-    pub n_head: usize,
-    pub n_kv_head: usize,
-    pub head_dim: usize,
-    pub hidden: usize,
-    pub rms_eps: f64,
-    pub rope_base: f32,
-    /// Positions the model can attend over in this engine (the trained context, possibly capped).
-    pub context_length: usize,
-}
 
 /// A linear layer: our kernels where they run the format (CPU; Q4_0, Q4_1, Q5_0, Q8_0, Q4_K,
 /// Q6_K), else candle's.
@@ -451,140 +438,6 @@ fn causal_mask(t: usize, pos: usize, n_rep: usize, device: &Device) -> Result<Te
     }
     Ok(Tensor::from_vec(m, (n_rep * t, total), device)?)
 }
-
-impl LlamaConfig {
-    /// The hyper-parameters of a llama-family GGUF and its RoPE width, checked against each
-    /// other and against every weight's shape (nothing is loaded).
-    pub(crate) fn read(
-        ct: &gguf_file::Content,
-        arch: &str,
-        context_cap: Option<usize>,
-        path: &Path,
-    ) -> Result<(LlamaConfig, usize)> {
-        let md = |key: &str| {
-            ct.metadata.get(&format!("{arch}.{key}")).ok_or_else(|| {
-                Error::model_file(path, format!("metadata `{arch}.{key}` is missing"))
-            })
-        };
-        let u = |key: &str| -> Result<usize> {
-            md(key)?.to_u32().map(|v| v as usize).map_err(|e| {
-                Error::model_file(path, format!("`{arch}.{key}`: {}", candle_message(&e)))
-            })
-        };
-        let hidden = u("embedding_length")?;
-        let n_head = u("attention.head_count")?;
-        let n_kv_head = u("attention.head_count_kv").unwrap_or(n_head);
-        let trained_ctx = u("context_length").unwrap_or(4096);
-        let context_length = context_cap
-            .map_or(trained_ctx, |c| c.min(trained_ctx))
-            .clamp(1, MAX_CONTEXT);
-        if n_head == 0 || n_kv_head == 0 || hidden % n_head != 0 || n_head % n_kv_head != 0 {
-            return Err(Error::model_file(
-                path,
-                format!("inconsistent heads: {n_head} heads, {n_kv_head} kv heads, width {hidden}"),
-            ));
-        }
-        let head_dim = hidden / n_head;
-        let rope_dim = u("rope.dimension_count").unwrap_or(head_dim);
-        if rope_dim == 0 || rope_dim > head_dim || rope_dim % 2 != 0 {
-            return Err(Error::model_file(
-                path,
-                format!("`{arch}.rope.dimension_count` is {rope_dim}; heads are {head_dim} wide"),
-            ));
-        }
-        let n_layer = u("block_count")?;
-        check_shapes(ct, path, n_layer, hidden, n_head * head_dim, n_kv_head * head_dim)?;
-        let cfg = LlamaConfig {
-            n_layer,
-            n_head,
-            n_kv_head,
-            head_dim,
-            hidden,
-            rms_eps: md("attention.layer_norm_rms_epsilon")
-                .and_then(|v| v.to_f32().map_err(Error::Candle))
-                .unwrap_or(1e-5) as f64,
-            rope_base: md("rope.freq_base")
-                .and_then(|v| v.to_f32().map_err(Error::Candle))
-                .unwrap_or(10_000.0),
-            context_length,
-        };
-        Ok((cfg, rope_dim))
-    }
-}
-
-/// Checks every weight's shape against the metadata before anything is loaded, so a file whose
-/// header disagrees with its tensors (a wrong head count, a truncated layer) fails here with a
-/// message, not with an index out of bounds on the first forward pass (issue 13). Shapes are
-/// candle's: `[rows, columns]`, a linear layer being `[out, in]`.
-fn check_shapes(
-    ct: &gguf_file::Content,
-    path: &Path,
-    n_layer: usize,
-    hidden: usize,
-    q_width: usize,
-    kv_width: usize,
-) -> Result<()> {
-    let dims = |name: &str| -> Result<&[usize]> {
-        ct.tensor_infos
-            .get(name)
-            .map(|t| t.shape.dims())
-            .ok_or_else(|| Error::model_file(path, format!("tensor `{name}` is missing")))
-    };
-    let expect = |name: &str, want: &[usize]| -> Result<()> {
-        let got = dims(name)?;
-        if got == want {
-            return Ok(());
-        }
-        Err(Error::model_file(
-            path,
-            format!(
-                "tensor `{name}` has shape {got:?}, but the metadata (width {hidden}, \
-                 query width {q_width}, key/value width {kv_width}) needs {want:?}"
-            ),
-        ))
-    };
-    let vocab = match dims("token_embd.weight")? {
-        [v, h] if *v > 0 && *h == hidden => *v,
-        other => {
-            return Err(Error::model_file(
-                path,
-                format!("tensor `token_embd.weight` has shape {other:?}; the width is {hidden}"),
-            ))
-        }
-    };
-    if ct.tensor_infos.contains_key("output.weight") {
-        expect("output.weight", &[vocab, hidden])?;
-    }
-    expect("output_norm.weight", &[hidden])?;
-    if n_layer == 0 {
-        return Err(Error::model_file(path, "the model has no layers"));
-    }
-    for i in 0..n_layer {
-        let name = |n: &str| format!("blk.{i}.{n}.weight");
-        expect(&name("attn_norm"), &[hidden])?;
-        expect(&name("ffn_norm"), &[hidden])?;
-        expect(&name("attn_q"), &[q_width, hidden])?;
-        expect(&name("attn_k"), &[kv_width, hidden])?;
-        expect(&name("attn_v"), &[kv_width, hidden])?;
-        expect(&name("attn_output"), &[hidden, q_width])?;
-        let ff = match dims(&name("ffn_gate"))? {
-            [ff, h] if *ff > 0 && *h == hidden => *ff,
-            other => {
-                return Err(Error::model_file(
-                    path,
-                    format!("tensor `{}` has shape {other:?}; the width is {hidden}", name("ffn_gate")),
-                ))
-            }
-        };
-        expect(&name("ffn_up"), &[ff, hidden])?;
-        expect(&name("ffn_down"), &[hidden, ff])?;
-    }
-    Ok(())
-}
-
-/// Longest context a model is loaded with when the caller sets no cap: the RoPE tables cover
-/// every position, so a header claiming billions must not allocate them.
-const MAX_CONTEXT: usize = 1 << 20;
 
 impl Llama {
     /// Reads the weights of a llama-family GGUF. `context_length` caps the positions (and so

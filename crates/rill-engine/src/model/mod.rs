@@ -7,6 +7,7 @@
 //! Mistral as llama.cpp converts it) and `"mistral"`.
 
 pub mod attention;
+mod config;
 pub mod gguf;
 pub mod llama;
 mod ops;
