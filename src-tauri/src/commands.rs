@@ -253,7 +253,10 @@ async fn settings_of(state: &AppState, conv: &Conversation) -> Result<PanelSetti
     if let Some(r) = settings.remote.as_mut() {
         if let Some(key) = r.api_key.take().filter(|k| !k.is_empty()) {
             state.secrets.set_remote_key(&r.url, Some(&key))?;
-            state.store.set_settings(conv.id, &settings.to_json()).await?;
+            state
+                .store
+                .set_settings(conv.id, &settings.to_json())
+                .await?;
         }
     }
     if let Some(r) = settings.remote.as_mut() {

@@ -47,9 +47,7 @@ fn answered_path() -> Option<Option<PathBuf>> {
     })
 }
 
-async fn wait<T: Send + 'static>(
-    ask: impl FnOnce(oneshot::Sender<T>),
-) -> Result<T> {
+async fn wait<T: Send + 'static>(ask: impl FnOnce(oneshot::Sender<T>)) -> Result<T> {
     let (tx, rx) = oneshot::channel();
     ask(tx);
     rx.await
@@ -70,9 +68,12 @@ pub async fn save_file(app: &AppHandle, name: &str, filter: Filter) -> Result<Op
         .file()
         .set_file_name(name)
         .add_filter(filter.name, filter.extensions);
-    wait(|tx| builder.save_file(move |p| {
-        let _ = tx.send(into_path(p));
-    })).await
+    wait(|tx| {
+        builder.save_file(move |p| {
+            let _ = tx.send(into_path(p));
+        })
+    })
+    .await
 }
 
 /// Asks for a file to open; `None` when the user cancels.
@@ -84,9 +85,12 @@ pub async fn pick_file(app: &AppHandle, filter: Filter) -> Result<Option<PathBuf
         .dialog()
         .file()
         .add_filter(filter.name, filter.extensions);
-    wait(|tx| builder.pick_file(move |p| {
-        let _ = tx.send(into_path(p));
-    })).await
+    wait(|tx| {
+        builder.pick_file(move |p| {
+            let _ = tx.send(into_path(p));
+        })
+    })
+    .await
 }
 
 /// Asks to confirm `message` with a button labelled `ok`.
@@ -99,10 +103,16 @@ pub async fn confirm(app: &AppHandle, message: String, ok: &str) -> Result<bool>
         .message(message)
         .title("Rill")
         .kind(MessageDialogKind::Warning)
-        .buttons(MessageDialogButtons::OkCancelCustom(ok.into(), "Cancel".into()));
-    wait(|tx| builder.show(move |yes| {
-        let _ = tx.send(yes);
-    })).await
+        .buttons(MessageDialogButtons::OkCancelCustom(
+            ok.into(),
+            "Cancel".into(),
+        ));
+    wait(|tx| {
+        builder.show(move |yes| {
+            let _ = tx.send(yes);
+        })
+    })
+    .await
 }
 
 /// The address of a link in an answer, if it is one the system browser may open: http(s) with
@@ -124,7 +134,11 @@ mod tests {
 
     #[test]
     fn only_web_links_open_outside_the_app() {
-        for ok in ["https://example.com/a?b=c#d", "http://127.0.0.1:8080/", " https://x.org "] {
+        for ok in [
+            "https://example.com/a?b=c#d",
+            "http://127.0.0.1:8080/",
+            " https://x.org ",
+        ] {
             assert!(web_link(ok).is_ok(), "{ok}");
         }
         for bad in [

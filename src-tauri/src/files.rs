@@ -49,8 +49,20 @@ pub async fn export_conversation(
     format: String,
 ) -> Result<Option<PathBuf>> {
     let (ext, filter) = match format.as_str() {
-        "json" => ("json", Filter { name: "Rill conversation", extensions: &["json"] }),
-        "markdown" => ("md", Filter { name: "Markdown", extensions: &["md"] }),
+        "json" => (
+            "json",
+            Filter {
+                name: "Rill conversation",
+                extensions: &["json"],
+            },
+        ),
+        "markdown" => (
+            "md",
+            Filter {
+                name: "Markdown",
+                extensions: &["md"],
+            },
+        ),
         other => {
             return Err(CommandError::Invalid(format!(
                 "unknown export format `{other}`"
@@ -73,7 +85,10 @@ pub async fn export_conversation(
 /// Imports a conversation from a JSON export the user picks. Returns its id, `None` when the
 /// user cancelled.
 #[tauri::command]
-pub async fn import_conversation(app: AppHandle, state: State<'_, AppState>) -> Result<Option<i64>> {
+pub async fn import_conversation(
+    app: AppHandle,
+    state: State<'_, AppState>,
+) -> Result<Option<i64>> {
     let filter = Filter {
         name: "Rill conversation",
         extensions: &["json"],
@@ -140,7 +155,10 @@ mod tests {
 
     #[test]
     fn proposed_file_names_are_plain_names() {
-        assert_eq!(file_name("Paris / France?", "c", "md"), "Paris - France-.md");
+        assert_eq!(
+            file_name("Paris / France?", "c", "md"),
+            "Paris - France-.md"
+        );
         assert_eq!(file_name("  ", "conversation", "json"), "conversation.json");
         assert_eq!(file_name("../..", "c", "json"), "-.json");
     }

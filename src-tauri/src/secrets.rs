@@ -112,7 +112,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = Secrets::at(dir.path().join("rill/secrets.json"));
         assert_eq!(s.remote_key("http://gpu:8000"), None);
-        s.set_remote_key("http://gpu:8000/v1/", Some("sk-1")).unwrap();
+        s.set_remote_key("http://gpu:8000/v1/", Some("sk-1"))
+            .unwrap();
         s.set_remote_key("https://other", Some("sk-2")).unwrap();
         assert_eq!(s.remote_key("http://gpu:8000").as_deref(), Some("sk-1"));
         assert_eq!(s.remote_key(" http://gpu:8000/ ").as_deref(), Some("sk-1"));

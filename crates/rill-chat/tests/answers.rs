@@ -44,9 +44,15 @@ async fn answers_of_an_engine_that_stops_are_kept_as_stopped_with_their_text() {
         max_tokens: Some(400),
         ..Default::default()
     };
-    let answering = rill_chat::begin(&engine.handle(), &store, conversation, Some(question.id), options)
-        .await
-        .unwrap();
+    let answering = rill_chat::begin(
+        &engine.handle(),
+        &store,
+        conversation,
+        Some(question.id),
+        options,
+    )
+    .await
+    .unwrap();
     let id = answering.message_id();
     let shown = Arc::new(Mutex::new(String::new()));
     let task = {
@@ -59,15 +65,23 @@ async fn answers_of_an_engine_that_stops_are_kept_as_stopped_with_their_text() {
     };
     let t = Instant::now();
     while shown.lock().unwrap().len() < 40 {
-        assert!(t.elapsed() < Duration::from_secs(60), "the answer did not stream");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the answer did not stream"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // The model switch: the old engine is dropped (its thread stops after the current step).
-    tokio::task::spawn_blocking(move || drop(engine)).await.unwrap();
+    tokio::task::spawn_blocking(move || drop(engine))
+        .await
+        .unwrap();
     let answer = task.await.unwrap().unwrap();
     assert_eq!(answer.reason, StopReason::Cancelled);
     assert_eq!(answer.message.status, Status::Stopped);
     assert_eq!(answer.message.content, *shown.lock().unwrap());
     let stored = store.message(id).await.unwrap();
-    assert_eq!((stored.status, stored.content), (Status::Stopped, answer.message.content));
+    assert_eq!(
+        (stored.status, stored.content),
+        (Status::Stopped, answer.message.content)
+    );
 }

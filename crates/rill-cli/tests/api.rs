@@ -398,7 +398,10 @@ fn bad_requests_get_openai_shaped_errors_and_the_server_keeps_serving() {
 fn long_stream(
     server: &Server,
     n: usize,
-) -> (std::io::Lines<BufReader<reqwest::blocking::Response>>, String) {
+) -> (
+    std::io::Lines<BufReader<reqwest::blocking::Response>>,
+    String,
+) {
     let body = json!({"messages": [{"role": "user", "content": "Write a very long story."}], "temperature": 0, "max_tokens": 400, "stream": true});
     let resp = client()
         .post(server.url("/v1/chat/completions"))
@@ -723,11 +726,20 @@ fn without_a_key_only_requests_naming_this_machine_are_served() {
     assert_eq!(status("/v1/models", Some("[::1]:8080"), None), 200);
     assert_eq!(status("/v1/models", Some("evil.example"), None), 403);
     assert_eq!(status("/v1/models", Some("evil.example:8080"), None), 403);
-    assert_eq!(status("/v1/models", Some("127.0.0.1.evil.example"), None), 403);
+    assert_eq!(
+        status("/v1/models", Some("127.0.0.1.evil.example"), None),
+        403
+    );
     assert_eq!(status("/health", Some("evil.example"), None), 403);
-    assert_eq!(status("/v1/models", None, Some("https://evil.example")), 403);
+    assert_eq!(
+        status("/v1/models", None, Some("https://evil.example")),
+        403
+    );
     assert_eq!(status("/v1/models", None, Some("null")), 403);
-    assert_eq!(status("/v1/models", None, Some("http://localhost:5173")), 200);
+    assert_eq!(
+        status("/v1/models", None, Some("http://localhost:5173")),
+        200
+    );
     // A generation from a rebinding page never starts.
     let r = http
         .post(server.url("/v1/chat/completions"))
@@ -738,7 +750,10 @@ fn without_a_key_only_requests_naming_this_machine_are_served() {
     assert_eq!(r.status().as_u16(), 403);
     let body: Value = r.json().unwrap();
     assert!(
-        body["error"]["message"].as_str().unwrap().contains("evil.example"),
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("evil.example"),
         "{body}"
     );
     assert_eq!(server.health()["live_generations"], 0);
@@ -750,7 +765,12 @@ fn without_a_key_only_requests_naming_this_machine_are_served() {
 fn with_a_key_health_details_need_the_key() {
     let server = Server::start(&["--api-key", "k"]);
     let http = client();
-    let anon: Value = http.get(server.url("/health")).send().unwrap().json().unwrap();
+    let anon: Value = http
+        .get(server.url("/health"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
     assert_eq!(anon, json!({"status": "ok"}));
     let full: Value = http
         .get(server.url("/health"))
@@ -791,7 +811,9 @@ fn past_max_concurrent_a_request_gets_503_with_retry_after() {
         .unwrap();
     assert_eq!(busy.status().as_u16(), 503);
     assert_eq!(
-        busy.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+        busy.headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
         Some("1")
     );
     let body: Value = busy.json().unwrap();
@@ -806,11 +828,17 @@ fn past_max_concurrent_a_request_gets_503_with_retry_after() {
             .unwrap();
         if r.status().is_success() {
             let v: Value = r.json().unwrap();
-            assert!(v["choices"][0]["message"]["content"].as_str().unwrap().contains("Paris"));
+            assert!(v["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .contains("Paris"));
             break;
         }
         assert_eq!(r.status().as_u16(), 503);
-        assert!(t.elapsed() < Duration::from_secs(30), "the slot never freed");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the slot never freed"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -830,7 +858,15 @@ fn a_saved_api_answer_survives_the_server_being_killed_mid_stream() {
     server.child.kill().unwrap(); // SIGKILL
     server.child.wait().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_rill"))
-        .args(["conversations", "--db", db, "export", "1", "--format", "json"])
+        .args([
+            "conversations",
+            "--db",
+            db,
+            "export",
+            "1",
+            "--format",
+            "json",
+        ])
         .output()
         .unwrap();
     assert!(

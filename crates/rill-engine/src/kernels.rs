@@ -2051,10 +2051,18 @@ pub(crate) mod tests {
     fn every_kernel_gives_the_exact_integer_product() {
         let mut r = Lcg(43);
         let k = 576;
-        let all = [Isa::Scalar, Isa::Neon, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni];
+        let all = [
+            Isa::Scalar,
+            Isa::Neon,
+            Isa::Avx2,
+            Isa::AvxVnni,
+            Isa::Avx512Vnni,
+        ];
         let available = Isa::available();
         let skipped: Vec<_> = all.iter().filter(|i| !available.contains(i)).collect();
-        eprintln!("instruction sets checked: {available:?}; skipped (not on this CPU): {skipped:?}");
+        eprintln!(
+            "instruction sets checked: {available:?}; skipped (not on this CPU): {skipped:?}"
+        );
         // Integers in [lo, hi] with the block's first element at `top`, so each 32-value
         // block's quantisation scale is exactly 1.
         let ints = |r: &mut Lcg, n: usize, lo: i32, hi: i32, top: i32| -> Vec<f32> {
@@ -2099,7 +2107,10 @@ pub(crate) mod tests {
                         let l = QLinear::from_qtensor(&q, isa).unwrap();
                         let mut out = vec![0f32; m * n_out];
                         l.matmul(&x, m, &mut out);
-                        let bad = out.iter().zip(&exact).position(|(a, b)| a.to_bits() != b.to_bits());
+                        let bad = out
+                            .iter()
+                            .zip(&exact)
+                            .position(|(a, b)| a.to_bits() != b.to_bits());
                         assert!(
                             bad.is_none(),
                             "{dtype:?} n_out={n_out} m={m} {isa:?} ({}): element {bad:?} is {} \

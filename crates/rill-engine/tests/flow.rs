@@ -454,7 +454,10 @@ fn eight_answers_decoded_together_equal_their_solo_runs() {
         .map(|g| g.collect_blocking().unwrap().ids)
         .collect();
     for (i, (a, b)) in together.iter().zip(&solo).enumerate() {
-        assert_eq!(a, b, "answer {i} decoded in a batch differs from its solo run");
+        assert_eq!(
+            a, b,
+            "answer {i} decoded in a batch differs from its solo run"
+        );
     }
 }
 
@@ -486,19 +489,29 @@ fn an_answer_readmitted_over_an_identical_finished_one_ends_whole() {
             Event::Token { id, .. } => ids.push(id),
             Event::Stats { reused_tokens, .. } => {
                 let (prompt, _) = started.unwrap();
-                assert!(reused_tokens < prompt, "reports {reused_tokens} reused of a {prompt}-token prompt");
+                assert!(
+                    reused_tokens < prompt,
+                    "reports {reused_tokens} reused of a {prompt}-token prompt"
+                );
             }
             Event::Done { reason, usage, .. } => end = Some((reason, usage)),
             Event::Error { message } => panic!("the second answer failed: {message}"),
             Event::Queued { .. } => {}
         }
     }
-    assert!(requeued, "the second answer was preempted back into the queue");
+    assert!(
+        requeued,
+        "the second answer was preempted back into the queue"
+    );
     let (reason, usage) = end.expect("the second answer ended with Done");
     assert_eq!((reason, usage.completion_tokens), (StopReason::Length, 300));
     assert_eq!(ids, first.ids);
     // The engine lives on.
-    let after = h.generate(greedy(SHORT, 8)).unwrap().collect_blocking().unwrap();
+    let after = h
+        .generate(greedy(SHORT, 8))
+        .unwrap()
+        .collect_blocking()
+        .unwrap();
     assert!(after.text.contains("Paris"), "{}", after.text);
 }
 
@@ -518,9 +531,13 @@ fn priority_is_clamped_to_four() {
     wait_until("the activity snapshot", || !h.activity().is_empty());
     assert_eq!(h.activity()[0].priority, rill_engine::MAX_PRIORITY);
     gen.set_priority(0).unwrap();
-    wait_until("priority 1", || h.activity().first().is_some_and(|a| a.priority == 1));
+    wait_until("priority 1", || {
+        h.activity().first().is_some_and(|a| a.priority == 1)
+    });
     gen.set_priority(200).unwrap();
-    wait_until("priority 4", || h.activity().first().is_some_and(|a| a.priority == 4));
+    wait_until("priority 4", || {
+        h.activity().first().is_some_and(|a| a.priority == 4)
+    });
 }
 
 /// Issue 13: text held back when an answer is stopped (here: all of it so far, since it could
@@ -529,7 +546,11 @@ fn priority_is_clamped_to_four() {
 fn a_stopped_answer_keeps_the_text_held_back_for_a_stop_string() {
     let e = engine(|c| c);
     let h = e.handle();
-    let full = h.generate(greedy(LONG, 40)).unwrap().collect_blocking().unwrap();
+    let full = h
+        .generate(greedy(LONG, 40))
+        .unwrap()
+        .collect_blocking()
+        .unwrap();
     // A stop string the answer keeps matching the start of, and never completes.
     let mut gen = h
         .generate(GenerateRequest {
@@ -556,7 +577,7 @@ fn a_stopped_answer_keeps_the_text_held_back_for_a_stop_string() {
     text.push_str(&rest.text);
     assert_eq!(rest.reason, Some(StopReason::Cancelled));
     let n = rest.usage.completion_tokens;
-    assert!(n >= 5 && n < 40, "{n} tokens");
+    assert!((5..40).contains(&n), "{n} tokens");
     assert_eq!(text, h.tokenizer().decode(&full.ids[..n]));
 }
 

@@ -57,10 +57,18 @@ fn small() -> Craft {
             ("tokenizer.ggml.merges".into(), Value::Array(vec![s("a b")])),
             (
                 "tokenizer.ggml.token_type".into(),
-                Value::Array(vec![Value::I32(1), Value::I32(1), Value::I32(1), Value::I32(3)]),
+                Value::Array(vec![
+                    Value::I32(1),
+                    Value::I32(1),
+                    Value::I32(1),
+                    Value::I32(3),
+                ]),
             ),
             ("tokenizer.ggml.bos_token_id".into(), Value::U32(3)),
-            ("tokenizer.chat_template".into(), s("{{ messages[0]['content'] }}")),
+            (
+                "tokenizer.chat_template".into(),
+                s("{{ messages[0]['content'] }}"),
+            ),
         ],
         tensors: [
             ("token_embd.weight", vec![32, 4]),
@@ -96,7 +104,10 @@ fn a_header_whose_head_counts_disagree_with_the_weights_is_refused_at_load() {
     let mut craft = gguf_craft::read(&real);
     gguf_craft::set(&mut craft, "llama.attention.head_count_kv", Value::U32(1));
     let msg = load_error(&write(dir.path(), "kv.gguf", &craft.bytes()));
-    assert!(msg.contains("blk.0.attn_k.weight") && msg.contains("shape"), "{msg}");
+    assert!(
+        msg.contains("blk.0.attn_k.weight") && msg.contains("shape"),
+        "{msg}"
+    );
 
     // A block count past the layers the file has.
     let mut craft = gguf_craft::read(&real);
@@ -117,7 +128,10 @@ fn an_alignment_of_zero_is_a_damaged_header_not_a_panic() {
     gguf_craft::set(&mut craft, "general.alignment", Value::U32(0));
     let p = write(dir.path(), "align0.gguf", &craft.bytes());
     let msg = rill_engine::inspect(&p).unwrap_err().to_string();
-    assert!(msg.contains("damaged") && msg.contains("general.alignment"), "{msg}");
+    assert!(
+        msg.contains("damaged") && msg.contains("general.alignment"),
+        "{msg}"
+    );
     gguf_craft::set(&mut craft, "general.alignment", Value::U32(24));
     let p = write(dir.path(), "align24.gguf", &craft.bytes());
     let msg = rill_engine::inspect(&p).unwrap_err().to_string();
@@ -127,7 +141,11 @@ fn an_alignment_of_zero_is_a_damaged_header_not_a_panic() {
 #[test]
 fn tensor_dimensions_that_overflow_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    for dims in [vec![1u64 << 40, 1 << 40], vec![u64::MAX, 2], vec![1 << 32, 1 << 32, 4]] {
+    for dims in [
+        vec![1u64 << 40, 1 << 40],
+        vec![u64::MAX, 2],
+        vec![1 << 32, 1 << 32, 4],
+    ] {
         let mut craft = small();
         craft.tensors[1].dims = dims.clone();
         let p = write(dir.path(), "big.gguf", &craft.bytes());

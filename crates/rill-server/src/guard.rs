@@ -33,7 +33,9 @@ pub fn is_loopback_host(host: &str) -> bool {
     let name = name.trim_end_matches('.').to_ascii_lowercase();
     name == "localhost"
         || name.ends_with(".localhost")
-        || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Whether an `Origin` header is a page of this machine (`http://localhost:5173`).
@@ -75,7 +77,11 @@ pub(crate) fn has_key(s: &AppState, headers: &HeaderMap) -> bool {
 }
 
 /// Every route: without a key, refuse requests a web page could have sent.
-pub(crate) async fn local_only(State(s): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn local_only(
+    State(s): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
     if s.api_key.is_none() {
         if let Some(why) = foreign(request.headers()) {
             return ApiError::forbidden(why).into_response();

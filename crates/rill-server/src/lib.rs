@@ -41,8 +41,8 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
 use crate::api::{ChatCompletionRequest, CompletionRequest};
-use crate::reply::{Kind, Reply};
 use crate::error::ApiError;
+use crate::reply::{Kind, Reply};
 
 /// How the server behaves.
 #[derive(Clone, Debug)]
@@ -101,11 +101,17 @@ pub fn router(handle: Handle, config: ServerConfig) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
-        .route_layer(middleware::from_fn_with_state(state.clone(), guard::require_key));
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::require_key,
+        ));
     let routes = Router::new()
         .merge(v1)
         .route("/health", get(health))
-        .layer(middleware::from_fn_with_state(state.clone(), guard::local_only))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::local_only,
+        ))
         .layer(DefaultBodyLimit::max(config.body_limit))
         .with_state(state);
     match log {
@@ -259,4 +265,3 @@ async fn completions(
     };
     reply::respond(s, reply, generate, None).await
 }
-

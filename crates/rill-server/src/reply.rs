@@ -67,7 +67,6 @@ impl Kind {
     }
 }
 
-
 /// How the client wants its answer.
 pub(crate) struct Reply {
     pub kind: Kind,
@@ -82,7 +81,7 @@ pub(crate) struct Reply {
 /// answer is then kept as `stopped`.
 enum Source {
     Plain(Generation),
-    Saved(Option<Answering>),
+    Saved(Option<Box<Answering>>),
 }
 
 impl Source {
@@ -183,9 +182,9 @@ pub(crate) async fn respond(
         .map_err(|_| ApiError::busy())?;
     let mut source = match save {
         None => Source::Plain(s.handle.generate(request)?),
-        Some((store, messages)) => Source::Saved(Some(
+        Some((store, messages)) => Source::Saved(Some(Box::new(
             begin_saved(&s.handle, &store, &messages, request).await?,
-        )),
+        ))),
     };
     let kind = reply.kind;
     let id = format!(
@@ -199,7 +198,15 @@ pub(crate) async fn respond(
     );
     let logprobs = reply.logprobs.map(|top| (s.handle.clone(), top));
     if reply.stream {
-        let events = sse_stream(source, permit, kind, id, s.model_id.clone(), reply.include_usage, logprobs);
+        let events = sse_stream(
+            source,
+            permit,
+            kind,
+            id,
+            s.model_id.clone(),
+            reply.include_usage,
+            logprobs,
+        );
         return Ok(Sse::new(events).into_response());
     }
     let mut text = String::new();

@@ -66,7 +66,10 @@ fn process_alive(pid: i64) -> Option<bool> {
         // A zombie (killed, not yet reaped by its parent) is gone as far as writing goes.
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Ok(stat) => {
-                let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next());
+                let state = stat
+                    .rsplit(')')
+                    .next()
+                    .and_then(|s| s.split_whitespace().next());
                 Some(!matches!(state, Some("Z") | Some("X")))
             }
             Err(_) => Some(false),
@@ -114,7 +117,9 @@ impl crate::Store {
     /// ended, or it fell silent for the lease); answers another program is writing right now are
     /// left alone. Returns how many were recovered.
     pub async fn recover_abandoned(&self) -> Result<u64> {
-        let rows: Vec<(i64, Option<i64>, Option<i64>, Option<i64>)> = sqlx::query_as(
+        // (id, writer_pid, writer_token, writer_seen_at)
+        type Row = (i64, Option<i64>, Option<i64>, Option<i64>);
+        let rows: Vec<Row> = sqlx::query_as(
             "SELECT id, writer_pid, writer_token, writer_seen_at FROM messages WHERE status = 'streaming'",
         )
         .fetch_all(self.pool())

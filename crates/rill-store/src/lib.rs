@@ -423,7 +423,11 @@ impl Store {
         stats: &MessageStats,
         error: Option<&str>,
     ) -> Result<()> {
-        if self.set_message(id, None, content, status, stats, error).await? == 0 {
+        if self
+            .set_message(id, None, content, status, stats, error)
+            .await?
+            == 0
+        {
             return Err(Error::MessageNotFound(id));
         }
         Ok(())

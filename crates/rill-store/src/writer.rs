@@ -269,7 +269,14 @@ async fn run(
             None => {
                 // Dropped without finishing: keep what we have, continuable.
                 let r = store
-                    .end_answer(id, token, &text, Status::Interrupted, &MessageStats::default(), None)
+                    .end_answer(
+                        id,
+                        token,
+                        &text,
+                        Status::Interrupted,
+                        &MessageStats::default(),
+                        None,
+                    )
                     .await;
                 if let Err(e) = r {
                     tracing::warn!(message = id, error = %e, "could not keep the unfinished answer");

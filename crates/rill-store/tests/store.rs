@@ -666,10 +666,12 @@ async fn a_second_writer_on_one_answer_is_refused() {
     let first = store.resume_answer(id).await.unwrap();
     for s in [&store, &other] {
         match s.resume_answer(id).await {
-            Err(e @ Error::NotContinuable {
-                status: Status::Streaming,
-                ..
-            }) => assert!(e.to_string().contains("being written"), "{e}"),
+            Err(
+                e @ Error::NotContinuable {
+                    status: Status::Streaming,
+                    ..
+                },
+            ) => assert!(e.to_string().contains("being written"), "{e}"),
             Err(e) => panic!("wrong error: {e}"),
             Ok(_) => panic!("a second writer was started"),
         }

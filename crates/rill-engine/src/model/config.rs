@@ -64,7 +64,14 @@ impl LlamaConfig {
             ));
         }
         let n_layer = u("block_count")?;
-        check_shapes(ct, path, n_layer, hidden, n_head * head_dim, n_kv_head * head_dim)?;
+        check_shapes(
+            ct,
+            path,
+            n_layer,
+            hidden,
+            n_head * head_dim,
+            n_kv_head * head_dim,
+        )?;
         let cfg = LlamaConfig {
             n_layer,
             n_head,
@@ -143,7 +150,10 @@ fn check_shapes(
             other => {
                 return Err(Error::model_file(
                     path,
-                    format!("tensor `{}` has shape {other:?}; the width is {hidden}", name("ffn_gate")),
+                    format!(
+                        "tensor `{}` has shape {other:?}; the width is {hidden}",
+                        name("ffn_gate")
+                    ),
                 ))
             }
         };

@@ -236,13 +236,19 @@ pub fn read<R: Read + Seek>(r: &mut R, file_len: u64) -> Result<Content, HeaderE
         1 => VersionedMagic::GgufV1,
         2 => VersionedMagic::GgufV2,
         3 => VersionedMagic::GgufV3,
-        v => return Err(damaged(format!("GGUF version {v}, which Rill does not read"))),
+        v => {
+            return Err(damaged(format!(
+                "GGUF version {v}, which Rill does not read"
+            )))
+        }
     };
     rd.wide = magic != VersionedMagic::GgufV1;
     let n_tensors = rd.len("the tensor count")?;
     let n_kv = rd.len("the metadata count")?;
     // A metadata entry takes at least 13 bytes and a tensor entry 24.
-    let least = n_kv.saturating_mul(13).saturating_add(n_tensors.saturating_mul(24));
+    let least = n_kv
+        .saturating_mul(13)
+        .saturating_add(n_tensors.saturating_mul(24));
     if least > rd.left {
         return Err(damaged(format!(
             "{n_tensors} tensors and {n_kv} metadata entries cannot fit in the file"
