@@ -10,13 +10,17 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 RILL := $(TARGET_DIR)/debug/rill
 APP := $(TARGET_DIR)/debug/rill-app
 
-.PHONY: run test deps model ui build bench fmt lint bundle test-rust test-ui test-e2e test-arm
+.PHONY: run test deps model fixtures ui build bench fmt lint bundle test-rust test-ui test-e2e test-arm
 
 deps:
 	@bash scripts/install-deps.sh
 
 model:
 	@bash scripts/fetch-test-model.sh >/dev/null
+
+# llama.cpp's tokenizer test vocabularies and chat templates (from llama-cpp-python's sdist).
+fixtures:
+	@bash scripts/fetch-llama-cpp-assets.sh >/dev/null
 
 # The web UI: dependencies from package-lock.json, then a production build into ui/dist,
 # which the app embeds when it is compiled.
@@ -35,7 +39,7 @@ run: build model
 
 # Every test: Rust unit and integration tests (engine on the real model, store, CLI, API),
 # the UI's component tests, the built UI in chromium, and the real app end to end.
-test: deps model ui test-rust test-ui test-e2e
+test: deps model fixtures ui test-rust test-ui test-e2e
 
 test-rust:
 	cargo test --workspace --all-targets

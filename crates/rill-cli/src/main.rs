@@ -1,11 +1,12 @@
 //! `rill`: the command line of the Rill engine (DESIGN.md, "The CLI contract").
 //!
 //! `run` answers one prompt, streamed; `chat` is a multi-turn REPL over stdin; `bench` measures
-//! prefill, decode, TTFT, inter-token gaps and peak memory; `models` lists, downloads and
-//! imports GGUF files. Errors end the process with status 1 and one `error: …` line.
+//! prefill, decode, TTFT, inter-token gaps and peak memory; `tokenize` prints a text's token
+//! ids and pieces; `models` lists, downloads and imports GGUF files. Errors end the process with status 1 and one `error: …` line.
 
 mod bench;
 mod conversations;
+mod tokenize;
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -38,6 +39,8 @@ enum Command {
     Serve(ServeArgs),
     /// Measure prefill and decode speed, time to first token and peak memory.
     Bench(bench::BenchArgs),
+    /// Print a text's token ids and pieces, as the model's tokenizer gives them.
+    Tokenize(tokenize::TokenizeArgs),
     /// List, download and import models.
     Models {
         #[command(subcommand)]
@@ -295,6 +298,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Chat(a) => chat(a),
         Command::Serve(a) => serve(a),
         Command::Bench(a) => bench::bench(a),
+        Command::Tokenize(a) => tokenize::tokenize(a),
         Command::Models { command } => models(command),
         Command::Conversations { db, command } => {
             runtime()?.block_on(conversations::run(db, command))

@@ -624,3 +624,61 @@ fn models_import_lists_the_file_in_place() {
         "not a GGUF file",
     );
 }
+
+/// Issue 14: `rill tokenize` prints a prompt's ids and pieces; on every golden prompt its ids are
+/// llama.cpp's (`../shared/golden/`).
+#[test]
+fn tokenize_gives_llama_cpps_ids_and_the_pieces() {
+    let golden = std::env::var_os("RILL_GOLDEN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared/golden/smollm2-q4_1-llama.cpp.json"));
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&golden).unwrap()).unwrap();
+    let m = model();
+    for case in golden["cases"].as_array().unwrap() {
+        let prompt = case["prompt"].as_str().unwrap();
+        let want: Vec<u64> = case["prompt_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_u64().unwrap())
+            .collect();
+        let mut child = rill()
+            .args(["tokenize", "--model", m.to_str().unwrap(), "--json"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(prompt.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let ids: Vec<u64> = v["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_u64().unwrap())
+            .collect();
+        assert_eq!(ids, want, "{}", case["name"]);
+        assert_eq!(v["pieces"].as_array().unwrap().len(), ids.len());
+    }
+    let plain = run_ok(&[
+        "tokenize",
+        "--model",
+        m.to_str().unwrap(),
+        "--text",
+        "<|im_start|>Hello world",
+    ]);
+    assert_eq!(
+        plain.lines().map(str::trim).collect::<Vec<_>>(),
+        ["1 -> '<|im_start|>'", "19556 -> 'Hello'", "905 -> ' world'"],
+        "{plain}"
+    );
+    let no_tokens = rill().args(["tokenize", "--text", "x"]).output().unwrap();
+    assert_clean_error(&no_tokens, "no model");
+}

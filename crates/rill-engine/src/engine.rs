@@ -497,12 +497,18 @@ impl Handle {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (events_tx, events) = unbounded_channel();
         let prompt_tokens = prompt.len();
+        // A new answer after a chat template drops the space a SentencePiece vocabulary puts
+        // before its first word; raw text and tokens are continued as they are (issue 14).
+        let decoder = match req.prompt {
+            Prompt::Messages(_) => StreamDecoder::new(&self.shared.tokenizer),
+            Prompt::Text(_) | Prompt::Tokens(_) => StreamDecoder::continuing(),
+        };
         let seq = Sequence::new(SequenceSpec {
             id,
             prompt,
             sampler,
             stops: StopStrings::new(req.stop),
-            decoder: StreamDecoder::new(&self.shared.tokenizer),
+            decoder,
             max_tokens: req.max_tokens,
             context_length: self.shared.context_length,
             ignore_eos: req.ignore_eos,

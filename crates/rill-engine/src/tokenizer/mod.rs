@@ -22,15 +22,14 @@ use std::path::Path;
 
 use candle_core::quantized::gguf_file::Value;
 use tokenizers::models::bpe::{Vocab, BPE};
-use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::digits::Digits;
-use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
-use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::{AddedToken, SplitDelimiterBehavior};
+use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
+use tokenizers::AddedToken;
+use tokenizers::NormalizerWrapper;
 
 use crate::error::{candle_message, Error, Result};
+
+mod pre;
+use pre::pre_tokenizer_for;
 
 pub(crate) type Metadata = HashMap<String, Value>;
 
@@ -52,11 +51,6 @@ const EOG_TEXTS: &[&str] = &[
     "</s>",
     "<|end_of_text|>",
 ];
-
-// Pre-tokenizer regexes, from llama.cpp's `llama_vocab::impl::load` (llama-vocab.cpp).
-const GPT2_REGEX: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
-const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// A model's tokenizer: text ⇄ ids, plus the special ids the engine needs.
 pub struct Tokenizer {
@@ -135,44 +129,6 @@ fn byte_level_chars() -> HashMap<char, u8> {
     map
 }
 
-/// The pre-tokenizer llama.cpp uses for a `tokenizer.ggml.pre` name.
-fn pre_tokenizer_for(pre: &str) -> Result<(PreTokenizerWrapper, bool)> {
-    let split = |regex: &str| -> Result<PreTokenizerWrapper> {
-        let s = Split::new(
-            SplitPattern::Regex(regex.into()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(|e| Error::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
-        Ok(s.into())
-    };
-    let byte_level = |use_regex| PreTokenizerWrapper::from(ByteLevel::new(false, false, use_regex));
-    // (pre-tokenizer, ignore_merges): llama-3-style vocabularies look whole words up first.
-    Ok(match pre {
-        "default" | "gpt-2" | "gpt2" | "" => (byte_level(true), false),
-        "smollm" => (
-            Sequence::new(vec![Digits::new(true).into(), byte_level(true)]).into(),
-            false,
-        ),
-        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral" => (
-            Sequence::new(vec![split(LLAMA3_REGEX)?, byte_level(false)]).into(),
-            true,
-        ),
-        "qwen2" | "deepseek-r1-qwen" => (
-            Sequence::new(vec![split(QWEN2_REGEX)?, byte_level(false)]).into(),
-            false,
-        ),
-        other => {
-            tracing::warn!(
-                pre = other,
-                "unknown tokenizer.ggml.pre; using the GPT-2 pre-tokenizer"
-            );
-            let _ = GPT2_REGEX;
-            (byte_level(true), false)
-        }
-    })
-}
-
 impl Tokenizer {
     /// Builds the tokenizer of a GGUF file. `beside` is the file's folder: a `tokenizer.json`
     /// there is used for encoding instead of the metadata.
@@ -197,16 +153,13 @@ impl Tokenizer {
         }
         let ty = |i: usize| types[i];
 
+        // Whether a BOS is added when the file does not say: llama.cpp's default for the type.
+        let mut default_bos = model == "llama";
         let (mut inner, pieces, strip_leading_space) = match model {
             "gpt2" => {
-                let merges = md_strings(md, "tokenizer.ggml.merges")?;
-                let merges = merges
+                let merges = md_strings(md, "tokenizer.ggml.merges")?
                     .iter()
-                    .map(|m| {
-                        m.split_once(' ')
-                            .map(|(a, b)| (a.to_owned(), b.to_owned()))
-                            .ok_or_else(|| Error::Tokenizer(format!("malformed merge `{m}`")))
-                    })
+                    .map(|m| split_merge(m))
                     .collect::<Result<Vec<_>>>()?;
                 let vocab: Vocab = tokens
                     .iter()
@@ -214,14 +167,16 @@ impl Tokenizer {
                     .map(|(i, t)| (t.clone(), i as u32))
                     .collect();
                 let pre = md_str(md, "tokenizer.ggml.pre").unwrap_or("default");
-                let (pre_tokenizer, ignore_merges) = pre_tokenizer_for(pre)?;
+                let pre = pre_tokenizer_for(pre)?;
+                let ignore_merges = pre.ignore_merges;
+                default_bos = pre.add_bos;
                 let bpe = BPE::builder()
                     .vocab_and_merges(vocab, merges)
                     .ignore_merges(ignore_merges)
                     .build()
                     .map_err(|e| Error::Tokenizer(format!("BPE: {e}")))?;
                 let mut t = tokenizers::Tokenizer::new(bpe);
-                t.with_pre_tokenizer(Some(pre_tokenizer));
+                t.with_pre_tokenizer(Some(pre.tokenizer));
                 let chars = byte_level_chars();
                 let pieces = tokens
                     .iter()
@@ -239,6 +194,31 @@ impl Tokenizer {
                     })
                     .collect();
                 (t, pieces, false)
+            }
+            "gemma4" => {
+                // BPE over raw UTF-8 with `▁` for spaces, byte fallback as `<0xXX>` tokens
+                // (llama.cpp's "gemma4" tokenizer).
+                let merges = md_strings(md, "tokenizer.ggml.merges")?
+                    .iter()
+                    .map(|m| split_merge(m))
+                    .collect::<Result<Vec<_>>>()?;
+                let vocab: Vocab = tokens
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| (t.clone(), i as u32))
+                    .collect();
+                let bpe = BPE::builder()
+                    .vocab_and_merges(vocab, merges)
+                    .byte_fallback(true)
+                    .build()
+                    .map_err(|e| Error::Tokenizer(format!("BPE: {e}")))?;
+                let mut t = tokenizers::Tokenizer::new(bpe);
+                t.with_normalizer(Some(
+                    Replace::new(" ", "▁")
+                        .map_err(|e| Error::Tokenizer(format!("normalizer: {e}")))?,
+                ));
+                t.with_pre_tokenizer(Some(pre::gemma4()?));
+                (t, spm_pieces(&tokens, &ty), false)
             }
             "llama" => {
                 let scores: Vec<f32> = match md.get("tokenizer.ggml.scores") {
@@ -258,26 +238,25 @@ impl Tokenizer {
                 )?;
                 let mut t = tokenizers::Tokenizer::new(bpe);
                 let add_space = md_bool(md, "tokenizer.ggml.add_space_prefix").unwrap_or(true);
-                let scheme = if add_space {
-                    PrependScheme::First
-                } else {
-                    PrependScheme::Never
-                };
-                t.with_pre_tokenizer(Some(Metaspace::new('▁', scheme, false)));
-                let pieces = tokens
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| match ty(i) {
-                        TOKEN_TYPE_CONTROL => Vec::new(),
-                        TOKEN_TYPE_BYTE => parse_byte_token(t).map(|b| vec![b]).unwrap_or_default(),
-                        _ => t.replace('▁', " ").into_bytes(),
-                    })
-                    .collect();
-                (t, pieces, add_space)
+                // As llama.cpp's SPM tokenizer: every run of text (the first, and each after a
+                // control token) gets a space in front when the vocabulary asks for it, even
+                // one that starts with spaces; then spaces become `▁`. (A Metaspace
+                // pre-tokenizer adds no `▁` to text that already starts with a space.)
+                let mut steps: Vec<NormalizerWrapper> = Vec::new();
+                if add_space {
+                    steps.push(Prepend::new("▁".into()).into());
+                }
+                steps.push(
+                    Replace::new(" ", "▁")
+                        .map_err(|e| Error::Tokenizer(format!("normalizer: {e}")))?
+                        .into(),
+                );
+                t.with_normalizer(Some(NormalizerSequence::new(steps)));
+                (t, spm_pieces(&tokens, &ty), add_space)
             }
             other => {
                 return Err(Error::Tokenizer(format!(
-                    "unsupported tokenizer model `{other}` (supported: gpt2, llama)"
+                    "unsupported tokenizer model `{other}` (supported: gpt2, llama, gemma4)"
                 )))
             }
         };
@@ -315,7 +294,11 @@ impl Tokenizer {
         }
         eog.sort_unstable();
         eog.dedup();
-        let add_bos = md_bool(md, "tokenizer.ggml.add_bos_token").unwrap_or(model == "llama");
+        // llama.cpp's defaults when the file says nothing; Gemma 4 always starts with BOS.
+        let add_bos = match model {
+            "gemma4" => true,
+            _ => md_bool(md, "tokenizer.ggml.add_bos_token").unwrap_or(default_bos),
+        };
         Ok(Tokenizer {
             inner,
             pieces,
@@ -352,17 +335,39 @@ impl Tokenizer {
     /// Encodes prompt text, parsing control tokens, and adds BOS when the model asks for it
     /// and the text does not already start with it (a template often writes it itself).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        self.encode_with(text, true)
+    }
+
+    /// Encodes text; with `add_special`, a BOS is added as [`encode`](Self::encode) does
+    /// (llama.cpp's `add_special`). Without, the ids are the text's alone, as llama.cpp's
+    /// tokenizer tests and `llama-tokenize --no-bos` give them.
+    pub fn encode_with(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
         let enc = self
             .inner
             .encode(text, false)
             .map_err(|e| Error::Tokenizer(format!("encode: {e}")))?;
         let mut ids = enc.get_ids().to_vec();
-        if let (true, Some(bos)) = (self.add_bos, self.bos) {
+        if let (true, true, Some(bos)) = (add_special, self.add_bos, self.bos) {
             if ids.first() != Some(&bos) {
                 ids.insert(0, bos);
             }
         }
         Ok(ids)
+    }
+
+    /// The tokenizer of a GGUF file, from its metadata alone (a vocab-only file will do), or
+    /// from a `tokenizer.json` beside it, as the engine loads it.
+    pub fn from_file(path: &Path) -> Result<Tokenizer> {
+        let mut f =
+            std::fs::File::open(path).map_err(|e| Error::model_file(path, e.to_string()))?;
+        let len = f
+            .metadata()
+            .map_err(|e| Error::model_file(path, e.to_string()))?
+            .len();
+        let mut reader = std::io::BufReader::new(&mut f);
+        let content = crate::model::gguf::read(&mut reader, len)
+            .map_err(|e| Error::model_file(path, e.to_string()))?;
+        Tokenizer::from_gguf(&content.metadata, path.parent())
     }
 
     /// The raw bytes a token stands for (empty for control tokens and unknown ids).
@@ -380,6 +385,32 @@ impl Tokenizer {
         s.push_str(&d.flush());
         s
     }
+}
+
+/// A merge rule `a b`, split at the first space after the first character (a merge of a
+/// space-like token such as Gemma's `▁` keeps it whole), as llama.cpp does.
+fn split_merge(m: &str) -> Result<(String, String)> {
+    let at = m
+        .char_indices()
+        .skip(1)
+        .find(|&(_, c)| c == ' ')
+        .map(|(i, _)| i)
+        .ok_or_else(|| Error::Tokenizer(format!("malformed merge `{m}`")))?;
+    Ok((m[..at].to_owned(), m[at + 1..].to_owned()))
+}
+
+/// The bytes each token of a SentencePiece-style vocabulary stands for: `▁` is a space, byte
+/// tokens `<0xXX>` are their byte, control tokens are nothing.
+fn spm_pieces(tokens: &[String], ty: &impl Fn(usize) -> i32) -> Vec<Vec<u8>> {
+    tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match ty(i) {
+            TOKEN_TYPE_CONTROL => Vec::new(),
+            TOKEN_TYPE_BYTE => parse_byte_token(t).map(|b| vec![b]).unwrap_or_default(),
+            _ => t.replace('▁', " ").into_bytes(),
+        })
+        .collect()
 }
 
 fn parse_byte_token(t: &str) -> Option<u8> {
@@ -438,11 +469,19 @@ pub struct StreamDecoder {
 }
 
 impl StreamDecoder {
+    /// For a new answer: the space a SentencePiece vocabulary writes in front of its first
+    /// word is dropped, as the tokenizer added it.
     pub fn new(tokenizer: &Tokenizer) -> Self {
         StreamDecoder {
             pending: Vec::new(),
             strip_leading_space: tokenizer.strip_leading_space,
         }
+    }
+
+    /// For text that continues a prompt (a raw completion, a continued answer): every space is
+    /// kept, the first token's too ("and then" + " Pays"), as llama.cpp gives it.
+    pub fn continuing() -> Self {
+        StreamDecoder::default()
     }
 
     /// The text that token `id` completes: possibly empty (half a character so far), possibly
