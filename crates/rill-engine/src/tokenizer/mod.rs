@@ -157,24 +157,10 @@ impl Tokenizer {
         let mut default_bos = model == "llama";
         let (mut inner, pieces, strip_leading_space) = match model {
             "gpt2" => {
-                let merges = md_strings(md, "tokenizer.ggml.merges")?
-                    .iter()
-                    .map(|m| split_merge(m))
-                    .collect::<Result<Vec<_>>>()?;
-                let vocab: Vocab = tokens
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| (t.clone(), i as u32))
-                    .collect();
                 let pre = md_str(md, "tokenizer.ggml.pre").unwrap_or("default");
                 let pre = pre_tokenizer_for(pre)?;
-                let ignore_merges = pre.ignore_merges;
                 default_bos = pre.add_bos;
-                let bpe = BPE::builder()
-                    .vocab_and_merges(vocab, merges)
-                    .ignore_merges(ignore_merges)
-                    .build()
-                    .map_err(|e| Error::Tokenizer(format!("BPE: {e}")))?;
+                let bpe = merged_bpe(md, &tokens, |b| b.ignore_merges(pre.ignore_merges))?;
                 let mut t = tokenizers::Tokenizer::new(bpe);
                 t.with_pre_tokenizer(Some(pre.tokenizer));
                 let chars = byte_level_chars();
@@ -198,20 +184,7 @@ impl Tokenizer {
             "gemma4" => {
                 // BPE over raw UTF-8 with `▁` for spaces, byte fallback as `<0xXX>` tokens
                 // (llama.cpp's "gemma4" tokenizer).
-                let merges = md_strings(md, "tokenizer.ggml.merges")?
-                    .iter()
-                    .map(|m| split_merge(m))
-                    .collect::<Result<Vec<_>>>()?;
-                let vocab: Vocab = tokens
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| (t.clone(), i as u32))
-                    .collect();
-                let bpe = BPE::builder()
-                    .vocab_and_merges(vocab, merges)
-                    .byte_fallback(true)
-                    .build()
-                    .map_err(|e| Error::Tokenizer(format!("BPE: {e}")))?;
+                let bpe = merged_bpe(md, &tokens, |b| b.byte_fallback(true))?;
                 let mut t = tokenizers::Tokenizer::new(bpe);
                 t.with_normalizer(Some(
                     Replace::new(" ", "▁")
@@ -385,6 +358,27 @@ impl Tokenizer {
         s.push_str(&d.flush());
         s
     }
+}
+
+/// A BPE model from the file's tokens and `tokenizer.ggml.merges` (rank = order), with the
+/// options `with` sets.
+fn merged_bpe(
+    md: &Metadata,
+    tokens: &[String],
+    with: impl FnOnce(tokenizers::models::bpe::BpeBuilder) -> tokenizers::models::bpe::BpeBuilder,
+) -> Result<BPE> {
+    let merges = md_strings(md, "tokenizer.ggml.merges")?
+        .iter()
+        .map(|m| split_merge(m))
+        .collect::<Result<Vec<_>>>()?;
+    let vocab: Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
+    with(BPE::builder().vocab_and_merges(vocab, merges))
+        .build()
+        .map_err(|e| Error::Tokenizer(format!("BPE: {e}")))
 }
 
 /// A merge rule `a b`, split at the first space after the first character (a merge of a
