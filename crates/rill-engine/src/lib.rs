@@ -41,6 +41,7 @@ pub mod scheduler;
 pub(crate) mod sequence;
 pub mod stop;
 pub mod template;
+mod template_json;
 pub mod tokenizer;
 
 pub use engine::{

@@ -4,8 +4,12 @@
 //! `tokenizer_config.json`. We render it with minijinja, configured like Hugging Face's
 //! `apply_chat_template` (trim_blocks, lstrip_blocks, Python string methods through
 //! minijinja-contrib's pycompat) with the globals HF templates use: `bos_token`, `eos_token`,
-//! `add_generation_prompt`, `raise_exception` and `strftime_now`. A file without a template gets
-//! ChatML, which most small instruct models understand.
+//! `add_generation_prompt`, `enable_thinking`, `tools`, `raise_exception`, `strftime_now` and a
+//! `tojson` that writes JSON as Python's `json.dumps` does (`template_json.rs`). Every template in
+//! llama.cpp's folder renders byte for byte as Python's jinja2 renders it, for a fixed set of
+//! conversations (tested). A template that cannot render is an error naming its line, never a
+//! silent fallback. A file without a template gets ChatML, which most small instruct models
+//! understand.
 
 use serde::{Deserialize, Serialize};
 
@@ -61,12 +65,32 @@ impl std::fmt::Debug for ChatTemplate {
     }
 }
 
+/// How to render beyond the messages: the variables templates read besides them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RenderOptions {
+    /// End with the assistant's opening (the model answers next).
+    pub add_generation_prompt: bool,
+    /// `enable_thinking`, for templates that read it (Qwen3, …); unset when `None`.
+    pub enable_thinking: Option<bool>,
+}
+
 impl ChatTemplate {
     /// Compiles `source` (or ChatML when `None`).
     pub fn new(
         source: Option<&str>,
         bos_token: impl Into<String>,
         eos_token: impl Into<String>,
+    ) -> Result<Self> {
+        Self::with_clock(source, bos_token, eos_token, None)
+    }
+
+    /// [`new`](Self::new), with `strftime_now` reading `now` instead of the clock (tests pin
+    /// the date a template writes).
+    pub fn with_clock(
+        source: Option<&str>,
+        bos_token: impl Into<String>,
+        eos_token: impl Into<String>,
+        now: Option<chrono::NaiveDateTime>,
     ) -> Result<Self> {
         let mut env = minijinja::Environment::new();
         env.set_trim_blocks(true);
@@ -81,11 +105,19 @@ impl ChatTemplate {
                 ))
             },
         );
-        env.add_function("strftime_now", |fmt: String| {
-            chrono::Local::now().format(&fmt).to_string()
+        env.add_function("strftime_now", move |fmt: String| {
+            let now = now.unwrap_or_else(|| chrono::Local::now().naive_local());
+            now.format(&fmt).to_string()
         });
-        env.add_template_owned("chat", source.unwrap_or(CHATML_TEMPLATE).to_owned())
-            .map_err(|e| Error::Template(e.to_string()))?;
+        env.add_filter("tojson", crate::template_json::tojson);
+        // Python's `is iterable`: a string, list or mapping; `none` is not (templates guard a
+        // `tools | length` with it, and minijinja would otherwise call none iterable).
+        env.add_test("iterable", |v: minijinja::Value| {
+            !v.is_none() && !v.is_undefined() && v.try_iter().is_ok()
+        });
+        let source = crate::template_json::generation_as_block(source.unwrap_or(CHATML_TEMPLATE));
+        env.add_template_owned("chat", source)
+            .map_err(|e| Error::Template(describe(&e)))?;
         Ok(ChatTemplate {
             env,
             bos_token: bos_token.into(),
@@ -96,24 +128,48 @@ impl ChatTemplate {
     /// Renders the conversation, ending with the assistant's opening when
     /// `add_generation_prompt` is set (the usual case: the model answers next).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_with(
+            messages,
+            &RenderOptions {
+                add_generation_prompt,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Renders the conversation with the variables Hugging Face's `apply_chat_template` gives a
+    /// template: the messages, `tools` and `documents` (none), the generation prompt switch,
+    /// the special tokens, and `enable_thinking` when set.
+    pub fn render_with(&self, messages: &[Message], options: &RenderOptions) -> Result<String> {
         let tmpl = self
             .env
             .get_template("chat")
-            .map_err(|e| Error::Template(e.to_string()))?;
+            .map_err(|e| Error::Template(describe(&e)))?;
+        let thinking = options
+            .enable_thinking
+            .map_or(minijinja::Value::UNDEFINED, minijinja::Value::from);
         tmpl.render(minijinja::context! {
             messages => messages,
-            add_generation_prompt => add_generation_prompt,
+            tools => minijinja::Value::from(()),
+            documents => minijinja::Value::from(()),
+            add_generation_prompt => options.add_generation_prompt,
             bos_token => self.bos_token,
             eos_token => self.eos_token,
+            enable_thinking => thinking,
         })
-        .map_err(|e| {
-            // raise_exception's message is the template author's explanation: show it alone.
-            let mut msg = e.to_string();
-            if let Some(detail) = e.detail() {
-                msg = detail.to_owned();
-            }
-            Error::Template(msg)
-        })
+        .map_err(|e| Error::Template(describe(&e)))
+    }
+}
+
+/// A template error as the user should read it: `raise_exception`'s message alone (the
+/// template author's explanation), else the error with the template's line.
+fn describe(e: &minijinja::Error) -> String {
+    if let (minijinja::ErrorKind::InvalidOperation, Some(detail)) = (e.kind(), e.detail()) {
+        return detail.to_owned();
+    }
+    match e.line() {
+        Some(line) => format!("{e} (template line {line})"),
+        None => e.to_string(),
     }
 }
 
