@@ -4,22 +4,15 @@
 //! (`tests/fixtures/chat-templates.json`, made by `scripts/render-chat-templates.py`); where
 //! jinja2 refuses a conversation (a template without a system role), Rill refuses it too.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::Command;
 
 use rill_engine::template::{ChatTemplate, Message, RenderOptions, Role};
 use serde_json::Value;
 
 fn templates() -> PathBuf {
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-llama-cpp-assets.sh");
-    let out = Command::new("bash").arg(&script).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("templates")
+    common::llama_cpp_assets().join("templates")
 }
 
 fn fixtures() -> Value {

@@ -6,24 +6,11 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use rill_engine::tokenizer::{StreamDecoder, Tokenizer};
 
-/// llama.cpp's `models/` folder: `RILL_LLAMA_CPP_MODELS`, else the cache the fetch script fills.
 fn assets() -> PathBuf {
-    if let Some(p) = std::env::var_os("RILL_LLAMA_CPP_MODELS") {
-        return PathBuf::from(p);
-    }
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-llama-cpp-assets.sh");
-    let out = Command::new("bash").arg(&script).output().unwrap();
-    assert!(
-        out.status.success(),
-        "llama.cpp's test assets are missing: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    common::llama_cpp_assets()
 }
 
 /// The test strings of a vocabulary and the ids llama.cpp gives each.

@@ -60,4 +60,25 @@ pub fn greedy_gap(context: &[u32], prefix: &[u32], token: u32) -> f32 {
     let best = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
     best - logits[token as usize]
 }
+
+/// llama.cpp's `models/` folder (its tokenizer test vocabularies and chat templates):
+/// `RILL_LLAMA_CPP_MODELS`, else the cache `scripts/fetch-llama-cpp-assets.sh` fills.
+pub fn llama_cpp_assets() -> PathBuf {
+    if let Some(p) = std::env::var_os("RILL_LLAMA_CPP_MODELS") {
+        return PathBuf::from(p);
+    }
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-llama-cpp-assets.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "llama.cpp's test assets are missing: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
 pub mod gguf_craft;
