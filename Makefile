@@ -18,9 +18,11 @@ deps:
 model:
 	@bash scripts/fetch-test-model.sh >/dev/null
 
-# llama.cpp's tokenizer test vocabularies and chat templates (from llama-cpp-python's sdist).
+# llama.cpp's tokenizer test vocabularies and chat templates (from llama-cpp-python's sdist),
+# and the test models of each family written from them (seeded random weights, gguf-py).
 fixtures:
 	@bash scripts/fetch-llama-cpp-assets.sh >/dev/null
+	@python3 scripts/make-test-models.py >/dev/null
 
 # The web UI: dependencies from package-lock.json, then a production build into ui/dist,
 # which the app embeds when it is compiled.

@@ -48,4 +48,10 @@ if ! python3 -c "import selenium" >/dev/null 2>&1; then
   echo "install-deps: installing selenium for python3"
   python3 -m pip install --quiet selenium || python3 -m pip install --quiet --break-system-packages selenium
 fi
+# gguf-py (llama.cpp's GGUF writer, with numpy) writes the test models of each family.
+if ! python3 -c "import gguf, numpy" >/dev/null 2>&1; then
+  echo "install-deps: installing gguf (gguf-py) and numpy for python3"
+  python3 -m pip install --quiet "gguf==0.19.0" numpy ||
+    python3 -m pip install --quiet --break-system-packages "gguf==0.19.0" numpy
+fi
 echo "install-deps: ready ($(cargo --version), node $(node --version))"

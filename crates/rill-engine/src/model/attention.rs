@@ -41,12 +41,15 @@ pub struct Rope {
     pub cos: Vec<f32>,
     pub sin: Vec<f32>,
     pub pairs: usize,
+    /// Pair dimension `i` with `i + pairs` (llama.cpp's NEOX: Qwen, Gemma, Phi-3) instead of
+    /// `2i` with `2i + 1` (llama's, as GGUF's converter permutes its weights).
+    pub neox: bool,
 }
 
 impl Rope {
-    /// Rotates each pair `(x[2i], x[2i+1])` of every head in `heads` (`[n][head_dim]`, one
-    /// row's queries or keys) by the angles of position `pos`, as GGUF's llama weights expect
-    /// (adjacent pairs, candle's `rope_i`).
+    /// Rotates each pair of every head in `heads` (`[n][head_dim]`, one row's queries or keys)
+    /// by the angles of position `pos`: adjacent pairs `(x[2i], x[2i+1])` (candle's `rope_i`),
+    /// or with [`neox`](Self::neox) halves `(x[i], x[i + pairs])` (candle's `rope`).
     pub fn apply(&self, heads: &mut [f32], head_dim: usize, pos: usize) {
         let at = pos * self.pairs;
         let (cos, sin) = (
@@ -54,6 +57,15 @@ impl Rope {
             &self.sin[at..at + self.pairs],
         );
         for head in heads.chunks_exact_mut(head_dim) {
+            if self.neox {
+                let (lo, hi) = head[..2 * self.pairs].split_at_mut(self.pairs);
+                for (((a, b), &c), &s) in lo.iter_mut().zip(hi.iter_mut()).zip(cos).zip(sin) {
+                    let (x, y) = (*a, *b);
+                    *a = x * c - y * s;
+                    *b = x * s + y * c;
+                }
+                continue;
+            }
             for ((pair, &c), &s) in head.chunks_exact_mut(2).zip(cos).zip(sin) {
                 let (a, b) = (pair[0], pair[1]);
                 pair[0] = a * c - b * s;
@@ -626,6 +638,12 @@ mod tests {
 
     #[test]
     fn rope_rotates_like_candle() {
+        for neox in [false, true] {
+            rope_rotates_like_candles(neox);
+        }
+    }
+
+    fn rope_rotates_like_candles(neox: bool) {
         let mut rng = Lcg(3);
         let (t, heads, hd, pos, pairs) = (3, 2, 8, 5, 4);
         let cos: Vec<f32> = (0..(pos + t) * pairs)
@@ -638,6 +656,7 @@ mod tests {
             cos: cos.clone(),
             sin: sin.clone(),
             pairs,
+            neox,
         };
         let x = rng.vec(t * heads * hd);
         let mut ours = x.clone();
@@ -654,7 +673,11 @@ mod tests {
             .unwrap()
             .contiguous()
             .unwrap();
-        let theirs = candle_nn::rotary_emb::rope_i(&xt, &table(&cos), &table(&sin))
+        let rotate = match neox {
+            true => candle_nn::rotary_emb::rope,
+            false => candle_nn::rotary_emb::rope_i,
+        };
+        let theirs = rotate(&xt, &table(&cos), &table(&sin))
             .unwrap()
             .transpose(1, 2)
             .unwrap()

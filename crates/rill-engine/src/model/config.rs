@@ -7,11 +7,13 @@ use std::path::Path;
 
 use candle_core::quantized::gguf_file;
 
+use super::family::Family;
 use crate::error::{candle_message, Error, Result};
 
-/// Hyper-parameters read from the GGUF metadata (`llama.*`).
+/// Hyper-parameters read from the GGUF metadata (`<arch>.*`), and the family's description.
 #[derive(Clone, Debug)]
 pub struct LlamaConfig {
+    pub family: Family,
     pub n_layer: usize,
     pub n_head: usize,
     pub n_kv_head: usize,
@@ -28,10 +30,11 @@ impl LlamaConfig {
     /// other and against every weight's shape (nothing is loaded).
     pub(crate) fn read(
         ct: &gguf_file::Content,
-        arch: &str,
+        family: Family,
         context_cap: Option<usize>,
         path: &Path,
     ) -> Result<(LlamaConfig, usize)> {
+        let arch = family.arch;
         let md = |key: &str| {
             ct.metadata.get(&format!("{arch}.{key}")).ok_or_else(|| {
                 Error::model_file(path, format!("metadata `{arch}.{key}` is missing"))
@@ -49,13 +52,25 @@ impl LlamaConfig {
         let context_length = context_cap
             .map_or(trained_ctx, |c| c.min(trained_ctx))
             .clamp(1, MAX_CONTEXT);
-        if n_head == 0 || n_kv_head == 0 || hidden % n_head != 0 || n_head % n_kv_head != 0 {
+        // A head's width: `attention.key_length` where the file gives it (Qwen3's heads are
+        // wider than `embedding_length / head_count`), else the even split.
+        let key_length = u("attention.key_length").ok();
+        let head_dim = key_length.unwrap_or(hidden.checked_div(n_head).unwrap_or(0));
+        let split_ok = key_length.is_some() || (n_head > 0 && hidden % n_head == 0);
+        if n_head == 0 || n_kv_head == 0 || head_dim == 0 || !split_ok || n_head % n_kv_head != 0 {
             return Err(Error::model_file(
                 path,
                 format!("inconsistent heads: {n_head} heads, {n_kv_head} kv heads, width {hidden}"),
             ));
         }
-        let head_dim = hidden / n_head;
+        if let Ok(v) = u("attention.value_length") {
+            if v != head_dim {
+                return Err(Error::model_file(
+                    path,
+                    format!("keys {head_dim} wide and values {v}: Rill needs them equal"),
+                ));
+            }
+        }
         let rope_dim = u("rope.dimension_count").unwrap_or(head_dim);
         if rope_dim == 0 || rope_dim > head_dim || rope_dim % 2 != 0 {
             return Err(Error::model_file(
@@ -67,12 +82,17 @@ impl LlamaConfig {
         check_shapes(
             ct,
             path,
+            family,
             n_layer,
-            hidden,
-            n_head * head_dim,
-            n_kv_head * head_dim,
+            Widths {
+                hidden,
+                q: n_head * head_dim,
+                kv: n_kv_head * head_dim,
+                head: head_dim,
+            },
         )?;
         let cfg = LlamaConfig {
+            family,
             n_layer,
             n_head,
             n_kv_head,
@@ -90,6 +110,17 @@ impl LlamaConfig {
     }
 }
 
+/// The widths a layer's tensors follow.
+#[derive(Clone, Copy)]
+struct Widths {
+    hidden: usize,
+    /// Of all query heads (`n_head · head_dim`).
+    q: usize,
+    /// Of all key (or value) heads.
+    kv: usize,
+    head: usize,
+}
+
 /// Checks every weight's shape against the metadata before anything is loaded, so a file whose
 /// header disagrees with its tensors (a wrong head count, a truncated layer) fails here with a
 /// message, not with an index out of bounds on the first forward pass (issue 13). Shapes are
@@ -97,11 +128,16 @@ impl LlamaConfig {
 fn check_shapes(
     ct: &gguf_file::Content,
     path: &Path,
+    family: Family,
     n_layer: usize,
-    hidden: usize,
-    q_width: usize,
-    kv_width: usize,
+    widths: Widths,
 ) -> Result<()> {
+    let Widths {
+        hidden,
+        q: q_width,
+        kv: kv_width,
+        head,
+    } = widths;
     let dims = |name: &str| -> Result<&[usize]> {
         ct.tensor_infos
             .get(name)
@@ -145,6 +181,16 @@ fn check_shapes(
         expect(&name("attn_k"), &[kv_width, hidden])?;
         expect(&name("attn_v"), &[kv_width, hidden])?;
         expect(&name("attn_output"), &[hidden, q_width])?;
+        if family.qkv_bias {
+            let bias = |n: &str| format!("blk.{i}.{n}.bias");
+            expect(&bias("attn_q"), &[q_width])?;
+            expect(&bias("attn_k"), &[kv_width])?;
+            expect(&bias("attn_v"), &[kv_width])?;
+        }
+        if family.qk_norm {
+            expect(&name("attn_q_norm"), &[head])?;
+            expect(&name("attn_k_norm"), &[head])?;
+        }
         let ff = match dims(&name("ffn_gate"))? {
             [ff, h] if *ff > 0 && *h == hidden => *ff,
             other => {

@@ -30,8 +30,9 @@ enum Linear {
 }
 
 impl Linear {
-    fn new(t: QTensor, device: &Device) -> Result<Linear> {
-        if device.is_cpu() {
+    /// Our kernels when `host` (a CPU model on Rill's own path) and they read the format.
+    fn new(t: QTensor, host: bool) -> Result<Linear> {
+        if host {
             if let Some(l) =
                 crate::kernels::QLinear::from_qtensor(&t, crate::kernels::Isa::detect())
             {
@@ -113,8 +114,8 @@ enum Group {
 }
 
 impl Group {
-    fn new(parts: Vec<QTensor>, device: &Device) -> Result<Group> {
-        if device.is_cpu() {
+    fn new(parts: Vec<QTensor>, host: bool) -> Result<Group> {
+        if host {
             let isa = crate::kernels::Isa::detect();
             let ours: Option<Vec<_>> = parts
                 .iter()
@@ -130,7 +131,7 @@ impl Group {
         Ok(Group::Apart(
             parts
                 .into_iter()
-                .map(|t| Linear::new(t, device))
+                .map(|t| Linear::new(t, host))
                 .collect::<Result<_>>()?,
         ))
     }
@@ -164,10 +165,21 @@ impl Group {
     }
 }
 
+/// The q/k/v biases of a layer (Qwen2): `[q | k | v]` on the host, one tensor each for candle.
+struct Bias {
+    host: Vec<f32>,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+}
+
 struct Layer {
     attn_norm: Norm,
     /// q, k, v.
     qkv: Group,
+    bias: Option<Bias>,
+    /// Per-head RMS norms of the queries and keys, before RoPE (Qwen3).
+    qk_norm: Option<(Norm, Norm)>,
     wo: Linear,
     ffn_norm: Norm,
     /// gate, up.
@@ -446,17 +458,22 @@ impl Llama {
         ct: &gguf_file::Content,
         reader: &mut R,
         device: &Device,
-        arch: &str,
+        family: super::family::Family,
         context_cap: Option<usize>,
         path: &Path,
+        compute: super::Compute,
     ) -> Result<Self> {
-        let (cfg, rope_dim) = LlamaConfig::read(ct, arch, context_cap, path)?;
+        let (cfg, rope_dim) = LlamaConfig::read(ct, family, context_cap, path)?;
+        // Rill's own forward pass (plain buffers, our kernels and attention) on the CPU; else
+        // candle's tensors (GPUs, and the CPU when asked, to test that path).
+        let host = device.is_cpu() && compute == super::Compute::Ours;
         let (cos, sin) = rope_tables(&cfg, rope_dim, device)?;
-        let rope = match device.is_cpu() && rope_dim <= cfg.head_dim && rope_dim % 2 == 0 {
+        let rope = match host && rope_dim <= cfg.head_dim && rope_dim % 2 == 0 {
             true => Some(Rope {
                 cos: cos.flatten_all()?.to_vec1()?,
                 sin: sin.flatten_all()?.to_vec1()?,
                 pairs: rope_dim / 2,
+                neox: cfg.family.rope == super::family::RopeStyle::Neox,
             }),
             false => None,
         };
@@ -471,7 +488,7 @@ impl Llama {
         // The lookup table stays quantised where our kernels read its format: rows are
         // dequantised as tokens come. When the output projection is the same matrix (tied), the
         // output layer's copy serves both.
-        let ours = device.is_cpu() && crate::kernels::QLinear::supports(&embed_q);
+        let ours = host && crate::kernels::QLinear::supports(&embed_q);
         let embed = match (ours, tied) {
             (true, true) => Embedding::Tied,
             (true, false) => {
@@ -483,11 +500,11 @@ impl Llama {
             }
             (false, _) => Embedding::Table(embed_q.dequantize(device)?),
         };
-        let norm = Norm::new(tensor("output_norm.weight")?, cfg.rms_eps, device.is_cpu())?;
+        let norm = Norm::new(tensor("output_norm.weight")?, cfg.rms_eps, host)?;
         // Small models tie the output projection to the embedding.
         let output = match tied {
-            false => Linear::new(tensor("output.weight")?, device)?,
-            true => Linear::new(embed_q, device)?,
+            false => Linear::new(tensor("output.weight")?, host)?,
+            true => Linear::new(embed_q, host)?,
         };
 
         let mut layers = Vec::with_capacity(cfg.n_layer);
@@ -495,25 +512,55 @@ impl Llama {
             let mut weight = |n: &str| tensor(&format!("blk.{i}.{n}.weight"));
             let qkv = Group::new(
                 vec![weight("attn_q")?, weight("attn_k")?, weight("attn_v")?],
-                device,
+                host,
             )?;
-            let gate_up = Group::new(vec![weight("ffn_gate")?, weight("ffn_up")?], device)?;
-            let wo = Linear::new(weight("attn_output")?, device)?;
-            let w_down = Linear::new(weight("ffn_down")?, device)?;
+            let gate_up = Group::new(vec![weight("ffn_gate")?, weight("ffn_up")?], host)?;
+            let wo = Linear::new(weight("attn_output")?, host)?;
+            let w_down = Linear::new(weight("ffn_down")?, host)?;
+            let bias = match cfg.family.qkv_bias {
+                false => None,
+                true => {
+                    let mut b = |n: &str| -> Result<Tensor> {
+                        Ok(tensor(&format!("blk.{i}.{n}.bias"))?.dequantize(device)?)
+                    };
+                    let (q, k, v) = (b("attn_q")?, b("attn_k")?, b("attn_v")?);
+                    let on_host = match host {
+                        true => Tensor::cat(&[&q, &k, &v], 0)?.to_vec1()?,
+                        false => Vec::new(),
+                    };
+                    Some(Bias {
+                        host: on_host,
+                        q,
+                        k,
+                        v,
+                    })
+                }
+            };
+            let qk_norm = match cfg.family.qk_norm {
+                false => None,
+                true => {
+                    let mut n = |n: &str| -> Result<Norm> {
+                        Norm::new(tensor(&format!("blk.{i}.{n}.weight"))?, cfg.rms_eps, host)
+                    };
+                    Some((n("attn_q_norm")?, n("attn_k_norm")?))
+                }
+            };
             layers.push(Layer {
                 qkv,
+                bias,
+                qk_norm,
                 wo,
                 gate_up,
                 w_down,
                 attn_norm: Norm::new(
                     tensor(&format!("blk.{i}.attn_norm.weight"))?,
                     cfg.rms_eps,
-                    device.is_cpu(),
+                    host,
                 )?,
                 ffn_norm: Norm::new(
                     tensor(&format!("blk.{i}.ffn_norm.weight"))?,
                     cfg.rms_eps,
-                    device.is_cpu(),
+                    host,
                 )?,
             });
         }
@@ -712,7 +759,8 @@ impl Llama {
         let mut x = self.embed(ids)?.flatten_all()?.to_vec1::<f32>()?;
         for (li, layer) in self.layers.iter().enumerate() {
             let h = layer.attn_norm.forward_host(&x);
-            let qkv = layer.qkv.forward_host(&h, m)?;
+            let mut qkv = layer.qkv.forward_host(&h, m)?;
+            self.shape_qkv_host(layer, &mut qkv);
             let y = self.attend_host(li, rope, shape, qkv, batch, spans)?;
             ops::add(&mut x, &layer.wo.forward_host(&y, m)?);
 
@@ -734,6 +782,31 @@ impl Llama {
             .forward_host(&self.norm.forward_host(&last), spans.len())?;
         let vocab = logits.len() / spans.len();
         Ok(logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect())
+    }
+
+    /// The family's steps between the q/k/v projections and RoPE, on the host rows
+    /// `[rows][q | k | v]`: the biases added (Qwen2), each head's query and key RMS-normalised
+    /// (Qwen3).
+    fn shape_qkv_host(&self, layer: &Layer, qkv: &mut [f32]) {
+        let cfg = &self.cfg;
+        let (qw, kw) = (cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim);
+        let stride = qw + 2 * kw;
+        if let Some(b) = &layer.bias {
+            for row in qkv.chunks_exact_mut(stride) {
+                ops::add(row, &b.host);
+            }
+        }
+        if let Some((qn, kn)) = &layer.qk_norm {
+            let mut tmp = vec![0f32; qw.max(kw)];
+            for row in qkv.chunks_exact_mut(stride) {
+                let (q, rest) = row.split_at_mut(qw);
+                for (part, norm) in [(q, qn), (&mut rest[..kw], kn)] {
+                    let out = &mut tmp[..part.len()];
+                    ops::rms_norm(part, &norm.weight, norm.eps, out);
+                    part.copy_from_slice(out);
+                }
+            }
+        }
     }
 
     /// RoPE tables and causal mask of a sequence's `t` new rows after `pos` cached positions,
@@ -765,11 +838,29 @@ impl Llama {
         let (n_head, n_kv, hd) = (self.cfg.n_head, self.cfg.n_kv_head, self.cfg.head_dim);
         let n_rep = n_head / n_kv;
         let scale = 1.0 / (hd as f64).sqrt();
-        let [q, k, v]: [Tensor; 3] = layer
+        let [mut q, mut k, mut v]: [Tensor; 3] = layer
             .qkv
             .forward(h)?
             .try_into()
             .map_err(|_| Error::Candle(candle_core::Error::Msg("q, k, v".into())))?;
+        if let Some(b) = &layer.bias {
+            q = q.broadcast_add(&b.q)?;
+            k = k.broadcast_add(&b.k)?;
+            v = v.broadcast_add(&b.v)?;
+        }
+        if let Some((qn, kn)) = &layer.qk_norm {
+            let rows = q.dim(0)?;
+            q = qn
+                .forward(&q.reshape((rows, n_head, hd))?)?
+                .reshape((rows, n_head * hd))?;
+            k = kn
+                .forward(&k.reshape((rows, n_kv, hd))?)?
+                .reshape((rows, n_kv * hd))?;
+        }
+        let rotate = match self.cfg.family.rope {
+            super::family::RopeStyle::Normal => candle_nn::rotary_emb::rope_i,
+            super::family::RopeStyle::Neox => candle_nn::rotary_emb::rope,
+        };
         let mut ys = Vec::with_capacity(batch.len());
         for (((_, cache), &(row, t)), (cos, sin, mask)) in batch.iter_mut().zip(spans).zip(tables) {
             let heads = |m: &Tensor, n: usize| -> Result<Tensor> {
@@ -778,8 +869,8 @@ impl Llama {
                     .transpose(1, 2)?
                     .contiguous()?)
             };
-            let qs = candle_nn::rotary_emb::rope_i(&heads(&q, n_head)?, cos, sin)?;
-            let ks = candle_nn::rotary_emb::rope_i(&heads(&k, n_kv)?, cos, sin)?;
+            let qs = rotate(&heads(&q, n_head)?, cos, sin)?;
+            let ks = rotate(&heads(&k, n_kv)?, cos, sin)?;
             let (ks, vs) = cache.append(li, &ks, &heads(&v, n_kv)?)?;
             // Grouped-query attention without copying K/V: the n_rep query heads that share
             // a KV head are consecutive, so [1, n_head, t, hd] is [1, n_kv, n_rep·t, hd].

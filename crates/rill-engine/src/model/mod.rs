@@ -2,12 +2,13 @@
 //! chat template, all at once, so that a bad file fails here with a clear message instead of
 //! halfway through an answer.
 //!
-//! One file per architecture family lives beside this one; today that is [`llama`], which
-//! covers every `general.architecture = "llama"` file (Llama 2/3, SmolLM, TinyLlama, and
-//! Mistral as llama.cpp converts it) and `"mistral"`.
+//! One block ([`llama`]) runs every family; [`family`] describes how each differs from llama's
+//! (RoPE pairing, q/k/v biases, q/k norms, …): llama and mistral (Llama 2/3, SmolLM, TinyLlama,
+//! Mistral), qwen2 (Qwen2/2.5, DeepSeek-R1-Distill-Qwen) and qwen3.
 
 pub mod attention;
 mod config;
+pub mod family;
 pub mod gguf;
 pub mod llama;
 mod ops;
@@ -24,9 +25,6 @@ use crate::error::{Error, Result};
 use crate::template::ChatTemplate;
 use crate::tokenizer::Tokenizer;
 pub use llama::{KvCache, Llama};
-
-/// Architectures the llama forward pass runs.
-const LLAMA_FAMILY: &[&str] = &["llama", "mistral"];
 
 /// What a model file is, read from its header (cheap: no weights are loaded).
 #[derive(Clone, Debug, Serialize)]
@@ -154,10 +152,10 @@ fn check_content(
     info: &ModelInfo,
     beside: Option<&Path>,
 ) -> Result<TextSide> {
-    if !LLAMA_FAMILY.contains(&info.architecture.as_str()) {
+    let Some(family) = family::of(&info.architecture) else {
         return Err(Error::UnsupportedArchitecture(info.architecture.clone()));
-    }
-    llama::LlamaConfig::read(content, &info.architecture, Some(1), path)?;
+    };
+    llama::LlamaConfig::read(content, family, Some(1), path)?;
     let tokenizer = Tokenizer::from_gguf(&content.metadata, beside)?;
     let vocab = weights_vocab(content);
     if vocab.is_some_and(|v| v != tokenizer.vocab_size()) {
@@ -200,23 +198,48 @@ pub fn check<R: std::io::Read + std::io::Seek>(
     Ok(info)
 }
 
+/// Which code runs a CPU model's forward pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Compute {
+    /// Rill's own: plain buffers, its SIMD kernels and attention (the default on the CPU).
+    #[default]
+    Ours,
+    /// candle's tensors, as on a GPU: run on candle's CPU device, it tests that path against
+    /// ours where no GPU is.
+    Candle,
+}
+
 impl Model {
     /// Loads a GGUF model onto `device`. `context_cap` limits the context (and so the memory a
     /// sequence can take); `None` keeps the trained length.
     pub fn load(path: &Path, device: &Device, context_cap: Option<usize>) -> Result<Model> {
+        Self::load_with(path, device, context_cap, Compute::Ours)
+    }
+
+    /// [`load`](Self::load), choosing which code runs the forward pass on the CPU.
+    pub fn load_with(
+        path: &Path,
+        device: &Device,
+        context_cap: Option<usize>,
+        compute: Compute,
+    ) -> Result<Model> {
         let (content, mut reader, len) = read_header(path)?;
         let info = info_of(path, &content, len)?;
         let TextSide {
             tokenizer,
             template,
         } = check_content(path, &content, &info, path.parent())?;
+        // check_content found the family.
+        let family = family::of(&info.architecture)
+            .ok_or_else(|| Error::UnsupportedArchitecture(info.architecture.clone()))?;
         let weights = Llama::from_gguf(
             &content,
             &mut reader,
             device,
-            &info.architecture,
+            family,
             context_cap,
             path,
+            compute,
         )?;
         tracing::info!(name = %info.name, quant = %info.quantization, ctx = weights.config().context_length, "model loaded");
         Ok(Model {

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Writes small GGUF test models of the families Rill runs, with seeded random weights, the
+family's real vocabulary and a real chat template from llama.cpp's assets (gguf-py from PyPI
+writes them; `scripts/fetch-llama-cpp-assets.sh` provides the vocabularies and templates).
+
+    python3 scripts/make-test-models.py [--out DIR] [--force] [FAMILY ...]
+
+Each family gets `DIR/<family>-test.Q8_0.gguf` and `DIR/<family>-test.Q4_0.gguf` (default DIR:
+`models/test-models/` in the repository). The same seed gives the same bytes, so the
+reference logits recorded from llama.cpp (`scripts/record-reference-logits.py`) stay tied to the
+file by its SHA-256.
+
+Random weights give flat distributions, or a model that repeats its input through a tied
+embedding (DESIGN.md, "Test models"): the output projection is untied and scaled so that the
+model's top token is far likelier than 1/vocabulary, and the record script checks it.
+"""
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import gguf
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The shape every test model shares: small, but with grouped-query attention and more than one
+# layer. Widths are multiples of 32 so every 2-D weight quantises to Q4_0 and Q8_0.
+HIDDEN, LAYERS, HEADS, KV_HEADS, FF = 128, 2, 4, 2, 352
+
+FAMILIES = {
+    # Qwen2/2.5 and the DeepSeek-R1 Qwen distills: q/k/v biases, NEOX RoPE.
+    "qwen2": dict(vocab="qwen2", template="Qwen-Qwen2.5-7B-Instruct.jinja", head_dim=32,
+                  rope_base=1_000_000.0, qkv_bias=True, qk_norm=False),
+    # Qwen3: q/k norms, heads wider than hidden / heads (key_length), no biases.
+    "qwen3": dict(vocab="qwen2", template="Qwen-Qwen3-0.6B.jinja", head_dim=64,
+                  rope_base=1_000_000.0, qkv_bias=False, qk_norm=True),
+}
+
+
+def assets() -> Path:
+    out = subprocess.run(["bash", str(ROOT / "scripts/fetch-llama-cpp-assets.sh")],
+                         check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip())
+
+
+def copy_tokenizer(writer: gguf.GGUFWriter, vocab_file: Path):
+    """Every `tokenizer.*` key of llama.cpp's vocab-only file, as it is."""
+    reader = gguf.GGUFReader(vocab_file)
+    for name, field in reader.fields.items():
+        if not name.startswith("tokenizer.") or name == "tokenizer.chat_template":
+            continue
+        kind = field.types[0]
+        if kind == gguf.GGUFValueType.ARRAY:
+            sub = field.types[1]
+            if sub == gguf.GGUFValueType.STRING:
+                values = [bytes(field.parts[i]).decode("utf-8", "surrogateescape") for i in field.data]
+            else:
+                values = [field.parts[i].tolist()[0] for i in field.data]
+            writer.add_array(name, values)
+        elif kind == gguf.GGUFValueType.STRING:
+            writer.add_string(name, bytes(field.parts[field.data[0]]).decode())
+        else:
+            writer.add_key_value(name, field.parts[field.data[0]].tolist()[0], kind)
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    return n_vocab
+
+
+def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, out: Path, models: Path):
+    rng = np.random.default_rng(1234)
+    path = out / f"{family}-test.{qtype.name}.gguf"
+    tmp = path.with_suffix(".partial")
+    w = gguf.GGUFWriter(str(tmp), family)
+    w.add_name(f"{family} test model (random weights)")
+    n_vocab = copy_tokenizer(w, models / f"ggml-vocab-{spec['vocab']}.gguf")
+    w.add_chat_template((models / "templates" / spec["template"]).read_text(encoding="utf-8"))
+    hd = spec["head_dim"]
+    w.add_context_length(4096)
+    w.add_embedding_length(HIDDEN)
+    w.add_block_count(LAYERS)
+    w.add_feed_forward_length(FF)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(spec["rope_base"])
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(int(qtype))
+
+    def normal(shape, std):
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+
+    def matrix(name, rows, cols, std):
+        data = normal((rows, cols), std)
+        w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+
+    def vector(name, n, mean, std):
+        w.add_tensor(name, (np.float32(mean) + normal((n,), std)).astype(np.float32))
+
+    # Embeddings of unit scale; an untied output projection whose logits spread by a few units
+    # (after the final norm a row has unit RMS: logit std ≈ std · √hidden).
+    matrix("token_embd.weight", n_vocab, HIDDEN, 1.0)
+    matrix("output.weight", n_vocab, HIDDEN, 3.5 / np.sqrt(HIDDEN))
+    vector("output_norm.weight", HIDDEN, 1.0, 0.1)
+    q_width, kv_width = HEADS * hd, KV_HEADS * hd
+    for i in range(LAYERS):
+        p = f"blk.{i}"
+        vector(f"{p}.attn_norm.weight", HIDDEN, 1.0, 0.1)
+        vector(f"{p}.ffn_norm.weight", HIDDEN, 1.0, 0.1)
+        matrix(f"{p}.attn_q.weight", q_width, HIDDEN, 1.5 / np.sqrt(HIDDEN))
+        matrix(f"{p}.attn_k.weight", kv_width, HIDDEN, 1.5 / np.sqrt(HIDDEN))
+        matrix(f"{p}.attn_v.weight", kv_width, HIDDEN, 1.0 / np.sqrt(HIDDEN))
+        matrix(f"{p}.attn_output.weight", HIDDEN, q_width, 1.0 / np.sqrt(q_width))
+        if spec["qkv_bias"]:
+            vector(f"{p}.attn_q.bias", q_width, 0.0, 0.5)
+            vector(f"{p}.attn_k.bias", kv_width, 0.0, 0.5)
+            vector(f"{p}.attn_v.bias", kv_width, 0.0, 0.2)
+        if spec["qk_norm"]:
+            vector(f"{p}.attn_q_norm.weight", hd, 1.0, 0.2)
+            vector(f"{p}.attn_k_norm.weight", hd, 1.0, 0.2)
+        matrix(f"{p}.ffn_gate.weight", FF, HIDDEN, 1.0 / np.sqrt(HIDDEN))
+        matrix(f"{p}.ffn_up.weight", FF, HIDDEN, 1.0 / np.sqrt(HIDDEN))
+        matrix(f"{p}.ffn_down.weight", HIDDEN, FF, 1.0 / np.sqrt(FF))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tmp.rename(path)  # a run cut short leaves no file that looks whole
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=ROOT / "models/test-models")
+    ap.add_argument("--force", action="store_true", help="write files that are there already")
+    ap.add_argument("families", nargs="*", default=list(FAMILIES))
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    models = assets()
+    for family in a.families:
+        for qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0):
+            path = a.out / f"{family}-test.{qtype.name}.gguf"
+            # Written once: the same seed gives the same bytes (the parity test checks them).
+            if path.is_file() and not a.force:
+                print(path)
+                continue
+            print(write(family, FAMILIES[family], qtype, a.out, models))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

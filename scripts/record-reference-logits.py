@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Records llama.cpp's logits on Rill's test models (from `scripts/make-test-models.py`) into
+compact fixtures, `crates/rill-engine/tests/fixtures/reference/<model>.json`, each tied to its
+model file by SHA-256. Rill's parity test (`tests/families.rs`) compares against them, so CI
+needs no llama.cpp. Needs llama-cpp-python (`pip install llama-cpp-python==0.3.36`: a build of
+about ten minutes, cached by pip afterwards).
+
+    python3 scripts/record-reference-logits.py [MODEL.gguf ...]
+
+Per model:
+- teacher-forced: a fixed chat text of at least 64 tokens, tokenized by llama.cpp; for each
+  position, the 64 likeliest next tokens with their logits, the gap between the top two, and
+  the norm of the whole logit vector;
+- greedy: 32 tokens generated greedily after the text's first turn, with the top-two gap at
+  each step (a gap under 0.1 is a near-tie, where either choice is right).
+It also refuses a model whose distributions are flat (top-1 probability near 1/vocabulary) or
+whose greedy text repeats its prompt: a parity check on such a model has no teeth.
+"""
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from llama_cpp import Llama
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "crates/rill-engine/tests/fixtures/reference"
+TOP = 64
+PROMPT = "<|im_start|>user\nWrite a short poem about the sea, the wind and the ships that sail at night.<|im_end|>\n<|im_start|>assistant\n"
+ANSWER = ("The sea is wide and the wind is strong, and every wave sings a song of long ago. "
+          "The ships go out when the stars are bright, their lanterns swinging through the night, "
+          "and sailors dream of home.")
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def record(path: Path) -> dict:
+    m = Llama(model_path=str(path), n_ctx=1024, logits_all=True, n_threads=2, seed=0, verbose=False)
+    prompt = m.tokenize(PROMPT.encode(), add_bos=False, special=True)
+    tokens = m.tokenize((PROMPT + ANSWER).encode(), add_bos=False, special=True)
+    assert len(tokens) >= 65, f"{path.name}: only {len(tokens)} tokens"
+    m.reset()
+    m.eval(tokens)
+    logits = np.array(m.scores[: len(tokens)], dtype=np.float32)
+    positions = []
+    for row in logits:
+        top = np.argsort(-row, kind="stable")[:TOP]
+        positions.append({
+            "ids": top.tolist(),
+            "logits": [round(float(row[i]), 5) for i in top],
+            "gap": round(float(row[top[0]] - row[top[1]]), 5),
+            "norm": round(float(np.linalg.norm(row)), 4),
+        })
+    probs = np.exp(logits - logits.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    top1 = float(np.median(probs.max(1)))
+    vocab = logits.shape[1]
+    assert top1 > 100 / vocab, f"{path.name}: flat distributions (median top-1 {top1})"
+
+    # Greedy after the prompt, one token at a time, with each step's top-two gap.
+    m.reset()
+    m.eval(prompt)
+    greedy, gaps = [], []
+    for _ in range(32):
+        row = np.array(m.scores[m.n_tokens - 1], dtype=np.float32)
+        order = np.argsort(-row, kind="stable")
+        greedy.append(int(order[0]))
+        gaps.append(round(float(row[order[0]] - row[order[1]]), 5))
+        m.eval([int(order[0])])
+    echo = sum(t in prompt for t in greedy) / len(greedy)
+    assert echo < 0.5, f"{path.name}: the greedy text repeats the prompt ({echo:.0%} of its tokens)"
+    return {
+        "about": "llama.cpp's logits (llama-cpp-python 0.3.36) on this test model, recorded by "
+                 "scripts/record-reference-logits.py",
+        "model": path.name,
+        "sha256": sha256(path),
+        "vocab": vocab,
+        "median_top1_probability": round(top1, 4),
+        "text": PROMPT + ANSWER,
+        "tokens": tokens,
+        "prompt_tokens": len(prompt),
+        "positions": positions,
+        "greedy": greedy,
+        "greedy_gaps": gaps,
+    }
+
+
+def main():
+    models = [Path(a) for a in sys.argv[1:]] or sorted((ROOT / "models/test-models").glob("*.gguf"))
+    OUT.mkdir(parents=True, exist_ok=True)
+    for path in models:
+        doc = record(path)
+        out = OUT / (path.stem + ".json")
+        out.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+        print(f"{out}: {len(doc['positions'])} positions, median top-1 p {doc['median_top1_probability']}")
+
+
+if __name__ == "__main__":
+    main()
