@@ -29,6 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # layer. Widths are multiples of 32 so every 2-D weight quantises to Q4_0 and Q8_0.
 HIDDEN, LAYERS, HEADS, KV_HEADS, FF = 128, 2, 4, 2, 352
 
+# A window short enough that the teacher-forced text (70 tokens) and the candle-path test (24)
+# run past it on the windowed layers.
+WINDOW = 8
+
 FAMILIES = {
     # Qwen2/2.5 and the DeepSeek-R1 Qwen distills: q/k/v biases, NEOX RoPE.
     "qwen2": dict(vocab="qwen2", template="Qwen-Qwen2.5-7B-Instruct.jinja", head_dim=32,
@@ -36,6 +40,23 @@ FAMILIES = {
     # Qwen3: q/k norms, heads wider than hidden / heads (key_length), no biases.
     "qwen3": dict(vocab="qwen2", template="Qwen-Qwen3-0.6B.jinja", head_dim=64,
                   rope_base=1_000_000.0, qkv_bias=False, qk_norm=True),
+    # Gemma 2: post-norms, GELU, √hidden embeddings, tied output, soft-caps set low enough to
+    # bite on random weights (the real 50 and 30 are the defaults a file without them gets),
+    # a window on every other layer. The llama-spm vocabulary (Gemma's own is not in the
+    # assets) exercises the same SentencePiece path.
+    "gemma2": dict(vocab="llama-spm", template="google-gemma-2-2b-it.jinja", head_dim=32,
+                   rope_base=10_000.0, qkv_bias=False, qk_norm=False, gemma=True,
+                   logit_scale=6.0, post_norm=2.0,
+                   keys={"attn_logit_softcapping": 5.0, "final_logit_softcapping": 15.0,
+                         "attention.sliding_window": WINDOW}),
+    # Gemma 3: q/k norms, six layers so that five windowed ones (RoPE base 10,000, the default
+    # the file leaves unsaid) come before one global (base 1,000,000, positions scaled by 1/8
+    # as the 4B's are).
+    "gemma3": dict(vocab="llama-spm", template="google-gemma-2-2b-it.jinja", head_dim=32,
+                   rope_base=1_000_000.0, qkv_bias=False, qk_norm=True, gemma=True, layers=6,
+                   post_norm=1.0,
+                   keys={"attention.sliding_window": WINDOW, "rope.scaling.type": "linear",
+                         "rope.scaling.factor": 8.0}),
 }
 
 
@@ -76,9 +97,11 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, out: Path, 
     n_vocab = copy_tokenizer(w, models / f"ggml-vocab-{spec['vocab']}.gguf")
     w.add_chat_template((models / "templates" / spec["template"]).read_text(encoding="utf-8"))
     hd = spec["head_dim"]
+    layers = spec.get("layers", LAYERS)
+    gemma = spec.get("gemma", False)
     w.add_context_length(4096)
     w.add_embedding_length(HIDDEN)
-    w.add_block_count(LAYERS)
+    w.add_block_count(layers)
     w.add_feed_forward_length(FF)
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
@@ -88,6 +111,14 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, out: Path, 
     w.add_rope_freq_base(spec["rope_base"])
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(int(qtype))
+    for key, value in spec.get("keys", {}).items():
+        key = f"{family}.{key}"
+        if isinstance(value, str):
+            w.add_string(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        else:
+            w.add_float32(key, value)
 
     def normal(shape, std):
         return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
@@ -99,16 +130,30 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, out: Path, 
     def vector(name, n, mean, std):
         w.add_tensor(name, (np.float32(mean) + normal((n,), std)).astype(np.float32))
 
-    # Embeddings of unit scale; an untied output projection whose logits spread by a few units
-    # (after the final norm a row has unit RMS: logit std ≈ std · √hidden).
-    matrix("token_embd.weight", n_vocab, HIDDEN, 1.0)
-    matrix("output.weight", n_vocab, HIDDEN, 3.5 / np.sqrt(HIDDEN))
-    vector("output_norm.weight", HIDDEN, 1.0, 0.1)
+    if gemma:
+        # Gemma ties the output to the embedding, which it scales by √hidden: rows of RMS
+        # 1/√hidden enter the residual at unit RMS. The final norm's weights spread the logits by
+        # a few units, and the post-norms make the blocks' outputs outweigh the embedding, so
+        # the greedy text does not echo the input token back: twice the unit scale with two
+        # layers, the unit scale with six (larger, the six-layer model turns chaotic: its logits
+        # move by tenths under rounding differences that a two-layer model shrugs off).
+        matrix("token_embd.weight", n_vocab, HIDDEN, 1.0 / np.sqrt(HIDDEN))
+        vector("output_norm.weight", HIDDEN, spec.get("logit_scale", 3.5), 0.3)
+    else:
+        # Embeddings of unit scale; an untied output projection whose logits spread by a few
+        # units (after the final norm a row has unit RMS: logit std ≈ std · √hidden).
+        matrix("token_embd.weight", n_vocab, HIDDEN, 1.0)
+        matrix("output.weight", n_vocab, HIDDEN, 3.5 / np.sqrt(HIDDEN))
+        vector("output_norm.weight", HIDDEN, 1.0, 0.1)
     q_width, kv_width = HEADS * hd, KV_HEADS * hd
-    for i in range(LAYERS):
+    for i in range(layers):
         p = f"blk.{i}"
         vector(f"{p}.attn_norm.weight", HIDDEN, 1.0, 0.1)
         vector(f"{p}.ffn_norm.weight", HIDDEN, 1.0, 0.1)
+        if gemma:
+            post = spec["post_norm"]
+            vector(f"{p}.post_attention_norm.weight", HIDDEN, post, 0.1 * post)
+            vector(f"{p}.post_ffw_norm.weight", HIDDEN, post, 0.1 * post)
         matrix(f"{p}.attn_q.weight", q_width, HIDDEN, 1.5 / np.sqrt(HIDDEN))
         matrix(f"{p}.attn_k.weight", kv_width, HIDDEN, 1.5 / np.sqrt(HIDDEN))
         matrix(f"{p}.attn_v.weight", kv_width, HIDDEN, 1.0 / np.sqrt(HIDDEN))

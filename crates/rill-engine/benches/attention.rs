@@ -8,7 +8,7 @@ use common::values;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
 use half::f16;
 use rill_engine::kernels::Isa;
-use rill_engine::model::attention::{attend, LayerKv, Shape, Span};
+use rill_engine::model::attention::{attend, LayerKv, Scores, Shape, Span};
 
 fn attention(c: &mut Criterion) {
     let shape = Shape {
@@ -55,7 +55,17 @@ fn attention(c: &mut Criterion) {
         };
         for isa in Isa::available() {
             g.bench_function(BenchmarkId::new(&name, format!("{isa:?}")), |b| {
-                b.iter(|| attend(shape, black_box(&q), qw, &spans, &mut out, isa))
+                b.iter(|| {
+                    attend(
+                        shape,
+                        Scores::standard(shape.head_dim),
+                        black_box(&q),
+                        qw,
+                        &spans,
+                        &mut out,
+                        isa,
+                    )
+                })
             });
         }
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use candle_core::quantized::gguf_file;
 
-use super::family::Family;
+use super::family::{Family, QueryScale};
 use crate::error::{candle_message, Error, Result};
 
 /// Hyper-parameters read from the GGUF metadata (`<arch>.*`), and the family's description.
@@ -21,6 +21,20 @@ pub struct LlamaConfig {
     pub hidden: usize,
     pub rms_eps: f64,
     pub rope_base: f32,
+    /// Positions are multiplied by this in the global layers' RoPE (`1 / rope.scaling.factor`,
+    /// linear scaling; 1 without).
+    pub rope_scale: f32,
+    /// Per layer: the window of positions it attends over (`None`: all of them).
+    pub windows: Vec<Option<usize>>,
+    /// The windowed layers' RoPE base and position scale.
+    pub rope_base_swa: f32,
+    pub rope_scale_swa: f32,
+    /// Attention scores' and logits' soft-caps.
+    pub attn_softcap: Option<f32>,
+    pub final_softcap: Option<f32>,
+    /// Queries are multiplied by this before their scores (instead of scaling the scores by
+    /// `1/√head_dim`).
+    pub query_prescale: Option<f32>,
     /// Positions the model can attend over in this engine (the trained context, possibly capped).
     pub context_length: usize,
 }
@@ -91,6 +105,38 @@ impl LlamaConfig {
                 head: head_dim,
             },
         )?;
+        let f = |key: &str| md(key).ok().and_then(|v| v.to_f32().ok());
+        let rope_base = f("rope.freq_base").unwrap_or(10_000.0);
+        // Linear RoPE scaling (positions divided by the factor). Other kinds (YaRN, Llama 3's
+        // frequency factors) are not applied yet.
+        let scaling = md("rope.scaling.type")
+            .ok()
+            .and_then(|v| v.to_string().ok().cloned());
+        let rope_scale = match (scaling.as_deref(), f("rope.scaling.factor")) {
+            (None | Some("linear"), Some(factor)) if factor > 0.0 => 1.0 / factor,
+            _ => 1.0,
+        };
+        let windows = windows(ct, family, n_layer, path)?;
+        let (rope_base_swa, rope_scale_swa) = match family.sliding_window {
+            Some(sw) => match (f("rope.freq_base_swa"), sw.default_base) {
+                (Some(b), Some(_)) => (b, 1.0),
+                (Some(b), None) => (b, rope_scale),
+                (None, Some(b)) => (b, 1.0),
+                (None, None) => (rope_base, rope_scale),
+            },
+            None => (rope_base, rope_scale),
+        };
+        let cap = |key: &str, default: Option<f32>| match family.softcap_keys {
+            true => f(key).or(default).filter(|c| *c > 0.0),
+            false => None,
+        };
+        let query_prescale = match family.query_scale {
+            QueryScale::HeadDim => None,
+            QueryScale::Gemma { layers_27b } if n_layer == layers_27b => {
+                Some(1.0 / ((hidden / n_head) as f32).sqrt())
+            }
+            QueryScale::Gemma { .. } => Some(1.0 / (head_dim as f32).sqrt()),
+        };
         let cfg = LlamaConfig {
             family,
             n_layer,
@@ -101,13 +147,75 @@ impl LlamaConfig {
             rms_eps: md("attention.layer_norm_rms_epsilon")
                 .and_then(|v| v.to_f32().map_err(Error::Candle))
                 .unwrap_or(1e-5) as f64,
-            rope_base: md("rope.freq_base")
-                .and_then(|v| v.to_f32().map_err(Error::Candle))
-                .unwrap_or(10_000.0),
+            rope_base,
+            rope_scale,
+            windows,
+            rope_base_swa,
+            rope_scale_swa,
+            attn_softcap: family
+                .attn_softcap
+                .and_then(|d| cap("attn_logit_softcapping", Some(d))),
+            final_softcap: cap("final_logit_softcapping", family.final_softcap),
+            query_prescale,
             context_length,
         };
         Ok((cfg, rope_dim))
     }
+}
+
+/// Which layers attend over a window, and its size: `attention.sliding_window`, and the
+/// pattern (`attention.sliding_window_pattern`: a cycle length, or one flag per layer), as
+/// llama.cpp reads them.
+fn windows(
+    ct: &gguf_file::Content,
+    family: Family,
+    n_layer: usize,
+    path: &Path,
+) -> Result<Vec<Option<usize>>> {
+    let Some(sw) = family.sliding_window else {
+        return Ok(vec![None; n_layer]);
+    };
+    let key = |k: &str| ct.metadata.get(&format!("{}.{k}", family.arch));
+    let window = match key("attention.sliding_window") {
+        Some(v) => v.to_u32().map(|w| w as usize).map_err(|e| {
+            Error::model_file(
+                path,
+                format!("`attention.sliding_window`: {}", candle_message(&e)),
+            )
+        })?,
+        None => match sw.default_window {
+            Some(w) => w,
+            None => return Ok(vec![None; n_layer]),
+        },
+    };
+    if window == 0 {
+        return Ok(vec![None; n_layer]);
+    }
+    let flags: Vec<bool> = match key("attention.sliding_window_pattern") {
+        Some(candle_core::quantized::gguf_file::Value::Array(items)) => {
+            let flags: Vec<bool> = items.iter().map(|v| v.to_bool().unwrap_or(false)).collect();
+            if flags.len() != n_layer {
+                return Err(Error::model_file(
+                    path,
+                    format!(
+                        "a sliding-window pattern of {} layers for {n_layer}",
+                        flags.len()
+                    ),
+                ));
+            }
+            flags
+        }
+        other => {
+            let pattern = other
+                .and_then(|v| v.to_u32().ok())
+                .map_or(sw.pattern, |p| p as usize);
+            // llama.cpp's `set_swa_pattern`: in each cycle, every layer but the last.
+            (0..n_layer)
+                .map(|il| pattern == 0 || il % pattern < pattern - 1)
+                .collect()
+        }
+    };
+    Ok(flags.into_iter().map(|w| w.then_some(window)).collect())
 }
 
 /// The widths a layer's tensors follow.
@@ -190,6 +298,10 @@ fn check_shapes(
         if family.qk_norm {
             expect(&name("attn_q_norm"), &[head])?;
             expect(&name("attn_k_norm"), &[head])?;
+        }
+        if family.post_norms {
+            expect(&name("post_attention_norm"), &[hidden])?;
+            expect(&name("post_ffw_norm"), &[hidden])?;
         }
         let ff = match dims(&name("ffn_gate"))? {
             [ff, h] if *ff > 0 && *h == hidden => *ff,

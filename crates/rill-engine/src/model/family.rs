@@ -1,5 +1,6 @@
 //! Model families as descriptions of how their transformer block differs from llama's (issue
-//! 14). One block (`llama.rs`) executes every description, on our kernels (CPU) and on candle's
+//! 14): RoPE pairing, biases, q/k norms, the gate's activation, post-norms, the embedding
+//! scale, soft-caps, sliding windows and the query scale. One block (`llama.rs`) executes every description, on our kernels (CPU) and on candle's
 //! tensors (GPU); a family is not a copy of the block. llama.cpp's `src/models/<family>.cpp`
 //! show each graph; the fields below are what separates them.
 
@@ -13,8 +14,41 @@ pub enum RopeStyle {
     Neox,
 }
 
-/// What a family's block does beyond llama's.
+/// The feed-forward gate's activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `silu(gate) · up` (Llama, Qwen, Phi-3).
+    Silu,
+    /// `gelu(gate) · up` with GELU's tanh approximation (Gemma).
+    GeluTanh,
+}
+
+/// Which layers attend over a sliding window of the last positions, and how (Gemma). A cycle of
+/// `pattern` layers has `pattern − 1` windowed layers, then one over the whole context, unless
+/// the file lists them (`attention.sliding_window_pattern`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlidingWindow {
+    pub pattern: usize,
+    /// The window when the file does not say (`attention.sliding_window`); `None`: without
+    /// the key, no layer is windowed (Gemma 3).
+    pub default_window: Option<usize>,
+    /// The windowed layers' RoPE when the file has no `rope.freq_base_swa`: `None`, the global
+    /// layers' base and scaling (Gemma 2); else this base, unscaled (Gemma 3's 10,000).
+    pub default_base: Option<f32>,
+}
+
+/// How the queries are scaled before their dot products with the keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueryScale {
+    /// `1/√head_dim`.
+    HeadDim,
+    /// Gemma's: `1/√(width / heads)` for the 27B (as llama.cpp tells it: by its layer count),
+    /// `1/√head_dim` otherwise; applied to the queries before the scores.
+    Gemma { layers_27b: usize },
+}
+
+/// What a family's block does beyond llama's.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Family {
     /// `general.architecture`, which also prefixes its metadata keys.
     pub arch: &'static str,
@@ -22,8 +56,28 @@ pub struct Family {
     /// `attn_q.bias`, `attn_k.bias`, `attn_v.bias` are added after the projections (Qwen2).
     pub qkv_bias: bool,
     /// Each head's query and key are RMS-normalised before RoPE (`attn_q_norm`,
-    /// `attn_k_norm`; Qwen3).
+    /// `attn_k_norm`; Qwen3, Gemma 3).
     pub qk_norm: bool,
+    pub activation: Activation,
+    /// The attention's and the feed-forward's outputs are RMS-normalised before their residual
+    /// adds (`attn_post_norm`, `ffn_post_norm`; Gemma).
+    pub post_norms: bool,
+    /// The embeddings are multiplied by `√width` (Gemma).
+    pub embed_scale: bool,
+    /// Attention scores are soft-capped, `c · tanh(s / c)`, with `c` from the file's
+    /// `attn_logit_softcapping`, this when it has none (Gemma 2: 50).
+    pub attn_softcap: Option<f32>,
+    /// The logits are soft-capped likewise: `final_logit_softcapping`, this when the file has
+    /// none (Gemma 2: 30). Gemma 3 caps them only when its file says.
+    pub final_softcap: Option<f32>,
+    /// Whether the file's soft-capping keys are read at all (the Gemmas).
+    pub softcap_keys: bool,
+    pub sliding_window: Option<SlidingWindow>,
+    pub query_scale: QueryScale,
+    /// Attention weights rounded to f16 before they weigh the values, as llama.cpp does
+    /// (`attention::Scores::f16_weights`): every family but llama, whose answers stay as
+    /// they were before the families came.
+    pub f16_weights: bool,
 }
 
 const LLAMA: Family = Family {
@@ -31,6 +85,35 @@ const LLAMA: Family = Family {
     rope: RopeStyle::Normal,
     qkv_bias: false,
     qk_norm: false,
+    activation: Activation::Silu,
+    post_norms: false,
+    embed_scale: false,
+    attn_softcap: None,
+    final_softcap: None,
+    softcap_keys: false,
+    sliding_window: None,
+    query_scale: QueryScale::HeadDim,
+    f16_weights: false,
+};
+
+/// Gemma's block: GELU, post-norms, √width embeddings, NEOX, queries pre-scaled.
+const GEMMA: Family = Family {
+    arch: "gemma2",
+    rope: RopeStyle::Neox,
+    activation: Activation::GeluTanh,
+    post_norms: true,
+    embed_scale: true,
+    attn_softcap: Some(50.0),
+    final_softcap: Some(30.0),
+    softcap_keys: true,
+    sliding_window: Some(SlidingWindow {
+        pattern: 2,
+        default_window: Some(4096),
+        default_base: None,
+    }),
+    query_scale: QueryScale::Gemma { layers_27b: 46 },
+    f16_weights: true,
+    ..LLAMA
 };
 
 /// The families Rill runs, by `general.architecture`.
@@ -46,6 +129,7 @@ pub const FAMILIES: &[Family] = &[
         arch: "qwen2",
         rope: RopeStyle::Neox,
         qkv_bias: true,
+        f16_weights: true,
         ..LLAMA
     },
     // Qwen3 dense: per-head q/k norms, NEOX, no biases.
@@ -53,7 +137,26 @@ pub const FAMILIES: &[Family] = &[
         arch: "qwen3",
         rope: RopeStyle::Neox,
         qk_norm: true,
+        f16_weights: true,
         ..LLAMA
+    },
+    // Gemma 2: attention and final-logit soft-capping, a 4,096-position window on every other
+    // layer.
+    GEMMA,
+    // Gemma 3 (1B, and the text model of 4B/12B/27B): q/k norms, five windowed layers to one
+    // global, the windowed ones with a RoPE base of their own.
+    Family {
+        arch: "gemma3",
+        qk_norm: true,
+        attn_softcap: None,
+        final_softcap: None,
+        sliding_window: Some(SlidingWindow {
+            pattern: 6,
+            default_window: None,
+            default_base: Some(10_000.0),
+        }),
+        query_scale: QueryScale::Gemma { layers_27b: 62 },
+        ..GEMMA
     },
 ];
 

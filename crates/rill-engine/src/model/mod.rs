@@ -8,10 +8,13 @@
 
 pub mod attention;
 mod config;
+mod device;
 pub mod family;
 pub mod gguf;
+mod kv;
 pub mod llama;
 mod ops;
+mod parts;
 
 use std::fs::File;
 use std::io::{BufReader, Read};

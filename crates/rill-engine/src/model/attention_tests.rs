@@ -1,0 +1,326 @@
+//! Tests of our attention (`attention.rs`): every path against the definition, and the bits a
+//! query gets in any step, alone or beside others.
+
+use super::*;
+use crate::kernels::tests::Lcg;
+
+fn cache(rng: &mut Lcg, positions: usize, width: usize) -> LayerKv {
+    let mut f = |n| rng.vec(n).into_iter().map(f16::from_f32).collect();
+    LayerKv {
+        k: f(positions * width),
+        v: f(positions * width),
+    }
+}
+
+/// softmax(cap(q·kᵀ·scale))·v over the window before key `n_keys` in f64, straight from
+/// the definition.
+fn reference(
+    shape: Shape,
+    how: Scores,
+    q: &[f32],
+    kv: &LayerKv,
+    head: usize,
+    n_keys: usize,
+) -> Vec<f64> {
+    let hd = shape.head_dim;
+    let g = head / (shape.n_head / shape.n_kv_head);
+    let first = how.window.map_or(0, |w| n_keys.saturating_sub(w));
+    let at = |x: &[f16], j: usize| x[(first + j) * shape.kv_width() + g * hd..][..hd].to_vec();
+    let n_keys = n_keys - first;
+    let s: Vec<f64> = (0..n_keys)
+        .map(|j| {
+            let k = at(&kv.k, j);
+            let s = q
+                .iter()
+                .zip(&k)
+                .map(|(a, b)| *a as f64 * b.to_f64())
+                .sum::<f64>()
+                * how.scale as f64;
+            match how.softcap {
+                Some(c) => c as f64 * (s / c as f64).tanh(),
+                None => s,
+            }
+        })
+        .collect();
+    let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mut e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
+    let mut sum: f64 = e.iter().sum();
+    if how.f16_weights {
+        e.iter_mut()
+            .for_each(|x| *x = f16::from_f64(*x / sum).to_f64());
+        sum = 1.0;
+    }
+    (0..hd)
+        .map(|c| {
+            (0..n_keys)
+                .map(|j| e[j] * at(&kv.v, j)[c].to_f64())
+                .sum::<f64>()
+                / sum
+        })
+        .collect()
+}
+
+#[test]
+fn every_path_equals_the_definition() {
+    let mut rng = Lcg(7);
+    // Head sizes: this model's 64 (three query heads per KV head), 24 (not a multiple of 32;
+    // one head per KV head), 32 with eight heads on one KV head (two passes of four), 16
+    // with two, 40 with seven (four and three), and 20 (scalar only).
+    for (hd, n_head, n_kv) in [
+        (64, 9, 3),
+        (24, 4, 4),
+        (32, 8, 1),
+        (16, 6, 3),
+        (40, 7, 1),
+        (20, 2, 1),
+    ] {
+        let shape = Shape {
+            n_head,
+            n_kv_head: n_kv,
+            head_dim: hd,
+        };
+        // Ragged lengths: under and over a vector, and long enough to go to the pool.
+        for (pos, t) in [(0, 1), (6, 3), (8, 1), (300, 5), (2000, 2)] {
+            let kv = cache(&mut rng, pos + t, shape.kv_width());
+            let q = rng.vec(t * n_head * hd);
+            let spans = [Span { t, pos, kv: &kv }];
+            // Llama's scores, and Gemma 2's: unscaled (the queries were), soft-capped at a
+            // cap the scores reach, over a window shorter and longer than the context.
+            let gemma = |window| Scores {
+                scale: 1.0,
+                softcap: Some(0.5),
+                window: Some(window),
+                f16_weights: true,
+            };
+            for how in [Scores::standard(hd), gemma(4), gemma(500)] {
+                for isa in crate::kernels::Isa::available() {
+                    let mut out = vec![0f32; t * n_head * hd];
+                    attend(shape, how, &q, n_head * hd, &spans, &mut out, isa);
+                    for (c, y) in out.chunks_exact(hd).enumerate() {
+                        let (i, head) = (c / n_head, c % n_head);
+                        let q = &q[c * hd..][..hd];
+                        let want = reference(shape, how, q, &kv, head, pos + i + 1);
+                        // f16 weights: ours and the f64 definition's can round to
+                        // neighbouring halves (2⁻¹¹ apart, relative).
+                        let tol = if how.f16_weights { 1e-3 } else { 1e-5 };
+                        for (a, b) in y.iter().zip(&want) {
+                            assert!(
+                                (*a as f64 - b).abs() < tol,
+                                "{isa:?} {how:?} hd {hd} pos {pos} row {i} head {head}: \
+                                 {a} vs {b}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_query_gives_the_same_bits_in_any_step() {
+    // The same 12 rows of one sequence run as one step, as steps of 5, and one by one, and
+    // beside another sequence: each row's output is identical.
+    let mut rng = Lcg(11);
+    let shape = Shape {
+        n_head: 9,
+        n_kv_head: 3,
+        head_dim: 64,
+    };
+    let (pos, rows, qw) = (700, 12, 9 * 64);
+    let kv = cache(&mut rng, pos + rows, shape.kv_width());
+    let other = cache(&mut rng, 40, shape.kv_width());
+    let q = rng.vec(rows * qw);
+    for isa in crate::kernels::Isa::available() {
+        let run = |from: usize, t: usize, beside: bool| {
+            let mut spans = Vec::new();
+            let mut qs = Vec::new();
+            if beside {
+                spans.push(Span {
+                    t: 1,
+                    pos: 39,
+                    kv: &other,
+                });
+                qs.extend(rng_free_row(qw));
+            }
+            spans.push(Span {
+                t,
+                pos: pos + from,
+                kv: &kv,
+            });
+            qs.extend_from_slice(&q[from * qw..(from + t) * qw]);
+            let mut out = vec![0f32; qs.len()];
+            attend(
+                shape,
+                Scores::standard(shape.head_dim),
+                &qs,
+                qw,
+                &spans,
+                &mut out,
+                isa,
+            );
+            out[out.len() - t * qw..].to_vec()
+        };
+        let whole = run(0, rows, false);
+        let mut fives = Vec::new();
+        for from in (0..rows).step_by(5) {
+            fives.extend(run(from, 5.min(rows - from), false));
+        }
+        let singles: Vec<f32> = (0..rows).flat_map(|i| run(i, 1, i % 2 == 0)).collect();
+        assert!(
+            whole == fives && whole == singles,
+            "{isa:?}: a row depends on its step"
+        );
+    }
+}
+
+/// The heads of a KV group share their passes over its keys and values; each head's output
+/// is the same, bit for bit, as when it runs alone.
+#[test]
+fn a_head_gives_the_same_bits_alone_and_in_its_group() {
+    let mut rng = Lcg(17);
+    for (hd, n_head, n_kv) in [(64, 9, 3), (32, 8, 1), (40, 7, 1), (16, 6, 3)] {
+        let shape = Shape {
+            n_head,
+            n_kv_head: n_kv,
+            head_dim: hd,
+        };
+        let alone = Shape {
+            n_head: 1,
+            n_kv_head: 1,
+            head_dim: hd,
+        };
+        let per_group = n_head / n_kv;
+        for n_keys in [1, 2, 5, 37] {
+            let kv = cache(&mut rng, n_keys, shape.kv_width());
+            let q = rng.vec(n_head * hd);
+            let spans = [Span {
+                t: 1,
+                pos: n_keys - 1,
+                kv: &kv,
+            }];
+            for isa in crate::kernels::Isa::available() {
+                let mut together = vec![0f32; n_head * hd];
+                attend(
+                    shape,
+                    Scores::standard(hd),
+                    &q,
+                    n_head * hd,
+                    &spans,
+                    &mut together,
+                    isa,
+                );
+                for head in 0..n_head {
+                    // A cache of this head's KV head only.
+                    let g = head / per_group;
+                    let own = |x: &[f16]| -> Vec<f16> {
+                        x.chunks_exact(shape.kv_width())
+                            .flat_map(|row| row[g * hd..(g + 1) * hd].to_vec())
+                            .collect()
+                    };
+                    let kv1 = LayerKv {
+                        k: own(&kv.k),
+                        v: own(&kv.v),
+                    };
+                    let span = [Span {
+                        t: 1,
+                        pos: n_keys - 1,
+                        kv: &kv1,
+                    }];
+                    let mut y = vec![0f32; hd];
+                    attend(
+                        alone,
+                        Scores::standard(hd),
+                        &q[head * hd..][..hd],
+                        hd,
+                        &span,
+                        &mut y,
+                        isa,
+                    );
+                    assert!(
+                        y == together[head * hd..][..hd],
+                        "{isa:?} hd {hd} {n_head}/{n_kv} heads, {n_keys} keys: head {head}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn rng_free_row(n: usize) -> Vec<f32> {
+    (0..n).map(|i| (i as f32 * 0.37).sin()).collect()
+}
+
+#[test]
+fn rope_rotates_like_candle() {
+    for neox in [false, true] {
+        rope_rotates_like_candles(neox);
+    }
+}
+
+fn rope_rotates_like_candles(neox: bool) {
+    let mut rng = Lcg(3);
+    let (t, heads, hd, pos, pairs) = (3, 2, 8, 5, 4);
+    let cos: Vec<f32> = (0..(pos + t) * pairs)
+        .map(|i| (i as f32 * 0.1).cos())
+        .collect();
+    let sin: Vec<f32> = (0..(pos + t) * pairs)
+        .map(|i| (i as f32 * 0.1).sin())
+        .collect();
+    let rope = Rope {
+        cos: cos.clone(),
+        sin: sin.clone(),
+        pairs,
+        neox,
+    };
+    let x = rng.vec(t * heads * hd);
+    let mut ours = x.clone();
+    for (i, row) in ours.chunks_exact_mut(heads * hd).enumerate() {
+        rope.apply(row, hd, pos + i);
+    }
+    let dev = candle_core::Device::Cpu;
+    let table =
+        |v: &[f32]| candle_core::Tensor::from_slice(&v[pos * pairs..], (t, pairs), &dev).unwrap();
+    let xt = candle_core::Tensor::from_slice(&x, (1, t, heads, hd), &dev)
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap()
+        .contiguous()
+        .unwrap();
+    let rotate = match neox {
+        true => candle_nn::rotary_emb::rope,
+        false => candle_nn::rotary_emb::rope_i,
+    };
+    let theirs = rotate(&xt, &table(&cos), &table(&sin))
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    assert_eq!(ours, theirs);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_vector_exp_is_within_an_ulp() {
+    if !crate::kernels::Isa::detect().avx2() {
+        return;
+    }
+    let xs: Vec<f32> = (0..20_000).map(|i| -90.0 + i as f32 * 0.0045).collect();
+    let mut ys = xs.clone();
+    let max = 0.0f32;
+    ys.push(max);
+    // SAFETY: AVX2, FMA and F16C were detected above.
+    unsafe { avx2::exp_in_place(&mut ys) };
+    for (x, y) in xs.iter().zip(&ys) {
+        let want = (*x as f64).exp();
+        if want < f32::MIN_POSITIVE as f64 * 4.0 {
+            assert!(*y < 1e-36, "e^{x}: {y}");
+            continue;
+        }
+        let ulp = f32::EPSILON as f64 * want;
+        assert!((*y as f64 - want).abs() <= ulp, "e^{x}: {y} vs {want}");
+    }
+}

@@ -1,0 +1,161 @@
+//! The weights a block is made of, each runnable on our kernels (CPU, plain host buffers) or
+//! on candle's tensors (GPUs): linear layers, groups of them that read the same input, RMS
+//! norms, the embedding table, q/k/v biases.
+
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+use candle_transformers::quantized_nn::RmsNorm;
+
+use super::ops;
+use crate::error::Result;
+
+/// A linear layer: our kernels where they run the format (CPU; Q4_0, Q4_1, Q5_0, Q8_0, Q4_K,
+/// Q6_K), else candle's.
+pub(super) enum Linear {
+    Ours(crate::kernels::QLinear),
+    Candle(QMatMul),
+}
+
+impl Linear {
+    /// Our kernels when `host` (a CPU model on Rill's own path) and they read the format.
+    pub(super) fn new(t: QTensor, host: bool) -> Result<Linear> {
+        if host {
+            if let Some(l) =
+                crate::kernels::QLinear::from_qtensor(&t, crate::kernels::Isa::detect())
+            {
+                return Ok(Linear::Ours(l));
+            }
+        }
+        Ok(Linear::Candle(QMatMul::from_qtensor(t)?))
+    }
+
+    pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(match self {
+            Linear::Ours(l) => l.forward(x)?,
+            Linear::Candle(m) => m.forward(x)?,
+        })
+    }
+
+    /// `x · wᵀ` for `m` row-major rows on the host.
+    pub(super) fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        Ok(match self {
+            Linear::Ours(l) => l.product(x, m),
+            Linear::Candle(q) => {
+                let x = Tensor::from_slice(x, (m, x.len() / m.max(1)), &Device::Cpu)?;
+                q.forward(&x)?
+                    .to_dtype(DType::F32)?
+                    .flatten_all()?
+                    .to_vec1()?
+            }
+        })
+    }
+}
+
+/// An RMS norm's weights: candle's module (GPU) and the same weights on the host.
+pub(super) struct Norm {
+    pub(super) candle: RmsNorm,
+    pub(super) weight: Vec<f32>,
+    pub(super) eps: f32,
+}
+
+impl Norm {
+    /// The host copy is only made for a CPU model (`host`).
+    pub(super) fn new(t: QTensor, eps: f64, host: bool) -> Result<Norm> {
+        let weight = match host {
+            true => t.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1()?,
+            false => Vec::new(),
+        };
+        Ok(Norm {
+            candle: RmsNorm::from_qtensor(t, eps)?,
+            weight,
+            eps: eps as f32,
+        })
+    }
+
+    pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(self.candle.forward(x)?)
+    }
+
+    pub(super) fn forward_host(&self, x: &[f32]) -> Vec<f32> {
+        let mut out = vec![0f32; x.len()];
+        ops::rms_norm(x, &self.weight, self.eps, &mut out);
+        out
+    }
+}
+
+/// The token embedding table.
+pub(super) enum Embedding {
+    /// In f32 (formats our kernels do not read, GPUs).
+    Table(Tensor),
+    /// Quantised, rows dequantised on lookup.
+    Quantized(crate::kernels::QLinear),
+    /// The output projection's matrix, rows dequantised on lookup.
+    Tied,
+}
+
+/// Linear layers that read the same input (q, k, v; gate, up): one stacked matmul when our
+/// kernels take them all, else each on its own.
+pub(super) enum Group {
+    Stacked(crate::kernels::QLinear, Vec<usize>),
+    Apart(Vec<Linear>),
+}
+
+impl Group {
+    pub(super) fn new(parts: Vec<QTensor>, host: bool) -> Result<Group> {
+        if host {
+            let isa = crate::kernels::Isa::detect();
+            let ours: Option<Vec<_>> = parts
+                .iter()
+                .map(|t| crate::kernels::QLinear::from_qtensor(t, isa))
+                .collect();
+            if let Some(ours) = ours {
+                let widths = ours.iter().map(|l| l.n_out()).collect();
+                if let Some(stacked) = crate::kernels::QLinear::stack(ours) {
+                    return Ok(Group::Stacked(stacked, widths));
+                }
+            }
+        }
+        Ok(Group::Apart(
+            parts
+                .into_iter()
+                .map(|t| Linear::new(t, host))
+                .collect::<Result<_>>()?,
+        ))
+    }
+
+    pub(super) fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
+        Ok(match self {
+            Group::Stacked(l, widths) => l.forward_parts(x, widths)?,
+            Group::Apart(ls) => ls.iter().map(|l| l.forward(x)).collect::<Result<_>>()?,
+        })
+    }
+
+    /// The outputs side by side for `m` rows on the host, row-major (`[rows][q | k | v]`).
+    pub(super) fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        match self {
+            Group::Stacked(l, _) => Ok(l.product(x, m)),
+            Group::Apart(ls) => {
+                let parts = ls
+                    .iter()
+                    .map(|l| l.forward_host(x, m))
+                    .collect::<Result<Vec<_>>>()?;
+                let mut out = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+                for r in 0..m {
+                    for p in &parts {
+                        let w = p.len() / m.max(1);
+                        out.extend_from_slice(&p[r * w..(r + 1) * w]);
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// The q/k/v biases of a layer (Qwen2): `[q | k | v]` on the host, one tensor each for candle.
+pub(super) struct Bias {
+    pub(super) host: Vec<f32>,
+    pub(super) q: Tensor,
+    pub(super) k: Tensor,
+    pub(super) v: Tensor,
+}
