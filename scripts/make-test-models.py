@@ -29,6 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # layer. Widths are multiples of 32 so every 2-D weight quantises to Q4_0 and Q8_0.
 HIDDEN, LAYERS, HEADS, KV_HEADS, FF = 128, 2, 4, 2, 352
 
+# Phi-3's own tokens after the SentencePiece vocabulary, at its ids (32000-32010; the
+# placeholders are there as in the real files).
+PHI3_TOKENS = ["<|endoftext|>", "<|assistant|>", "<|placeholder1|>", "<|placeholder2|>",
+               "<|placeholder3|>", "<|placeholder4|>", "<|system|>", "<|end|>",
+               "<|placeholder5|>", "<|placeholder6|>", "<|user|>"]
+
 # A window short enough that the teacher-forced text (70 tokens) and the candle-path test (24)
 # run past it on the windowed layers.
 WINDOW = 8
@@ -57,6 +63,15 @@ FAMILIES = {
                    post_norm=1.0,
                    keys={"attention.sliding_window": WINDOW, "rope.scaling.type": "linear",
                          "rope.scaling.factor": 8.0}),
+    # Phi-3/Phi-4-mini: fused qkv and gate-up, NEOX RoPE over 24 of each head's 32 dimensions
+    # (Phi-4-mini's partial rotary), and a long-context file's RoPE factors: an original
+    # context of 512 that both engines run past, so both pick the long factors, and their
+    # attention factor, √(1 + ln 8 / ln 512) as the converter writes it for an 8x extension.
+    "phi3": dict(vocab="llama-spm", template="microsoft-Phi-3.5-mini-instruct.jinja", head_dim=32,
+                 rope_dim=24, rope_base=10_000.0, qkv_bias=False, qk_norm=False, fused=True,
+                 rope_factors=True, extra_tokens=PHI3_TOKENS,
+                 keys={"rope.scaling.original_context_length": 512,
+                       "rope.scaling.attn_factor": float(np.sqrt(1 + np.log(8) / np.log(512)))}),
 }
 
 
@@ -66,8 +81,9 @@ def assets() -> Path:
     return Path(out.stdout.strip())
 
 
-def copy_tokenizer(writer: gguf.GGUFWriter, vocab_file: Path):
-    """Every `tokenizer.*` key of llama.cpp's vocab-only file, as it is."""
+def copy_tokenizer(writer: gguf.GGUFWriter, vocab_file: Path, extra=()):
+    """Every `tokenizer.*` key of llama.cpp's vocab-only file, as it is, with `extra` control
+    tokens appended."""
     reader = gguf.GGUFReader(vocab_file)
     for name, field in reader.fields.items():
         if not name.startswith("tokenizer.") or name == "tokenizer.chat_template":
@@ -79,12 +95,18 @@ def copy_tokenizer(writer: gguf.GGUFWriter, vocab_file: Path):
                 values = [bytes(field.parts[i]).decode("utf-8", "surrogateescape") for i in field.data]
             else:
                 values = [field.parts[i].tolist()[0] for i in field.data]
+            if extra and name == "tokenizer.ggml.tokens":
+                values += list(extra)
+            elif extra and name == "tokenizer.ggml.scores":
+                values += [0.0] * len(extra)
+            elif extra and name == "tokenizer.ggml.token_type":
+                values += [int(gguf.TokenType.CONTROL)] * len(extra)
             writer.add_array(name, values)
         elif kind == gguf.GGUFValueType.STRING:
             writer.add_string(name, bytes(field.parts[field.data[0]]).decode())
         else:
             writer.add_key_value(name, field.parts[field.data[0]].tolist()[0], kind)
-    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data) + len(extra)
     return n_vocab
 
 
@@ -94,7 +116,8 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, out: Path, 
     tmp = path.with_suffix(".partial")
     w = gguf.GGUFWriter(str(tmp), family)
     w.add_name(f"{family} test model (random weights)")
-    n_vocab = copy_tokenizer(w, models / f"ggml-vocab-{spec['vocab']}.gguf")
+    n_vocab = copy_tokenizer(w, models / f"ggml-vocab-{spec['vocab']}.gguf",
+                             spec.get("extra_tokens", ()))
     w.add_chat_template((models / "templates" / spec["template"]).read_text(encoding="utf-8"))
     hd = spec["head_dim"]
     layers = spec.get("layers", LAYERS)
@@ -107,7 +130,8 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, out: Path, 
     w.add_head_count_kv(KV_HEADS)
     w.add_key_length(hd)
     w.add_value_length(hd)
-    w.add_rope_dimension_count(hd)
+    rope_dim = spec.get("rope_dim", hd)
+    w.add_rope_dimension_count(rope_dim)
     w.add_rope_freq_base(spec["rope_base"])
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(int(qtype))
@@ -123,9 +147,11 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, out: Path, 
     def normal(shape, std):
         return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
 
-    def matrix(name, rows, cols, std):
-        data = normal((rows, cols), std)
+    def quantized(name, data):
         w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+
+    def matrix(name, rows, cols, std):
+        quantized(name, normal((rows, cols), std))
 
     def vector(name, n, mean, std):
         w.add_tensor(name, (np.float32(mean) + normal((n,), std)).astype(np.float32))
@@ -146,6 +172,14 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, out: Path, 
         matrix("output.weight", n_vocab, HIDDEN, 3.5 / np.sqrt(HIDDEN))
         vector("output_norm.weight", HIDDEN, 1.0, 0.1)
     q_width, kv_width = HEADS * hd, KV_HEADS * hd
+    if spec.get("rope_factors"):
+        # Per-pair divisors of the RoPE frequencies, as Phi-3's long-context files carry them:
+        # the long ones spread over 1-8, the short ones near 1.
+        w.add_tensor("rope_factors_long.weight",
+                     rng.uniform(1.0, 8.0, rope_dim // 2).astype(np.float32))
+        w.add_tensor("rope_factors_short.weight",
+                     rng.uniform(1.0, 1.5, rope_dim // 2).astype(np.float32))
+    fused = spec.get("fused", False)
     for i in range(layers):
         p = f"blk.{i}"
         vector(f"{p}.attn_norm.weight", HIDDEN, 1.0, 0.1)
@@ -154,9 +188,15 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, out: Path, 
             post = spec["post_norm"]
             vector(f"{p}.post_attention_norm.weight", HIDDEN, post, 0.1 * post)
             vector(f"{p}.post_ffw_norm.weight", HIDDEN, post, 0.1 * post)
-        matrix(f"{p}.attn_q.weight", q_width, HIDDEN, 1.5 / np.sqrt(HIDDEN))
-        matrix(f"{p}.attn_k.weight", kv_width, HIDDEN, 1.5 / np.sqrt(HIDDEN))
-        matrix(f"{p}.attn_v.weight", kv_width, HIDDEN, 1.0 / np.sqrt(HIDDEN))
+        q = normal((q_width, HIDDEN), 1.5 / np.sqrt(HIDDEN))
+        k = normal((kv_width, HIDDEN), 1.5 / np.sqrt(HIDDEN))
+        v = normal((kv_width, HIDDEN), 1.0 / np.sqrt(HIDDEN))
+        if fused:
+            quantized(f"{p}.attn_qkv.weight", np.concatenate([q, k, v]))
+        else:
+            quantized(f"{p}.attn_q.weight", q)
+            quantized(f"{p}.attn_k.weight", k)
+            quantized(f"{p}.attn_v.weight", v)
         matrix(f"{p}.attn_output.weight", HIDDEN, q_width, 1.0 / np.sqrt(q_width))
         if spec["qkv_bias"]:
             vector(f"{p}.attn_q.bias", q_width, 0.0, 0.5)
@@ -165,8 +205,14 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, out: Path, 
         if spec["qk_norm"]:
             vector(f"{p}.attn_q_norm.weight", hd, 1.0, 0.2)
             vector(f"{p}.attn_k_norm.weight", hd, 1.0, 0.2)
-        matrix(f"{p}.ffn_gate.weight", FF, HIDDEN, 1.0 / np.sqrt(HIDDEN))
-        matrix(f"{p}.ffn_up.weight", FF, HIDDEN, 1.0 / np.sqrt(HIDDEN))
+        gate = normal((FF, HIDDEN), 1.0 / np.sqrt(HIDDEN))
+        up = normal((FF, HIDDEN), 1.0 / np.sqrt(HIDDEN))
+        if fused:
+            # One tensor, the gate first.
+            quantized(f"{p}.ffn_up.weight", np.concatenate([gate, up]))
+        else:
+            quantized(f"{p}.ffn_gate.weight", gate)
+            quantized(f"{p}.ffn_up.weight", up)
         matrix(f"{p}.ffn_down.weight", HIDDEN, FF, 1.0 / np.sqrt(FF))
     w.write_header_to_file()
     w.write_kv_data_to_file()

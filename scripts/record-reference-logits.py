@@ -28,7 +28,13 @@ from llama_cpp import Llama
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "crates/rill-engine/tests/fixtures/reference"
 TOP = 64
-PROMPT = "<|im_start|>user\nWrite a short poem about the sea, the wind and the ships that sail at night.<|im_end|>\n<|im_start|>assistant\n"
+QUESTION = "Write a short poem about the sea, the wind and the ships that sail at night."
+# The chat text's turn markers: ChatML's (plain text where the vocabulary lacks them), and
+# Phi-3's own, whose special tokens take the whitespace after them in llama.cpp's tokenizer.
+PROMPTS = {
+    "phi3": f"<|user|>\n{QUESTION}<|end|>\n<|assistant|>\n",
+}
+CHATML = f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
 ANSWER = ("The sea is wide and the wind is strong, and every wave sings a song of long ago. "
           "The ships go out when the stars are bright, their lanterns swinging through the night, "
           "and sailors dream of home.")
@@ -44,6 +50,7 @@ def sha256(path: Path) -> str:
 
 def record(path: Path) -> dict:
     m = Llama(model_path=str(path), n_ctx=1024, logits_all=True, n_threads=2, seed=0, verbose=False)
+    PROMPT = PROMPTS.get(m.metadata.get("general.architecture"), CHATML)
     prompt = m.tokenize(PROMPT.encode(), add_bos=False, special=True)
     tokens = m.tokenize((PROMPT + ANSWER).encode(), add_bos=False, special=True)
     assert len(tokens) >= 65, f"{path.name}: only {len(tokens)} tokens"

@@ -35,6 +35,13 @@ pub struct LlamaConfig {
     /// Queries are multiplied by this before their scores (instead of scaling the scores by
     /// `1/√head_dim`).
     pub query_prescale: Option<f32>,
+    /// RoPE's cos and sin are multiplied by this (`rope.scaling.attn_factor`: Phi-3's long
+    /// context models), so the rotated part of each score by its square.
+    pub rope_attn_factor: f32,
+    /// Which per-pair RoPE frequency divisors apply, if the file has them: `rope_freqs`
+    /// (Llama 3.1), else Phi-3's `rope_factors_long` when this engine's context runs past the
+    /// trained one (`rope.scaling.original_context_length`), `rope_factors_short` otherwise.
+    pub rope_factors: Option<String>,
     /// Positions the model can attend over in this engine (the trained context, possibly capped).
     pub context_length: usize,
 }
@@ -104,6 +111,7 @@ impl LlamaConfig {
                 kv: n_kv_head * head_dim,
                 head: head_dim,
             },
+            rope_dim,
         )?;
         let f = |key: &str| md(key).ok().and_then(|v| v.to_f32().ok());
         let rope_base = f("rope.freq_base").unwrap_or(10_000.0);
@@ -132,6 +140,7 @@ impl LlamaConfig {
         };
         let query_prescale = match family.query_scale {
             QueryScale::HeadDim => None,
+            QueryScale::QueriesByHeadDim => Some(1.0 / (head_dim as f32).sqrt()),
             QueryScale::Gemma { layers_27b } if n_layer == layers_27b => {
                 Some(1.0 / ((hidden / n_head) as f32).sqrt())
             }
@@ -157,10 +166,31 @@ impl LlamaConfig {
                 .and_then(|d| cap("attn_logit_softcapping", Some(d))),
             final_softcap: cap("final_logit_softcapping", family.final_softcap),
             query_prescale,
+            rope_attn_factor: f("rope.scaling.attn_factor")
+                .filter(|a| a.is_finite() && *a > 0.0)
+                .unwrap_or(1.0),
+            rope_factors: rope_factors(
+                ct,
+                context_length,
+                md("rope.scaling.original_context_length")
+                    .ok()
+                    .and_then(|v| v.to_u32().ok())
+                    .map_or(trained_ctx, |v| v as usize),
+            ),
             context_length,
         };
         Ok((cfg, rope_dim))
     }
+}
+
+/// The RoPE frequency factors' tensor a file has, as llama.cpp picks it: `rope_freqs`, else the
+/// long factors when the context is past the original one, else the short ones.
+fn rope_factors(ct: &gguf_file::Content, context: usize, original: usize) -> Option<String> {
+    let has = |n: &str| ct.tensor_infos.contains_key(n).then(|| n.to_string());
+    has("rope_freqs.weight").or_else(|| match context > original {
+        true => has("rope_factors_long.weight"),
+        false => has("rope_factors_short.weight"),
+    })
 }
 
 /// Which layers attend over a window, and its size: `attention.sliding_window`, and the
@@ -239,6 +269,7 @@ fn check_shapes(
     family: Family,
     n_layer: usize,
     widths: Widths,
+    rope_dim: usize,
 ) -> Result<()> {
     let Widths {
         hidden,
@@ -281,13 +312,23 @@ fn check_shapes(
     if n_layer == 0 {
         return Err(Error::model_file(path, "the model has no layers"));
     }
+    for factors in ["rope_freqs", "rope_factors_long", "rope_factors_short"] {
+        let name = format!("{factors}.weight");
+        if ct.tensor_infos.contains_key(&name) {
+            expect(&name, &[rope_dim / 2])?;
+        }
+    }
     for i in 0..n_layer {
         let name = |n: &str| format!("blk.{i}.{n}.weight");
         expect(&name("attn_norm"), &[hidden])?;
         expect(&name("ffn_norm"), &[hidden])?;
-        expect(&name("attn_q"), &[q_width, hidden])?;
-        expect(&name("attn_k"), &[kv_width, hidden])?;
-        expect(&name("attn_v"), &[kv_width, hidden])?;
+        if ct.tensor_infos.contains_key(&name("attn_qkv")) {
+            expect(&name("attn_qkv"), &[q_width + 2 * kv_width, hidden])?;
+        } else {
+            expect(&name("attn_q"), &[q_width, hidden])?;
+            expect(&name("attn_k"), &[kv_width, hidden])?;
+            expect(&name("attn_v"), &[kv_width, hidden])?;
+        }
         expect(&name("attn_output"), &[hidden, q_width])?;
         if family.qkv_bias {
             let bias = |n: &str| format!("blk.{i}.{n}.bias");
@@ -303,19 +344,28 @@ fn check_shapes(
             expect(&name("post_attention_norm"), &[hidden])?;
             expect(&name("post_ffw_norm"), &[hidden])?;
         }
-        let ff = match dims(&name("ffn_gate"))? {
-            [ff, h] if *ff > 0 && *h == hidden => *ff,
-            other => {
+        // The feed-forward width: from the gate, or with a fused gate-up from the down
+        // projection.
+        let first = match family.fused_gate_up {
+            true => "ffn_down",
+            false => "ffn_gate",
+        };
+        let ff = match (dims(&name(first))?, family.fused_gate_up) {
+            ([ff, h], false) | ([h, ff], true) if *ff > 0 && *h == hidden => *ff,
+            (other, _) => {
                 return Err(Error::model_file(
                     path,
                     format!(
                         "tensor `{}` has shape {other:?}; the width is {hidden}",
-                        name("ffn_gate")
+                        name(first)
                     ),
                 ))
             }
         };
-        expect(&name("ffn_up"), &[ff, hidden])?;
+        match family.fused_gate_up {
+            true => expect(&name("ffn_up"), &[2 * ff, hidden])?,
+            false => expect(&name("ffn_up"), &[ff, hidden])?,
+        }
         expect(&name("ffn_down"), &[hidden, ff])?;
     }
     Ok(())

@@ -115,8 +115,18 @@ impl Llama {
                     .transpose(1, 2)?
                     .contiguous()?)
             };
-            let qs = rotate(&heads(&q, n_head)?, cos, sin)?;
-            let ks = rotate(&heads(&k, n_kv)?, cos, sin)?;
+            // RoPE on the first `rope_dim` dimensions of each head (all but in partial
+            // rotary), the rest as they are.
+            let rope = |x: Tensor| -> Result<Tensor> {
+                if self.rope_dim == hd {
+                    return Ok(rotate(&x, cos, sin)?);
+                }
+                let turned = rotate(&x.narrow(3, 0, self.rope_dim)?.contiguous()?, cos, sin)?;
+                let kept = x.narrow(3, self.rope_dim, hd - self.rope_dim)?;
+                Ok(Tensor::cat(&[&turned, &kept], 3)?.contiguous()?)
+            };
+            let qs = rope(heads(&q, n_head)?)?;
+            let ks = rope(heads(&k, n_kv)?)?;
             let (ks, vs) = cache.append(li, &ks, &heads(&v, n_kv)?)?;
             // Grouped-query attention without copying K/V: the n_rep query heads that share
             // a KV head are consecutive, so [1, n_head, t, hd] is [1, n_kv, n_rep·t, hd].

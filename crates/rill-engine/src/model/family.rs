@@ -1,6 +1,6 @@
 //! Model families as descriptions of how their transformer block differs from llama's (issue
 //! 14): RoPE pairing, biases, q/k norms, the gate's activation, post-norms, the embedding
-//! scale, soft-caps, sliding windows and the query scale. One block (`llama.rs`) executes every description, on our kernels (CPU) and on candle's
+//! scale, soft-caps, sliding windows, the query scale and fused projections. One block (`llama.rs`) executes every description, on our kernels (CPU) and on candle's
 //! tensors (GPU); a family is not a copy of the block. llama.cpp's `src/models/<family>.cpp`
 //! show each graph; the fields below are what separates them.
 
@@ -40,8 +40,11 @@ pub struct SlidingWindow {
 /// How the queries are scaled before their dot products with the keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueryScale {
-    /// `1/√head_dim`.
+    /// `1/√head_dim`, on the scores.
     HeadDim,
+    /// `1/√head_dim`, on the queries before the scores (Phi-3: llama.cpp scales them there,
+    /// which decides where they are rounded to f16).
+    QueriesByHeadDim,
     /// Gemma's: `1/√(width / heads)` for the 27B (as llama.cpp tells it: by its layer count),
     /// `1/√head_dim` otherwise; applied to the queries before the scores.
     Gemma { layers_27b: usize },
@@ -74,10 +77,15 @@ pub struct Family {
     pub softcap_keys: bool,
     pub sliding_window: Option<SlidingWindow>,
     pub query_scale: QueryScale,
-    /// Attention weights rounded to f16 before they weigh the values, as llama.cpp does
-    /// (`attention::Scores::f16_weights`): every family but llama, whose answers stay as
-    /// they were before the families came.
-    pub f16_weights: bool,
+    /// Round as llama.cpp does where candle and llama.cpp differ, so that the answers are
+    /// llama.cpp's, not merely close: attention weights rounded to f16 before they weigh the
+    /// values (`attention::Scores::f16_weights`), RMS norms summed in f64 and scaled by the
+    /// inverse root (`ops::rms_norm_like_ggml`). Every family but llama and mistral, whose
+    /// answers stay bit for bit what they were before the families came.
+    pub llama_cpp_rounding: bool,
+    /// The gate and up projections are one tensor, `ffn_up` of twice the feed-forward width,
+    /// gate first (Phi-3). A fused `attn_qkv` is read wherever a file has one.
+    pub fused_gate_up: bool,
 }
 
 const LLAMA: Family = Family {
@@ -93,7 +101,8 @@ const LLAMA: Family = Family {
     softcap_keys: false,
     sliding_window: None,
     query_scale: QueryScale::HeadDim,
-    f16_weights: false,
+    llama_cpp_rounding: false,
+    fused_gate_up: false,
 };
 
 /// Gemma's block: GELU, post-norms, √width embeddings, NEOX, queries pre-scaled.
@@ -112,7 +121,7 @@ const GEMMA: Family = Family {
         default_base: None,
     }),
     query_scale: QueryScale::Gemma { layers_27b: 46 },
-    f16_weights: true,
+    llama_cpp_rounding: true,
     ..LLAMA
 };
 
@@ -129,7 +138,7 @@ pub const FAMILIES: &[Family] = &[
         arch: "qwen2",
         rope: RopeStyle::Neox,
         qkv_bias: true,
-        f16_weights: true,
+        llama_cpp_rounding: true,
         ..LLAMA
     },
     // Qwen3 dense: per-head q/k norms, NEOX, no biases.
@@ -137,7 +146,7 @@ pub const FAMILIES: &[Family] = &[
         arch: "qwen3",
         rope: RopeStyle::Neox,
         qk_norm: true,
-        f16_weights: true,
+        llama_cpp_rounding: true,
         ..LLAMA
     },
     // Gemma 2: attention and final-logit soft-capping, a 4,096-position window on every other
@@ -157,6 +166,16 @@ pub const FAMILIES: &[Family] = &[
         }),
         query_scale: QueryScale::Gemma { layers_27b: 62 },
         ..GEMMA
+    },
+    // Phi-3/3.5-mini, Phi-4-mini: fused qkv and gate-up, NEOX RoPE over part of each head,
+    // long/short RoPE factors (and their attention factor) where the file has them.
+    Family {
+        arch: "phi3",
+        rope: RopeStyle::Neox,
+        query_scale: QueryScale::QueriesByHeadDim,
+        llama_cpp_rounding: true,
+        fused_gate_up: true,
+        ..LLAMA
     },
 ];
 

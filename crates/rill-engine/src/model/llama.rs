@@ -60,23 +60,35 @@ pub struct Llama {
     pub(super) output: Linear,
     /// The global layers' RoPE table, then the windowed layers' where theirs differs (Gemma).
     pub(super) ropes: Vec<RopeTable>,
+    /// The dimensions of each head that RoPE rotates (the first; all of them but in Phi-4-mini's
+    /// partial rotary).
+    pub(super) rope_dim: usize,
     /// Rill's own forward pass on plain host buffers (CPU models), else candle's tensors.
     pub(super) host: bool,
     pub(super) device: Device,
 }
 
-/// The RoPE angles of every position for `base` and a position scale (`1`: none), on `device`
-/// and, when `host`, as our attention's table.
+/// The RoPE angles of every position for `base` and a position scale (`1`: none), each pair's
+/// frequency divided by its `factors` where the file has them, cos and sin multiplied by the
+/// file's attention factor; on `device` and, when `host`, as our attention's table.
 fn rope_table(
     cfg: &LlamaConfig,
     rope_dim: usize,
     (base, scale): (f32, f32),
+    factors: Option<&[f32]>,
     device: &Device,
     host: bool,
 ) -> Result<RopeTable> {
     let inv_freq: Vec<f32> = (0..rope_dim)
         .step_by(2)
-        .map(|i| 1f32 / base.powf(i as f32 / rope_dim as f32))
+        .enumerate()
+        .map(|(pair, i)| {
+            let f = 1f32 / base.powf(i as f32 / rope_dim as f32);
+            match factors {
+                Some(by) => f / by[pair],
+                None => f,
+            }
+        })
         .collect();
     let n = inv_freq.len();
     let inv_freq = Tensor::from_vec(inv_freq, (1, n), device)?;
@@ -87,7 +99,11 @@ fn rope_table(
         pos = (pos * scale as f64)?;
     }
     let freqs = pos.matmul(&inv_freq)?;
-    let (cos, sin) = (freqs.cos()?, freqs.sin()?);
+    let (mut cos, mut sin) = (freqs.cos()?, freqs.sin()?);
+    if cfg.rope_attn_factor != 1.0 {
+        let a = cfg.rope_attn_factor as f64;
+        (cos, sin) = ((cos * a)?, (sin * a)?);
+    }
     let host = match host {
         true => Some(Rope {
             cos: cos.flatten_all()?.to_vec1()?,
@@ -119,18 +135,36 @@ impl Llama {
             && compute == super::Compute::Ours
             && rope_dim <= cfg.head_dim
             && rope_dim % 2 == 0;
-        let global = (cfg.rope_base, cfg.rope_scale);
-        let windowed = (cfg.rope_base_swa, cfg.rope_scale_swa);
-        let mut ropes = vec![rope_table(&cfg, rope_dim, global, device, host)?];
-        if windowed != global && cfg.windows.iter().any(Option::is_some) {
-            ropes.push(rope_table(&cfg, rope_dim, windowed, device, host)?);
-        }
-
         let mut tensor = |name: &str| -> Result<QTensor> {
             ct.tensor(reader, name, device).map_err(|e| {
                 Error::model_file(path, format!("tensor `{name}`: {}", candle_message(&e)))
             })
         };
+        let factors: Option<Vec<f32>> = match &cfg.rope_factors {
+            Some(name) => Some(
+                tensor(name)?
+                    .dequantize(&Device::Cpu)?
+                    .flatten_all()?
+                    .to_vec1()?,
+            ),
+            None => None,
+        };
+        if factors
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|x| !(x.is_finite() && *x > 0.0)))
+        {
+            return Err(Error::model_file(
+                path,
+                "RoPE factors that are not positive numbers",
+            ));
+        }
+        let global = (cfg.rope_base, cfg.rope_scale);
+        let windowed = (cfg.rope_base_swa, cfg.rope_scale_swa);
+        let f = factors.as_deref();
+        let mut ropes = vec![rope_table(&cfg, rope_dim, global, f, device, host)?];
+        if windowed != global && cfg.windows.iter().any(Option::is_some) {
+            ropes.push(rope_table(&cfg, rope_dim, windowed, f, device, host)?);
+        }
         let embed_q = tensor("token_embd.weight")?;
         let tied = !ct.tensor_infos.contains_key("output.weight");
         // The lookup table stays quantised where our kernels read its format: rows are
@@ -148,7 +182,12 @@ impl Llama {
             }
             (false, _) => Embedding::Table(embed_q.dequantize(device)?),
         };
-        let norm = Norm::new(tensor("output_norm.weight")?, cfg.rms_eps, host)?;
+        let norm = Norm::new(
+            tensor("output_norm.weight")?,
+            cfg.rms_eps,
+            host,
+            cfg.family.llama_cpp_rounding,
+        )?;
         // Small models tie the output projection to the embedding.
         let output = match tied {
             false => Linear::new(tensor("output.weight")?, host)?,
@@ -157,12 +196,26 @@ impl Llama {
 
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
+            let fused_qkv = ct
+                .tensor_infos
+                .contains_key(&format!("blk.{i}.attn_qkv.weight"));
             let mut weight = |n: &str| tensor(&format!("blk.{i}.{n}.weight"));
-            let qkv = Group::new(
-                vec![weight("attn_q")?, weight("attn_k")?, weight("attn_v")?],
-                host,
-            )?;
-            let gate_up = Group::new(vec![weight("ffn_gate")?, weight("ffn_up")?], host)?;
+            let (qw, kw) = (cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim);
+            let qkv = match fused_qkv {
+                true => Group::fused(weight("attn_qkv")?, vec![qw, kw, kw], host)?,
+                false => Group::new(
+                    vec![weight("attn_q")?, weight("attn_k")?, weight("attn_v")?],
+                    host,
+                )?,
+            };
+            let gate_up = match cfg.family.fused_gate_up {
+                true => {
+                    let up = weight("ffn_up")?;
+                    let ff = up.shape().dims()[0] / 2;
+                    Group::fused(up, vec![ff, ff], host)?
+                }
+                false => Group::new(vec![weight("ffn_gate")?, weight("ffn_up")?], host)?,
+            };
             let wo = Linear::new(weight("attn_output")?, host)?;
             let w_down = Linear::new(weight("ffn_down")?, host)?;
             let bias = match cfg.family.qkv_bias {
@@ -188,7 +241,12 @@ impl Llama {
                 false => None,
                 true => {
                     let mut n = |n: &str| -> Result<Norm> {
-                        Norm::new(tensor(&format!("blk.{i}.{n}.weight"))?, cfg.rms_eps, host)
+                        Norm::new(
+                            tensor(&format!("blk.{i}.{n}.weight"))?,
+                            cfg.rms_eps,
+                            host,
+                            cfg.family.llama_cpp_rounding,
+                        )
                     };
                     Some((n("attn_q_norm")?, n("attn_k_norm")?))
                 }
@@ -197,7 +255,12 @@ impl Llama {
                 false => None,
                 true => {
                     let mut n = |n: &str| -> Result<Norm> {
-                        Norm::new(tensor(&format!("blk.{i}.{n}.weight"))?, cfg.rms_eps, host)
+                        Norm::new(
+                            tensor(&format!("blk.{i}.{n}.weight"))?,
+                            cfg.rms_eps,
+                            host,
+                            cfg.family.llama_cpp_rounding,
+                        )
                     };
                     Some((n("post_attention_norm")?, n("post_ffw_norm")?))
                 }
@@ -220,11 +283,13 @@ impl Llama {
                     tensor(&format!("blk.{i}.attn_norm.weight"))?,
                     cfg.rms_eps,
                     host,
+                    cfg.family.llama_cpp_rounding,
                 )?,
                 ffn_norm: Norm::new(
                     tensor(&format!("blk.{i}.ffn_norm.weight"))?,
                     cfg.rms_eps,
                     host,
+                    cfg.family.llama_cpp_rounding,
                 )?,
             });
         }
@@ -235,6 +300,7 @@ impl Llama {
             norm,
             output,
             ropes,
+            rope_dim,
             host,
             device: device.clone(),
         })
@@ -377,7 +443,7 @@ impl Llama {
             },
             softcap: self.cfg.attn_softcap,
             window: layer.window,
-            f16_weights: self.cfg.family.f16_weights,
+            f16_weights: self.cfg.family.llama_cpp_rounding,
         }
     }
 
@@ -524,7 +590,7 @@ impl Llama {
                 let (q, rest) = row.split_at_mut(qw);
                 for (part, norm) in [(q, qn), (&mut rest[..kw], kn)] {
                     let out = &mut tmp[..part.len()];
-                    ops::rms_norm(part, &norm.weight, norm.eps, out);
+                    norm.apply(part, out);
                     part.copy_from_slice(out);
                 }
             }

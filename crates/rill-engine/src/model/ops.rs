@@ -17,13 +17,18 @@ const SERIAL_ROWS: usize = 32;
 /// order of operations (so its numbers are candle's `rms_norm`'s).
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let n = w.len();
-    let row = |(x, out): (&[f32], &mut [f32])| {
+    each_row(x, n, out, |x, out| {
         let sum2 = x.iter().map(|v| v * v).sum::<f32>();
         let m = (sum2 / n as f32 + eps).sqrt();
         for ((o, v), w) in out.iter_mut().zip(x).zip(w) {
             *o = *v / m * *w;
         }
-    };
+    });
+}
+
+/// `f(row, out_row)` for each row of `n` values, on the pool past a few rows.
+fn each_row(x: &[f32], n: usize, out: &mut [f32], f: impl Fn(&[f32], &mut [f32]) + Sync) {
+    let row = |(x, out): (&[f32], &mut [f32])| f(x, out);
     if x.len() / n <= SERIAL_ROWS {
         x.chunks_exact(n).zip(out.chunks_exact_mut(n)).for_each(row);
     } else {
@@ -31,6 +36,23 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
             .zip(out.par_chunks_exact_mut(n))
             .for_each(row);
     }
+}
+
+/// [`rms_norm`] in llama.cpp's arithmetic (ggml's CPU `rms_norm` fused with the weights'
+/// multiply): the squares summed in f64, `scale = 1/√(mean + eps)` in f32, then
+/// `x · scale · w`. The last bit can differ from candle's order (`x / √… · w`), and when a value
+/// then sits on a rounding edge of the next matmul's 8-bit activations, the two engines' logits
+/// part by hundredths.
+pub fn rms_norm_like_ggml(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let n = w.len();
+    each_row(x, n, out, |x, out| {
+        let sum: f64 = x.iter().map(|v| (v * v) as f64).sum();
+        let mean = (sum / n as f64) as f32;
+        let scale = 1.0 / (mean + eps).sqrt();
+        for ((o, v), w) in out.iter_mut().zip(x).zip(w) {
+            *o = *v * scale * *w;
+        }
+    });
 }
 
 /// The gated feed-forward's activation: each row of `gate_up` is `[gate | up]` (`2·width`
@@ -266,6 +288,27 @@ mod tests {
                 .to_vec1::<f32>()
                 .unwrap();
             assert_eq!(ours, theirs, "{rows} rows");
+        }
+    }
+
+    #[test]
+    fn the_ggml_rms_norm_is_ggmls_arithmetic() {
+        let mut rng = Lcg(13);
+        for rows in [1, 40] {
+            let (x, w) = (rng.vec(rows * 72), rng.vec(72));
+            let mut ours = vec![0f32; x.len()];
+            rms_norm_like_ggml(&x, &w, 1e-6, &mut ours);
+            for (r, row) in x.chunks_exact(72).enumerate() {
+                // ggml's loop, written out: f32 squares summed in f64, one f32 scale.
+                let mut sum = 0f64;
+                for v in row {
+                    sum += (v * v) as f64;
+                }
+                let scale = 1.0 / ((sum / 72.0) as f32 + 1e-6).sqrt();
+                for (j, v) in row.iter().enumerate() {
+                    assert_eq!(ours[r * 72 + j], v * scale * w[j], "{rows} rows, row {r}");
+                }
+            }
         }
     }
 

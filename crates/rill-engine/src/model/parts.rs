@@ -56,11 +56,13 @@ pub(super) struct Norm {
     pub(super) candle: RmsNorm,
     pub(super) weight: Vec<f32>,
     pub(super) eps: f32,
+    /// On the host, llama.cpp's arithmetic ([`ops::rms_norm_like_ggml`]) instead of candle's.
+    pub(super) like_ggml: bool,
 }
 
 impl Norm {
     /// The host copy is only made for a CPU model (`host`).
-    pub(super) fn new(t: QTensor, eps: f64, host: bool) -> Result<Norm> {
+    pub(super) fn new(t: QTensor, eps: f64, host: bool, like_ggml: bool) -> Result<Norm> {
         let weight = match host {
             true => t.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1()?,
             false => Vec::new(),
@@ -69,6 +71,7 @@ impl Norm {
             candle: RmsNorm::from_qtensor(t, eps)?,
             weight,
             eps: eps as f32,
+            like_ggml,
         })
     }
 
@@ -78,8 +81,16 @@ impl Norm {
 
     pub(super) fn forward_host(&self, x: &[f32]) -> Vec<f32> {
         let mut out = vec![0f32; x.len()];
-        ops::rms_norm(x, &self.weight, self.eps, &mut out);
+        self.apply(x, &mut out);
         out
+    }
+
+    /// Each row of `x` (rows of the weights' width) normalised into `out`.
+    pub(super) fn apply(&self, x: &[f32], out: &mut [f32]) {
+        match self.like_ggml {
+            true => ops::rms_norm_like_ggml(x, &self.weight, self.eps, out),
+            false => ops::rms_norm(x, &self.weight, self.eps, out),
+        }
     }
 }
 
@@ -94,10 +105,12 @@ pub(super) enum Embedding {
 }
 
 /// Linear layers that read the same input (q, k, v; gate, up): one stacked matmul when our
-/// kernels take them all, else each on its own.
+/// kernels take them all, else each on its own; or one tensor the file fused them into.
 pub(super) enum Group {
     Stacked(crate::kernels::QLinear, Vec<usize>),
     Apart(Vec<Linear>),
+    /// A fused tensor on candle's kernels, its output cut into parts of these widths.
+    Fused(QMatMul, Vec<usize>),
 }
 
 impl Group {
@@ -123,10 +136,33 @@ impl Group {
         ))
     }
 
+    /// One tensor holding the parts (`widths` of output each, in order): Phi-3's `attn_qkv`
+    /// and gate-up `ffn_up`. On our kernels it is a stacked group as it lies.
+    pub(super) fn fused(t: QTensor, widths: Vec<usize>, host: bool) -> Result<Group> {
+        if host {
+            if let Some(l) =
+                crate::kernels::QLinear::from_qtensor(&t, crate::kernels::Isa::detect())
+            {
+                return Ok(Group::Stacked(l, widths));
+            }
+        }
+        Ok(Group::Fused(QMatMul::from_qtensor(t)?, widths))
+    }
+
     pub(super) fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
         Ok(match self {
             Group::Stacked(l, widths) => l.forward_parts(x, widths)?,
             Group::Apart(ls) => ls.iter().map(|l| l.forward(x)).collect::<Result<_>>()?,
+            Group::Fused(m, widths) => {
+                let whole = m.forward(x)?;
+                let mut from = 0;
+                let mut parts = Vec::with_capacity(widths.len());
+                for &w in widths {
+                    parts.push(whole.narrow(1, from, w)?.contiguous()?);
+                    from += w;
+                }
+                parts
+            }
         })
     }
 
@@ -134,6 +170,13 @@ impl Group {
     pub(super) fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
         match self {
             Group::Stacked(l, _) => Ok(l.product(x, m)),
+            Group::Fused(q, _) => {
+                let x = Tensor::from_slice(x, (m, x.len() / m.max(1)), &Device::Cpu)?;
+                Ok(q.forward(&x)?
+                    .to_dtype(DType::F32)?
+                    .flatten_all()?
+                    .to_vec1()?)
+            }
             Group::Apart(ls) => {
                 let parts = ls
                     .iter()

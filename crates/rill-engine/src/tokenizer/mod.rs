@@ -234,13 +234,20 @@ impl Tokenizer {
             }
         };
 
-        // Control and user-defined tokens are matched whole in the text, before BPE.
+        // Control and user-defined tokens are matched whole in the text, before BPE. In a
+        // Phi-3 model (llama.cpp tells them by name) each also takes the whitespace after it,
+        // but for `<unk>`, `<s>` and `<|endoftext|>`, as llama.cpp's tokenizer does.
+        let phi3 = md_str(md, "general.name")
+            .map(str::to_lowercase)
+            .is_some_and(|n| n.contains("phi-3") || n.contains("phi3"));
         let added: Vec<AddedToken> = tokens
             .iter()
             .enumerate()
             .filter(|&(i, _)| matches!(ty(i), TOKEN_TYPE_CONTROL | TOKEN_TYPE_USER_DEFINED))
             .map(|(i, t)| {
-                AddedToken::from(t.clone(), ty(i) == TOKEN_TYPE_CONTROL).normalized(false)
+                let token = AddedToken::from(t.clone(), ty(i) == TOKEN_TYPE_CONTROL);
+                let rstrip = phi3 && !["<unk>", "<s>", "<|endoftext|>"].contains(&t.as_str());
+                token.normalized(false).rstrip(rstrip)
             })
             .collect();
         inner.add_special_tokens(&added);
