@@ -21,6 +21,8 @@ use crate::state::AppState;
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CatalogueEntry {
     pub name: String,
+    /// The model's family, as the models list names it ("Qwen3", "Gemma 3").
+    pub family: String,
     pub spec: String,
     pub description: String,
     pub size_bytes: u64,
@@ -249,9 +251,18 @@ mod tests {
         let c = catalogue();
         assert!(c.len() >= 3, "{c:?}");
         assert_eq!(c.iter().filter(|e| e.recommended).count(), 1);
+        // Every entry is of a family Rill runs, named as the models list names it.
+        let runs: Vec<String> = rill_engine::model::family::FAMILIES
+            .iter()
+            .map(|f| rill_engine::model::family::label(f.arch))
+            .collect();
         for e in &c {
             assert!(e.spec.contains('/'), "{}", e.spec);
             assert!(e.ram_bytes >= e.size_bytes, "{}", e.name);
+            assert!(runs.contains(&e.family), "{}: {}", e.name, e.family);
+        }
+        for family in ["Qwen3", "Gemma 3", "Phi-3", "Qwen2"] {
+            assert!(c.iter().any(|e| e.family == family), "no {family} model");
         }
     }
 }

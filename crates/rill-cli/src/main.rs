@@ -590,8 +590,9 @@ fn models(c: ModelsCommand) -> Result<()> {
             } else {
                 for m in models {
                     println!(
-                        "{:<40} {:>8} {:>7.1} MB  {:<8} {}",
+                        "{:<40} {:<10} {:>8} {:>7.1} MB  {:<8} {}",
                         m.info.name,
+                        m.info.family,
                         m.info.quantization,
                         m.info.file_bytes as f64 / 1e6,
                         m.source,

@@ -11,7 +11,7 @@ pub enum Error {
     ModelFile { path: PathBuf, message: String },
 
     /// The file is a valid GGUF of a model family this engine does not run.
-    #[error("unsupported architecture `{0}`: Rill runs {families}", families = crate::model::family::names())]
+    #[error("unsupported architecture `{0}` ({what}): Rill runs {families}", what = crate::model::family::not_run(.0), families = crate::model::family::names())]
     UnsupportedArchitecture(String),
 
     /// The tokenizer could not be built or could not encode the prompt.

@@ -176,6 +176,39 @@ fn an_mxfp4_tensor_is_named_and_not_called_damaged() {
     );
 }
 
+#[test]
+fn a_file_of_a_family_rill_does_not_run_says_what_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut craft = small();
+    craft.metadata[0].1 = Value::String("qwen3moe".into());
+    let p = write(dir.path(), "moe.gguf", &craft.bytes());
+    // Listed (the models list shows it), marked as not run, named for people.
+    let info = rill_engine::inspect(&p).unwrap();
+    assert!(!info.runs);
+    assert!(
+        info.family.contains("mixture of experts"),
+        "{}",
+        info.family
+    );
+    // Loading it says what it is and which families run.
+    let msg = match Model::load(&p, &candle_core::Device::Cpu, Some(256)) {
+        Ok(_) => panic!("a qwen3moe file loaded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        msg.contains("`qwen3moe`")
+            && msg.contains("mixture of experts")
+            && msg.contains("qwen3")
+            && msg.contains("gemma3")
+            && msg.contains("phi3"),
+        "{msg}"
+    );
+    // A family Rill runs is named as such.
+    let p = write(dir.path(), "tiny.gguf", &small().bytes());
+    let info = rill_engine::inspect(&p).unwrap();
+    assert!(info.runs && info.family == "Llama", "{info:?}");
+}
+
 /// One change to a header's bytes.
 #[derive(Clone, Debug)]
 enum Mutation {

@@ -122,11 +122,14 @@ export default function ModelManager({ welcome, loaded, onClose, onLoaded }: Pro
             {models.local.map((m) => (
               <li key={m.path}>
                 <div>
-                  <strong>{m.name}</strong> <span className="muted">{m.quantization} · {formatBytes(m.file_bytes)} · {m.context_length.toLocaleString()} ctx · {m.source}</span>
+                  <strong>{m.name}</strong> <span className="muted" data-testid="model-family">{m.family}</span>{" "}
+                  <span className="muted">{m.quantization} · {formatBytes(m.file_bytes)} · {m.context_length.toLocaleString()} ctx · {m.source}</span>
                   <div className="muted small path">{m.path}</div>
                 </div>
                 {loaded?.path === m.path ? (
                   <span className="badge">in use</span>
+                ) : !m.runs ? (
+                  <span className="muted small">Rill does not run this file</span>
                 ) : (
                   <button type="button" disabled={busy !== null} onClick={() => select(m.path)}>
                     {busy === m.path ? "Loading…" : "Use"}
@@ -169,7 +172,7 @@ function CatalogueCard({
       <div>
         <strong>{entry.name}</strong> {entry.recommended && <span className="badge">recommended</span>}
         <div className="muted small">
-          {formatBytes(entry.size_bytes)} download · needs about {formatBytes(entry.ram_bytes)} of RAM
+          {entry.family} · {formatBytes(entry.size_bytes)} download · needs about {formatBytes(entry.ram_bytes)} of RAM
         </div>
         <div className="small">{entry.description}</div>
       </div>

@@ -103,6 +103,9 @@ export interface ModelInfo {
   path: string;
   name: string;
   architecture: string;
+  /** The family for people ("Qwen3", "Gemma 3"), or what the file is when Rill does not run it. */
+  family: string;
+  runs: boolean;
   quantization: string;
   parameters: number;
   file_bytes: number;
@@ -116,6 +119,7 @@ export interface LocalModel extends ModelInfo {
 
 export interface CatalogueEntry {
   name: string;
+  family: string;
   spec: string;
   description: string;
   size_bytes: number;

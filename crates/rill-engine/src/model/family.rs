@@ -184,6 +184,37 @@ pub fn of(arch: &str) -> Option<Family> {
     FAMILIES.iter().find(|f| f.arch == arch).copied()
 }
 
+/// A family's name for people: "Qwen3", "Gemma 3", "Phi-3"; for an architecture Rill does not
+/// run, what it is and that it does not run.
+pub fn label(arch: &str) -> String {
+    let known = match arch {
+        "llama" => "Llama",
+        "mistral" => "Mistral",
+        "qwen2" => "Qwen2",
+        "qwen3" => "Qwen3",
+        "gemma2" => "Gemma 2",
+        "gemma3" => "Gemma 3",
+        "phi3" => "Phi-3",
+        _ => return format!("{arch} (not run: {})", not_run(arch)),
+    };
+    known.to_string()
+}
+
+/// What a file of an architecture Rill does not run is, for its error and its line in the
+/// models list.
+pub fn not_run(arch: &str) -> &'static str {
+    match arch {
+        "qwen3moe" | "qwen2moe" => "a Qwen mixture of experts, not run yet",
+        "gpt-oss" => "gpt-oss, a mixture of experts with MXFP4 weights, not run yet",
+        "clip" | "mmproj" => "a vision projector (mmproj), which goes beside a model, not a model",
+        "gemma" => "the first Gemma, not run",
+        "gemma3n" | "gemma4" => "a Gemma of a newer block, not run yet",
+        "phi2" => "Phi-2, not run",
+        "bert" | "nomic-bert" | "jina-bert-v2" => "an embedding model, not a chat model",
+        _ => "an architecture Rill does not know",
+    }
+}
+
 /// The architectures Rill runs, for messages: "llama, mistral, qwen2, qwen3".
 pub fn names() -> String {
     FAMILIES

@@ -35,6 +35,11 @@ pub struct ModelInfo {
     pub path: PathBuf,
     pub name: String,
     pub architecture: String,
+    /// The family for people ("Qwen3", "Gemma 3"), or what the file is when Rill does not run
+    /// it ("qwen3moe (not run: a Qwen mixture of experts, not run yet)").
+    pub family: String,
+    /// Whether Rill runs this architecture.
+    pub runs: bool,
     /// The storage type of most weights (Q4_1, Q8_0, F16, …).
     pub quantization: String,
     pub parameters: u64,
@@ -126,6 +131,8 @@ fn info_of(path: &Path, content: &gguf_file::Content, len: u64) -> Result<ModelI
     Ok(ModelInfo {
         path: path.to_owned(),
         name,
+        family: family::label(&architecture),
+        runs: family::of(&architecture).is_some(),
         architecture,
         quantization,
         parameters,

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Build llama.cpp's own C++ tools, the reference BENCHMARKS.md measures against: `llama-bench`,
+# `llama-batched-bench` and `llama-quantize`, from the llama.cpp source inside
+# llama-cpp-python's sdist on PyPI (the same version the tests' reference logits come from),
+# with `-DGGML_NATIVE=ON` for this machine's CPU. cmake and ninja come from pip. Built once into
+# the cache (a few minutes on two cores); never committed, never run by CI.
+# Idempotent. Prints the folder holding the three binaries on stdout.
+#
+#   RILL_CACHE   where the cache lives (default: ~/.cache/rill)
+set -euo pipefail
+
+version=0.3.36
+cache="${RILL_CACHE:-$HOME/.cache/rill}/llama-bench-$version"
+bin="$cache/build/bin"
+if [[ -x "$bin/llama-bench" && -x "$bin/llama-batched-bench" && -x "$bin/llama-quantize" ]]; then
+  echo "$bin"
+  exit 0
+fi
+
+py="$(command -v python3 || command -v python || true)"
+if [[ -z "$py" ]]; then
+  echo "error: python3 with pip is needed to build llama.cpp's tools" >&2
+  exit 1
+fi
+mkdir -p "$cache"
+if [[ ! -f "$cache/src/CMakeLists.txt" ]]; then
+  tmp="$(mktemp -d "$cache/.fetch.XXXXXX")"
+  trap 'rm -rf "$tmp"' EXIT
+  echo "fetching llama.cpp's source from PyPI (llama-cpp-python==$version) ..." >&2
+  "$py" -m pip download --quiet --no-deps --disable-pip-version-check \
+    -d "$tmp" "llama-cpp-python==$version" >&2
+  sdist="$(ls "$tmp"/llama_cpp_python-*.tar.gz | head -n 1)"
+  tar -xzf "$sdist" -C "$tmp" "llama_cpp_python-$version/vendor/llama.cpp"
+  rm -rf "$cache/src"
+  mv "$tmp/llama_cpp_python-$version/vendor/llama.cpp" "$cache/src"
+fi
+"$py" -m pip install --quiet --disable-pip-version-check cmake ninja >&2
+# pip's scripts folder, where cmake and ninja land.
+scripts="$("$py" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
+export PATH="$scripts:$HOME/.local/bin:$PATH"
+echo "building llama-bench, llama-batched-bench and llama-quantize (a few minutes) ..." >&2
+cmake -S "$cache/src" -B "$cache/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >&2
+cmake --build "$cache/build" --target llama-bench llama-batched-bench llama-quantize >&2
+echo "$bin"

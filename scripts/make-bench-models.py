@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Writes benchmark models at a real size: Llama 3.2 1B's dimensions (width 2048, 16 layers,
+32 query heads and 8 KV heads of 64, feed-forward 8192, tied embeddings) with each family's
+own block and test vocabulary, as `scripts/make-test-models.py` describes the families.
+Speed does not depend on the values, so one random block is written 16 times. Q8_0 and Q4_0
+are written directly; Q4_K_M comes from llama.cpp's quantiser (llama-cpp-python's
+`llama_model_quantize`, `--allow-requantize` from the Q8_0 file). Benchmark inputs only: kept
+outside the repository, never used by the tests or CI.
+
+    python3 scripts/make-bench-models.py [--out DIR] [--force] [FAMILY ...]
+
+FAMILY is `llama` (the llama-bpe vocabulary: Llama 3's 128,256 tokens) or one of the test
+models' families. Default DIR: ~/.cache/rill/bench-models.
+"""
+
+import argparse
+import ctypes
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import gguf
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("tm", ROOT / "scripts/make-test-models.py")
+tm = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tm)
+
+HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD, FF = 2048, 16, 32, 8, 64, 8192
+
+FAMILIES = {
+    "llama": dict(vocab="llama-bpe", template="meta-llama-Llama-3.2-3B-Instruct.jinja",
+                  rope_base=500_000.0, qkv_bias=False, qk_norm=False),
+    **tm.FAMILIES,
+}
+# The real models' windows and patterns where the test models shrink them.
+WINDOWS = {"gemma2": 4096, "gemma3": 512}
+
+
+def write(family: str, qtype, out: Path, models: Path) -> Path:
+    s = dict(FAMILIES[family])
+    arch = "llama" if family == "llama" else family
+    rng = np.random.default_rng(7)
+    path = out / f"{family}-1b.{qtype.name}.gguf"
+    tmp = path.with_suffix(".partial")
+    w = gguf.GGUFWriter(str(tmp), arch)
+    w.add_name(f"{family} 1B-shape benchmark model (random weights)")
+    n_vocab = tm.copy_tokenizer(w, models / f"ggml-vocab-{s['vocab']}.gguf",
+                                s.get("extra_tokens", ()))
+    w.add_chat_template((models / "templates" / s["template"]).read_text(encoding="utf-8"))
+    rope_dim = HEAD * 3 // 4 if s.get("rope_dim") else HEAD
+    w.add_context_length(8192)
+    w.add_embedding_length(HIDDEN)
+    w.add_block_count(LAYERS)
+    w.add_feed_forward_length(FF)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_key_length(HEAD)
+    w.add_value_length(HEAD)
+    w.add_rope_dimension_count(rope_dim)
+    w.add_rope_freq_base(s["rope_base"])
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(int(qtype))
+    if family in WINDOWS:
+        w.add_uint32(f"{arch}.attention.sliding_window", WINDOWS[family])
+
+    def normal(shape, std):
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+
+    def q(data):
+        return gguf.quants.quantize(data, qtype)
+
+    w.add_tensor("token_embd.weight", q(normal((n_vocab, HIDDEN), 1.0 / np.sqrt(HIDDEN))),
+                 raw_dtype=qtype)
+    w.add_tensor("output_norm.weight", np.ones(HIDDEN, dtype=np.float32))
+    if s.get("rope_factors"):
+        w.add_tensor("rope_factors_long.weight", np.ones(rope_dim // 2, dtype=np.float32))
+        w.add_tensor("rope_factors_short.weight", np.ones(rope_dim // 2, dtype=np.float32))
+    qw, kw = HEADS * HEAD, KV_HEADS * HEAD
+    # One block's tensors, quantised once and written for every layer.
+    block = {}
+    qkv = normal((qw + 2 * kw, HIDDEN), 1.0 / np.sqrt(HIDDEN))
+    if s.get("fused"):
+        block["attn_qkv.weight"] = q(qkv)
+    else:
+        block["attn_q.weight"] = q(qkv[:qw])
+        block["attn_k.weight"] = q(qkv[qw:qw + kw])
+        block["attn_v.weight"] = q(qkv[qw + kw:])
+    block["attn_output.weight"] = q(normal((HIDDEN, qw), 1.0 / np.sqrt(qw)))
+    gate_up = normal((2 * FF, HIDDEN), 1.0 / np.sqrt(HIDDEN))
+    if s.get("fused"):
+        block["ffn_up.weight"] = q(gate_up)
+    else:
+        block["ffn_gate.weight"] = q(gate_up[:FF])
+        block["ffn_up.weight"] = q(gate_up[FF:])
+    block["ffn_down.weight"] = q(normal((HIDDEN, FF), 1.0 / np.sqrt(FF)))
+    norms = ["attn_norm", "ffn_norm"]
+    if s.get("gemma"):
+        norms += ["post_attention_norm", "post_ffw_norm"]
+    for i in range(LAYERS):
+        for n in norms:
+            w.add_tensor(f"blk.{i}.{n}.weight", np.ones(HIDDEN, dtype=np.float32))
+        if s["qkv_bias"]:
+            w.add_tensor(f"blk.{i}.attn_q.bias", np.zeros(qw, dtype=np.float32))
+            w.add_tensor(f"blk.{i}.attn_k.bias", np.zeros(kw, dtype=np.float32))
+            w.add_tensor(f"blk.{i}.attn_v.bias", np.zeros(kw, dtype=np.float32))
+        if s["qk_norm"]:
+            w.add_tensor(f"blk.{i}.attn_q_norm.weight", np.ones(HEAD, dtype=np.float32))
+            w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.ones(HEAD, dtype=np.float32))
+        for name, data in block.items():
+            w.add_tensor(f"blk.{i}.{name}", data, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tmp.rename(path)
+    return path
+
+
+def q4_k_m(src: Path, dst: Path):
+    """llama.cpp's quantiser, through llama-cpp-python's binding."""
+    import llama_cpp
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    params.allow_requantize = True
+    params.nthread = 2
+    tmp = dst.with_suffix(".partial")
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise SystemExit(f"llama_model_quantize failed on {src}: {rc}")
+    tmp.rename(dst)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=Path.home() / ".cache/rill/bench-models")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("families", nargs="*", default=list(FAMILIES))
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    models = tm.assets()
+    for family in a.families:
+        for qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0):
+            path = a.out / f"{family}-1b.{qtype.name}.gguf"
+            if a.force or not path.is_file():
+                write(family, qtype, a.out, models)
+            print(path)
+        k = a.out / f"{family}-1b.Q4_K_M.gguf"
+        if a.force or not k.is_file():
+            q4_k_m(a.out / f"{family}-1b.Q8_0.gguf", k)
+        print(k)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
