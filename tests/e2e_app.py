@@ -41,6 +41,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 QUESTION = "What is the capital of France? Answer in one word."
 LONG = "Write a long story about a dragon who learns to paint. Make it at least ten paragraphs."
 SHOTS = Path(__file__).resolve().parent / "screenshots"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
@@ -152,6 +153,13 @@ def main() -> int:
         RILL_LOG="info",
     )
     dialog_answer = lambda path: (work / "dialog-answer").write_text(f"{path}\n")
+    # Two test models of other families in the models folder, for the manager to list and the
+    # window to switch to (step 7).
+    (work / "models").mkdir(parents=True)
+    family_models = []
+    for name in ("qwen3-test.Q8_0.gguf", "gemma3-test.Q8_0.gguf"):
+        shutil.copy(ROOT / "models/test-models" / name, work / "models" / name)
+        family_models.append(work / "models" / name)
     port, native_port = free_port(), free_port()
     driver_bin = shutil.which("tauri-driver") or str(Path.home() / ".cargo/bin/tauri-driver")
     log = open(work / "tauri-driver.log", "w")
@@ -465,6 +473,48 @@ def main() -> int:
             except urllib.error.URLError as e:
                 if not isinstance(e.reason, ConnectionRefusedError):
                     failures.append(f"the API did not refuse the connection after it was turned off: {e.reason!r}")
+
+            # 7. Other families in the real window: switch to the qwen3 and then the gemma3 test
+            #    model in the manager, chat with each, and see the answer streamed and saved. The
+            #    text is noise from random weights, but the right noise: `rill run`'s greedy
+            #    answer to the same prompt on the same file (whose logits the families test ties
+            #    to llama.cpp's).
+            rill = app_binary.parent / "rill"
+            for path, family in zip(family_models, ("Qwen3", "Gemma 3")):
+                app.tid("model-picker").click()
+                rows = app.wait(lambda: [r for r in d.find_elements(By.CSS_SELECTOR, ".model-list li") if str(path) in r.text], 30,
+                                f"{path.name} is not in the manager")
+                print(f"manager row: {rows[0].text!r}")
+                if family not in rows[0].text:
+                    failures.append(f"the manager does not name {path.name}'s family {family}: {rows[0].text!r}")
+                rows[0].find_element(By.CSS_SELECTOR, "button").click()
+                stem = path.name.split("-test")[0]
+                app.wait(lambda: stem in app.tid("model-picker").text.lower(), 120, f"{path.name} did not load")
+                if d.find_elements(By.CSS_SELECTOR, '[aria-label="Close the model manager"]'):
+                    d.find_element(By.CSS_SELECTOR, '[aria-label="Close the model manager"]').click()
+                app.new_chat()
+                app.set_field('[aria-label="Temperature value"]', "0")
+                app.set_field("#max-tokens-field", "12")
+                answer = app.ask("Hello")
+                app.wait(lambda: app.status_of(answer) in ("done", "stopped"), 300, f"the {family} answer did not finish")
+                streamed = f"{answer}:streaming" in d.execute_script("return window.__seen")
+                with sqlite3.connect(db) as c:
+                    (stored, status) = c.execute("SELECT content, status FROM messages WHERE id = ?", (int(answer),)).fetchone()
+                cli = subprocess.run(
+                    [str(rill), "run", "--model", str(path), "--temperature", "0", "--max-tokens", "12", "--prompt", "Hello"],
+                    capture_output=True, text=True, timeout=300, env=env,
+                )
+                expected = cli.stdout.rstrip("\n")
+                print(f"{family}: window {stored!r} ({status}, seen streaming: {streamed}); rill run {expected!r}")
+                app.shot(f"app-{stem}")
+                if cli.returncode != 0:
+                    failures.append(f"rill run failed on {path.name}: {cli.stderr[-500:]}")
+                if not streamed:
+                    failures.append(f"the {family} answer was never shown streaming")
+                if status != "done" or not stored:
+                    failures.append(f"the {family} answer is not saved as a finished answer: {status} {stored!r}")
+                if stored != expected:
+                    failures.append(f"the {family} answer in the window is not rill run's greedy answer: {stored!r} vs {expected!r}")
         except Exception:
             app.shot("app-failure")
             print("page text at failure:", d.find_element(By.TAG_NAME, "body").text[:2000])
