@@ -480,6 +480,7 @@ def main() -> int:
             #    answer to the same prompt on the same file (whose logits the families test ties
             #    to llama.cpp's).
             rill = app_binary.parent / "rill"
+            app.find('[aria-label="Close the settings"]').click()
             for path, family in zip(family_models, ("Qwen3", "Gemma 3")):
                 app.tid("model-picker").click()
                 rows = app.wait(lambda: [r for r in d.find_elements(By.CSS_SELECTOR, ".model-list li") if str(path) in r.text], 30,

@@ -115,8 +115,8 @@ impl LlamaConfig {
         )?;
         let f = |key: &str| md(key).ok().and_then(|v| v.to_f32().ok());
         let rope_base = f("rope.freq_base").unwrap_or(10_000.0);
-        // Linear RoPE scaling (positions divided by the factor). Other kinds (YaRN, Llama 3's
-        // frequency factors) are not applied yet.
+        // Linear RoPE scaling (positions divided by the factor). YaRN is not applied yet (such a
+        // file runs unscaled); frequency factors (Llama 3.1, Phi-3) are `rope_factors` below.
         let scaling = md("rope.scaling.type")
             .ok()
             .and_then(|v| v.to_string().ok().cloned());

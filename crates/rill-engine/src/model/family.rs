@@ -1,8 +1,9 @@
 //! Model families as descriptions of how their transformer block differs from llama's (issue
 //! 14): RoPE pairing, biases, q/k norms, the gate's activation, post-norms, the embedding
-//! scale, soft-caps, sliding windows, the query scale and fused projections. One block (`llama.rs`) executes every description, on our kernels (CPU) and on candle's
-//! tensors (GPU); a family is not a copy of the block. llama.cpp's `src/models/<family>.cpp`
-//! show each graph; the fields below are what separates them.
+//! scale, soft-caps, sliding windows, the query scale and fused projections. One block
+//! (`llama.rs`) executes every description, on our kernels (CPU) and on candle's tensors (GPU);
+//! a family is not a copy of the block. llama.cpp's `src/models/<family>.cpp` show each graph;
+//! the fields below are what separates them.
 
 /// How RoPE pairs the dimensions of a head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
