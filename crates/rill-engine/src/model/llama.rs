@@ -211,6 +211,7 @@ impl Llama {
             let gate_up = match cfg.family.fused_gate_up {
                 true => {
                     let up = weight("ffn_up")?;
+                    // `check_shapes` proved it `[2·ff, hidden]`.
                     let ff = up.shape().dims()[0] / 2;
                     Group::fused(up, vec![ff, ff], host)?
                 }
