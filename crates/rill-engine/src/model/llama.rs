@@ -238,33 +238,23 @@ impl Llama {
                     })
                 }
             };
+            // Every norm of the layer, by its tensor's name.
+            let mut norm = |n: &str| -> Result<Norm> {
+                Norm::new(
+                    tensor(&format!("blk.{i}.{n}.weight"))?,
+                    cfg.rms_eps,
+                    host,
+                    cfg.family.llama_cpp_rounding,
+                )
+            };
+            let (attn_norm, ffn_norm) = (norm("attn_norm")?, norm("ffn_norm")?);
             let qk_norm = match cfg.family.qk_norm {
                 false => None,
-                true => {
-                    let mut n = |n: &str| -> Result<Norm> {
-                        Norm::new(
-                            tensor(&format!("blk.{i}.{n}.weight"))?,
-                            cfg.rms_eps,
-                            host,
-                            cfg.family.llama_cpp_rounding,
-                        )
-                    };
-                    Some((n("attn_q_norm")?, n("attn_k_norm")?))
-                }
+                true => Some((norm("attn_q_norm")?, norm("attn_k_norm")?)),
             };
             let post_norms = match cfg.family.post_norms {
                 false => None,
-                true => {
-                    let mut n = |n: &str| -> Result<Norm> {
-                        Norm::new(
-                            tensor(&format!("blk.{i}.{n}.weight"))?,
-                            cfg.rms_eps,
-                            host,
-                            cfg.family.llama_cpp_rounding,
-                        )
-                    };
-                    Some((n("post_attention_norm")?, n("post_ffw_norm")?))
-                }
+                true => Some((norm("post_attention_norm")?, norm("post_ffw_norm")?)),
             };
             let window = cfg.windows[i];
             layers.push(Layer {
@@ -280,18 +270,8 @@ impl Llama {
                     None => 0,
                 },
                 window,
-                attn_norm: Norm::new(
-                    tensor(&format!("blk.{i}.attn_norm.weight"))?,
-                    cfg.rms_eps,
-                    host,
-                    cfg.family.llama_cpp_rounding,
-                )?,
-                ffn_norm: Norm::new(
-                    tensor(&format!("blk.{i}.ffn_norm.weight"))?,
-                    cfg.rms_eps,
-                    host,
-                    cfg.family.llama_cpp_rounding,
-                )?,
+                attn_norm,
+                ffn_norm,
             });
         }
         Ok(Llama {

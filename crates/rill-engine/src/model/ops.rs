@@ -28,12 +28,26 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 
 /// `f(row, out_row)` for each row of `n` values, on the pool past a few rows.
 fn each_row(x: &[f32], n: usize, out: &mut [f32], f: impl Fn(&[f32], &mut [f32]) + Sync) {
+    rows_into(x, n, out, n, f)
+}
+
+/// `f(row, out_row)` for rows of `n_in` values in `x` and of `n_out` in `out`, on the calling
+/// thread for a few rows (a decode step's) and on the pool past them.
+fn rows_into(
+    x: &[f32],
+    n_in: usize,
+    out: &mut [f32],
+    n_out: usize,
+    f: impl Fn(&[f32], &mut [f32]) + Sync,
+) {
     let row = |(x, out): (&[f32], &mut [f32])| f(x, out);
-    if x.len() / n <= SERIAL_ROWS {
-        x.chunks_exact(n).zip(out.chunks_exact_mut(n)).for_each(row);
+    if x.len() / n_in <= SERIAL_ROWS {
+        x.chunks_exact(n_in)
+            .zip(out.chunks_exact_mut(n_out))
+            .for_each(row);
     } else {
-        x.par_chunks_exact(n)
-            .zip(out.par_chunks_exact_mut(n))
+        x.par_chunks_exact(n_in)
+            .zip(out.par_chunks_exact_mut(n_out))
             .for_each(row);
     }
 }
@@ -115,23 +129,11 @@ fn rows(
     f: impl Fn(&[f32], &[f32], &mut [f32], Isa) + Sync,
 ) -> Vec<f32> {
     let isa = isa.checked();
-    let rows = gate_up.len() / (2 * width);
-    let mut out = vec![0f32; rows * width];
-    let row = |(gu, out): (&[f32], &mut [f32])| {
+    let mut out = vec![0f32; gate_up.len() / 2];
+    rows_into(gate_up, 2 * width, &mut out, width, |gu, out| {
         let (gate, up) = gu.split_at(width);
         f(gate, up, out, isa)
-    };
-    if rows <= SERIAL_ROWS {
-        gate_up
-            .chunks_exact(2 * width)
-            .zip(out.chunks_exact_mut(width))
-            .for_each(row);
-    } else {
-        gate_up
-            .par_chunks_exact(2 * width)
-            .zip(out.par_chunks_exact_mut(width))
-            .for_each(row);
-    }
+    });
     out
 }
 
