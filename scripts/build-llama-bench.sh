@@ -24,12 +24,9 @@ if [[ -z "$py" ]]; then
 fi
 mkdir -p "$cache"
 if [[ ! -f "$cache/src/CMakeLists.txt" ]]; then
+  sdist="$(bash "$(dirname "${BASH_SOURCE[0]}")/llama-cpp-sdist.sh")"
   tmp="$(mktemp -d "$cache/.fetch.XXXXXX")"
   trap 'rm -rf "$tmp"' EXIT
-  echo "fetching llama.cpp's source from PyPI (llama-cpp-python==$version) ..." >&2
-  "$py" -m pip download --quiet --no-deps --disable-pip-version-check \
-    -d "$tmp" "llama-cpp-python==$version" >&2
-  sdist="$(ls "$tmp"/llama_cpp_python-*.tar.gz | head -n 1)"
   tar -xzf "$sdist" -C "$tmp" "llama_cpp_python-$version/vendor/llama.cpp"
   rm -rf "$cache/src"
   mv "$tmp/llama_cpp_python-$version/vendor/llama.cpp" "$cache/src"

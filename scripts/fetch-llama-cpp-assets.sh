@@ -2,7 +2,8 @@
 # Fetch llama.cpp's test assets: the vocab-only GGUFs of its tokenizers with their test strings
 # and expected ids (`ggml-vocab-*.gguf` + `.inp` / `.out`), and its real chat templates
 # (`templates/*.jinja`). They ship inside llama-cpp-python's sdist on PyPI (no Hugging Face
-# needed); only `vendor/llama.cpp/models/` is unpacked. Cached once, never committed.
+# needed; `llama-cpp-sdist.sh` fetches it); only `vendor/llama.cpp/models/` is unpacked.
+# Cached once, never committed.
 # Idempotent. Prints the models folder on stdout.
 #
 #   RILL_CACHE   where the cache lives (default: ~/.cache/rill)
@@ -17,25 +18,10 @@ if [[ -f "$cache/.complete" ]]; then
   exit 0
 fi
 
-py="$(command -v python3 || command -v python || true)"
-if [[ -z "$py" ]]; then
-  echo "error: python3 with pip is needed to fetch llama.cpp's test assets" >&2
-  exit 1
-fi
+sdist="$(bash "$(dirname "${BASH_SOURCE[0]}")/llama-cpp-sdist.sh")"
 mkdir -p "$cache"
 tmp="$(mktemp -d "$cache/.fetch.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-echo "fetching llama.cpp's test assets from PyPI (llama-cpp-python==$version, 77 MB) ..." >&2
-if ! "$py" -m pip download --quiet --no-deps --disable-pip-version-check \
-    -d "$tmp" "llama-cpp-python==$version" >&2; then
-  echo "error: could not download llama-cpp-python==$version from PyPI (offline?)" >&2
-  exit 1
-fi
-sdist="$(ls "$tmp"/llama_cpp_python-*.tar.gz 2>/dev/null | head -n 1)"
-if [[ -z "$sdist" ]]; then
-  echo "error: pip returned no sdist for llama-cpp-python==$version" >&2
-  exit 1
-fi
 tar -xzf "$sdist" -C "$tmp" --wildcards "llama_cpp_python-$version/vendor/llama.cpp/models/*"
 rm -rf "$cache/llama.cpp"
 mv "$tmp/llama_cpp_python-$version/vendor/llama.cpp" "$cache/llama.cpp"
