@@ -39,6 +39,27 @@ fn run_ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `rill ARGS` with `input` on its standard input; its output once it exits.
+fn run_with_stdin(args: &[&str], input: &[u8]) -> Output {
+    let mut child = rill()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A JSON array of integers.
+fn u64s(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_u64().unwrap())
+        .collect()
+}
+
 /// Non-zero exit, exactly one line on stderr, starting with `error:`, and no panic.
 fn assert_clean_error(out: &Output, mentions: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -128,8 +149,8 @@ fn run_continues_a_conversation_from_a_messages_file_and_reads_stdin() {
     ]);
     assert!(out.contains("Paris"), "{out}");
 
-    let mut child = rill()
-        .args([
+    let out = run_with_stdin(
+        &[
             "run",
             "--model",
             m.to_str().unwrap(),
@@ -137,18 +158,9 @@ fn run_continues_a_conversation_from_a_messages_file_and_reads_stdin() {
             "0",
             "--max-tokens",
             "16",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"What is the capital of France? Answer in one word.\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        ],
+        b"What is the capital of France? Answer in one word.\n",
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("Paris"));
 }
 
@@ -637,33 +649,14 @@ fn tokenize_gives_llama_cpps_ids_and_the_pieces() {
     let m = model();
     for case in golden["cases"].as_array().unwrap() {
         let prompt = case["prompt"].as_str().unwrap();
-        let want: Vec<u64> = case["prompt_ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i.as_u64().unwrap())
-            .collect();
-        let mut child = rill()
-            .args(["tokenize", "--model", m.to_str().unwrap(), "--json"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(prompt.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let want = u64s(&case["prompt_ids"]);
+        let out = run_with_stdin(
+            &["tokenize", "--model", m.to_str().unwrap(), "--json"],
+            prompt.as_bytes(),
+        );
         assert!(out.status.success());
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let ids: Vec<u64> = v["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i.as_u64().unwrap())
-            .collect();
+        let ids = u64s(&v["ids"]);
         assert_eq!(ids, want, "{}", case["name"]);
         assert_eq!(v["pieces"].as_array().unwrap().len(), ids.len());
     }

@@ -100,6 +100,15 @@ fn md_array<'a>(md: &'a Metadata, key: &str) -> Result<&'a Vec<Value>> {
         .map_err(|e| Error::Tokenizer(format!("`{key}`: {}", candle_message(&e))))
 }
 
+/// The array at `key` read with `each` (which gives its fallback for a value of another
+/// type), or `None` when the file has no such key.
+fn md_values<T>(md: &Metadata, key: &str, each: impl Fn(&Value) -> T) -> Result<Option<Vec<T>>> {
+    match md.get(key) {
+        None => Ok(None),
+        Some(_) => Ok(Some(md_array(md, key)?.iter().map(each).collect())),
+    }
+}
+
 fn md_strings(md: &Metadata, key: &str) -> Result<Vec<String>> {
     md_array(md, key)?
         .iter()
@@ -135,15 +144,8 @@ impl Tokenizer {
     pub(crate) fn from_gguf(md: &Metadata, beside: Option<&Path>) -> Result<Self> {
         let model = md_str(md, "tokenizer.ggml.model").unwrap_or("gpt2");
         let tokens = md_strings(md, "tokenizer.ggml.tokens")?;
-        let types: Vec<i32> = match md.get("tokenizer.ggml.token_type") {
-            Some(v) => v
-                .to_vec()
-                .map_err(|e| Error::Tokenizer(format!("token_type: {}", candle_message(&e))))?
-                .iter()
-                .map(|t| t.to_i32().unwrap_or(1))
-                .collect(),
-            None => vec![1; tokens.len()],
-        };
+        let types = md_values(md, "tokenizer.ggml.token_type", |t| t.to_i32().unwrap_or(1))?
+            .unwrap_or_else(|| vec![1; tokens.len()]);
         if types.len() != tokens.len() {
             return Err(Error::Tokenizer(format!(
                 "{} token types for {} tokens",
@@ -194,15 +196,8 @@ impl Tokenizer {
                 (t, spm_pieces(&tokens, &ty), false)
             }
             "llama" => {
-                let scores: Vec<f32> = match md.get("tokenizer.ggml.scores") {
-                    Some(v) => v
-                        .to_vec()
-                        .map_err(|e| Error::Tokenizer(format!("scores: {}", candle_message(&e))))?
-                        .iter()
-                        .map(|s| s.to_f32().unwrap_or(0.0))
-                        .collect(),
-                    None => (0..tokens.len()).map(|i| -(i as f32)).collect(),
-                };
+                let scores = md_values(md, "tokenizer.ggml.scores", |s| s.to_f32().unwrap_or(0.0))?
+                    .unwrap_or_else(|| (0..tokens.len()).map(|i| -(i as f32)).collect());
                 let bpe = spm_bpe(
                     &tokens,
                     &scores,
