@@ -322,7 +322,7 @@ impl Engine {
             prefix_bytes: AtomicUsize::new(0),
             live: Mutex::new(Vec::new()),
         });
-        let full_context = shared.context_length * weights.kv_bytes_per_token();
+        let full_context = weights.kv_bytes(shared.context_length);
         let budget = config
             .kv_budget
             .unwrap_or_else(|| (available_memory() / 4).max(full_context));
@@ -710,7 +710,6 @@ impl Worker {
     /// Admits queued sequences in order while their prompts fit the budget; tells the others
     /// their place. A sequence alone is always admitted, so a small budget slows, never blocks.
     fn admit(&mut self) {
-        let per_token = self.model.kv_bytes_per_token();
         let mut position = 0;
         for i in 0..self.seqs.len() {
             if self.seqs[i].state() != SequenceState::Queued {
@@ -725,11 +724,12 @@ impl Worker {
                 let have = reused.as_ref().map_or(0, |c| c.len());
                 // A fresh cache starts at KV_MIN_CAPACITY positions: count what it will take.
                 let total = self.seqs[i].tokens().len();
-                let positions = match have {
-                    0 => total.max(KV_MIN_CAPACITY).min(self.shared.context_length),
-                    _ => total - have,
+                let need = match have {
+                    0 => self
+                        .model
+                        .kv_bytes(total.max(KV_MIN_CAPACITY).min(self.shared.context_length)),
+                    _ => self.model.kv_bytes(total) - self.model.kv_bytes(have),
                 };
-                let need = positions * per_token;
                 let alone = !self.seqs.iter().any(|s| s.admitted && s.cache_bytes() > 0);
                 if self.make_room(need) || alone {
                     self.seqs[i].admit(reused);

@@ -1,7 +1,8 @@
 //! Prompt-prefix reuse: KV caches of finished answers, kept so that the next turn of the same
 //! conversation (or any prompt sharing a prefix, such as a system prompt) prefills only its new
 //! tokens. A new sequence takes the entry with the longest common prefix; the entry's cache is
-//! moved, not copied, and cut back to the shared part. Least recently used entries go first
+//! moved, not copied, and cut back to the shared part, or to the longest part of it that its
+//! windowed layers still reach (`KvCache::reachable`). Least recently used entries go first
 //! when memory is needed.
 
 use crate::model::KvCache;
@@ -24,12 +25,23 @@ const MAX_ENTRIES: usize = 32;
 impl PrefixCache {
     /// Keeps `cache`, which holds the keys and values of `tokens`.
     pub fn insert(&mut self, tokens: Vec<u32>, cache: KvCache) {
-        // Nothing to keep when an entry already holds these tokens and more.
-        if tokens.is_empty() || self.entries.iter().any(|e| e.tokens.starts_with(&tokens)) {
+        // Nothing to keep when an entry already holds these tokens and more, and can be cut
+        // back to them.
+        let holds = |e: &Entry, tokens: &[u32]| {
+            e.tokens.starts_with(tokens) && e.cache.reachable(tokens.len()) == tokens.len()
+        };
+        if tokens.is_empty() || self.entries.iter().any(|e| holds(e, &tokens)) {
             return;
         }
-        // An entry that is a prefix of the new one is superseded by it.
-        self.entries.retain(|e| !tokens.starts_with(&e.tokens));
+        // An entry that is a prefix of the new one is superseded by it (when the new one can be
+        // cut back to it).
+        let new = Entry {
+            tokens,
+            cache,
+            last_used: 0,
+        };
+        self.entries.retain(|e| !holds(&new, &e.tokens));
+        let (tokens, cache) = (new.tokens, new.cache);
         self.clock += 1;
         self.entries.push(Entry {
             tokens,
@@ -66,7 +78,8 @@ impl PrefixCache {
         }
     }
 
-    /// The entry sharing the longest prefix with `prompt`, and that length (leaving one token).
+    /// The entry sharing the longest reachable prefix with `prompt`, and that length (leaving
+    /// one token).
     fn longest(&self, prompt: &[u32]) -> Option<(usize, usize)> {
         let limit = prompt.len().saturating_sub(1);
         let (best, len) = self
@@ -74,15 +87,8 @@ impl PrefixCache {
             .iter()
             .enumerate()
             .map(|(i, e)| {
-                (
-                    i,
-                    e.tokens
-                        .iter()
-                        .zip(prompt)
-                        .take_while(|(a, b)| a == b)
-                        .count()
-                        .min(limit),
-                )
+                let shared = e.tokens.iter().zip(prompt).take_while(|(a, b)| a == b);
+                (i, e.cache.reachable(shared.count().min(limit)))
             })
             .max_by_key(|&(_, len)| len)?;
         (len > 0).then_some((best, len))

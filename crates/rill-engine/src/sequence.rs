@@ -268,6 +268,9 @@ impl Sequence {
     pub fn after_step(&mut self, tok: &Tokenizer, mut logits: Vec<f32>) -> Result<()> {
         if self.prefill_done.is_none() && self.cache.len() >= self.prompt_len {
             self.prefill_done = Some(Instant::now());
+            // Windowed layers drop what their window leaves behind; this keeps the prompt's
+            // end reachable for the next turn or a regenerated answer (`kv.rs`).
+            self.cache.checkpoint();
         }
         if self.pending() == 0 {
             if self.preview {

@@ -31,20 +31,6 @@ const MODELS: &[&str] = &[
 ];
 const NEAR_TIE: f32 = 0.1;
 
-fn model_path(name: &str) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = std::env::var_os("RILL_TEST_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("models/test-models"));
-    let p = dir.join(format!("{name}.gguf"));
-    assert!(
-        p.is_file(),
-        "test model missing at {}: run `python3 scripts/make-test-models.py`",
-        p.display()
-    );
-    p
-}
-
 fn reference(name: &str) -> Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join(format!("tests/fixtures/reference/{name}.json"));
@@ -86,7 +72,7 @@ fn parity(name: &str) -> (Model, Vec<Vec<f32>>) {
 /// [`parity`], with up to `flips` clear positions allowed another top token (a known gap,
 /// named where it is used).
 fn parity_but(name: &str, flips: usize) -> (Model, Vec<Vec<f32>>) {
-    let path = model_path(name);
+    let path = common::test_model(name);
     let r = reference(name);
     let sha = format!("{:x}", sha2::Sha256::digest(std::fs::read(&path).unwrap()));
     assert_eq!(
@@ -221,7 +207,7 @@ fn phi3_matches_llama_cpp() {
 #[test]
 fn the_candle_path_agrees_with_the_fast_path() {
     for name in [MODELS[0], MODELS[2], MODELS[4], MODELS[6], MODELS[8]] {
-        let path = model_path(name);
+        let path = common::test_model(name);
         let r = reference(name);
         let tokens: Vec<u32> = ids(&r["tokens"]).into_iter().take(24).collect();
         let ours = teacher_forced(

@@ -106,11 +106,13 @@ impl Rope {
 }
 
 /// Keys and values of one layer for one sequence, `[position][kv head][head_dim]`, in f16 (as
-/// llama.cpp keeps them): half the memory and half the reads of f32.
+/// llama.cpp keeps them): half the memory and half the reads of f32. They start at position
+/// `start` (0 but in a windowed layer, which drops what its window no longer sees).
 #[derive(Default)]
 pub struct LayerKv {
     pub k: Vec<f16>,
     pub v: Vec<f16>,
+    pub start: usize,
 }
 
 /// One sequence's part of a step: `t` new rows (the sequences' rows follow each other in the
@@ -154,7 +156,7 @@ pub fn attend(
         out.len() == rows * q_width && (rows == 0 || q.len() >= (rows - 1) * q_stride + q_width)
     );
     for s in spans {
-        let filled = (s.pos + s.t) * shape.kv_width();
+        let filled = (s.pos + s.t).saturating_sub(s.kv.start) * shape.kv_width();
         assert!(s.kv.k.len() >= filled && s.kv.v.len() >= filled);
     }
     // Each chunk of `out` is the query heads of one KV head in one row (they read the same keys
@@ -168,6 +170,11 @@ pub fn attend(
             // The keys a query sees: the window before it (its own position included).
             let n = span.pos + i + 1;
             let first = scores.window.map_or(0, |w| n.saturating_sub(w));
+            // The cache holds them all (a windowed layer's first kept row is before them).
+            assert!(
+                first >= span.kv.start,
+                "a query's window starts before its cache"
+            );
             owner.push((s, first, n));
             work += (n - first) * q_width;
         }
@@ -214,8 +221,8 @@ fn group(
     let (hd, stride) = (shape.head_dim, shape.kv_width());
     let (scale, cap) = (how.scale, (how.softcap, how.f16_weights));
     let n_keys = keys_at.len();
-    let keys = &kv.k[keys_at.start * stride + g * hd..];
-    let values = &kv.v[keys_at.start * stride + g * hd..];
+    let at = (keys_at.start - kv.start) * stride + g * hd;
+    let (keys, values) = (&kv.k[at..], &kv.v[at..]);
     #[cfg(target_arch = "x86_64")]
     if isa.avx2() && hd % 8 == 0 {
         // Up to four heads at a time: each key and value row is converted from f16 once for

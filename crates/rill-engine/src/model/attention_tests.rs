@@ -9,6 +9,7 @@ fn cache(rng: &mut Lcg, positions: usize, width: usize) -> LayerKv {
     LayerKv {
         k: f(positions * width),
         v: f(positions * width),
+        start: 0,
     }
 }
 
@@ -174,6 +175,76 @@ fn a_query_gives_the_same_bits_in_any_step() {
     }
 }
 
+/// A windowed layer's cache that has dropped the rows before its queries' windows gives
+/// them the same bits as the whole cache.
+#[test]
+fn a_window_sees_the_same_bits_in_a_cache_that_dropped_its_past() {
+    let mut rng = Lcg(5);
+    let shape = Shape {
+        n_head: 4,
+        n_kv_head: 2,
+        head_dim: 32,
+    };
+    let (pos, t, window, qw) = (300, 6, 40, 4 * 32);
+    let whole = cache(&mut rng, pos + t, shape.kv_width());
+    let q = rng.vec(t * qw);
+    let how = Scores {
+        window: Some(window),
+        ..Scores::standard(shape.head_dim)
+    };
+    // The first row's window starts at pos + 1 − window.
+    let from = pos + 1 - window;
+    let cut = LayerKv {
+        k: whole.k[from * shape.kv_width()..].to_vec(),
+        v: whole.v[from * shape.kv_width()..].to_vec(),
+        start: from,
+    };
+    for isa in crate::kernels::Isa::available() {
+        let run = |kv: &LayerKv| {
+            let mut out = vec![0f32; t * qw];
+            attend(shape, how, &q, qw, &[Span { t, pos, kv }], &mut out, isa);
+            out
+        };
+        assert!(run(&whole) == run(&cut), "{isa:?}");
+    }
+}
+
+/// A query whose window begins before the cache's first row is refused, never read out of
+/// bounds.
+#[test]
+#[should_panic(expected = "window starts before its cache")]
+fn a_cache_that_dropped_a_window_is_refused() {
+    let shape = Shape {
+        n_head: 1,
+        n_kv_head: 1,
+        head_dim: 8,
+    };
+    let kv = LayerKv {
+        k: vec![f16::ZERO; 8 * 8],
+        v: vec![f16::ZERO; 8 * 8],
+        start: 10,
+    };
+    let how = Scores {
+        window: Some(8),
+        ..Scores::standard(8)
+    };
+    let mut out = vec![0f32; 8];
+    let span = [Span {
+        t: 1,
+        pos: 12,
+        kv: &kv,
+    }];
+    attend(
+        shape,
+        how,
+        &[0.0; 8],
+        8,
+        &span,
+        &mut out,
+        crate::kernels::Isa::Scalar,
+    );
+}
+
 /// The heads of a KV group share their passes over its keys and values; each head's output
 /// is the same, bit for bit, as when it runs alone.
 #[test]
@@ -221,6 +292,7 @@ fn a_head_gives_the_same_bits_alone_and_in_its_group() {
                     let kv1 = LayerKv {
                         k: own(&kv.k),
                         v: own(&kv.v),
+                        start: 0,
                     };
                     let span = [Span {
                         t: 1,

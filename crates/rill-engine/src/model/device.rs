@@ -9,48 +9,51 @@ use super::llama::{Layer, Llama};
 use super::KvCache;
 use crate::error::{Error, Result};
 
-/// Additive causal mask for a chunk of `t` queries at positions `pos..pos+t`, repeated for the
-/// `n_rep` query heads that share a KV head (their rows are stacked, see `forward`). With a
-/// `window`, a query also skips the keys `window` or more positions before it.
+/// Additive causal mask for a chunk of `t` queries at positions `pos..pos+t` over the keys
+/// kept from position `start` on, repeated for the `n_rep` query heads that share a KV head
+/// (their rows are stacked, see `forward`). With a `window`, a query also skips the keys
+/// `window` or more positions before it.
 fn causal_mask(
     t: usize,
-    pos: usize,
+    (pos, start): (usize, usize),
     n_rep: usize,
     window: Option<usize>,
     device: &Device,
 ) -> Result<Tensor> {
     let total = pos + t;
     let w = window.unwrap_or(usize::MAX);
-    let mut m = Vec::with_capacity(n_rep * t * total);
+    let mut m = Vec::with_capacity(n_rep * t * (total - start));
     for _ in 0..n_rep {
         for i in 0..t {
             let at = pos + i;
-            m.extend((0..total).map(|j| match j > at || at - j >= w {
+            m.extend((start..total).map(|j| match j > at || at - j >= w {
                 true => f32::NEG_INFINITY,
                 false => 0.0,
             }));
         }
     }
-    Ok(Tensor::from_vec(m, (n_rep * t, total), device)?)
+    Ok(Tensor::from_vec(m, (n_rep * t, total - start), device)?)
 }
 
 impl Llama {
-    /// For candle's attention, a sequence's `t` new rows after `pos` cached positions: the
-    /// cos/sin rows of each RoPE table, and the mask of each layer's window (`None` where a
-    /// single unwindowed query needs none).
-    pub(super) fn device_tables(&self, t: usize, pos: usize) -> Result<DeviceTables> {
+    /// For candle's attention, a sequence's `t` new rows after the positions its `cache`
+    /// holds: the cos/sin rows of each RoPE table, and the mask of each layer's window and
+    /// first kept key (`None` where a single query that sees every kept key needs none).
+    pub(super) fn device_tables(&self, t: usize, cache: &KvCache) -> Result<DeviceTables> {
         let n_rep = self.cfg.n_head / self.cfg.n_kv_head;
+        let pos = cache.len();
         let mut masks = Vec::new();
-        for w in &self.cfg.windows {
-            if masks.iter().any(|(have, _)| have == w) {
+        for (li, w) in self.cfg.windows.iter().enumerate() {
+            let key = (*w, cache.first_kept(li));
+            if masks.iter().any(|(have, _)| *have == key) {
                 continue;
             }
-            let needed = t > 1 || w.is_some_and(|w| pos + 1 > w);
+            let needed = t > 1 || w.is_some_and(|w| pos + 1 - key.1 > w);
             let mask = match needed {
-                true => Some(causal_mask(t, pos, n_rep, *w, &self.device)?),
+                true => Some(causal_mask(t, (pos, key.1), n_rep, *w, &self.device)?),
                 false => None,
             };
-            masks.push((*w, mask));
+            masks.push((key, mask));
         }
         let ropes = self
             .ropes
@@ -104,10 +107,11 @@ impl Llama {
         let mut ys = Vec::with_capacity(batch.len());
         for (((_, cache), &(row, t)), tables) in batch.iter_mut().zip(spans).zip(tables) {
             let (cos, sin) = &tables.ropes[layer.rope];
+            let key = (layer.window, cache.first_kept(li));
             let mask = tables
                 .masks
                 .iter()
-                .find(|(w, _)| *w == layer.window)
+                .find(|(have, _)| *have == key)
                 .and_then(|(_, m)| m.as_ref());
             let heads = |m: &Tensor, n: usize| -> Result<Tensor> {
                 Ok(m.narrow(0, row, t)?
@@ -151,8 +155,12 @@ impl Llama {
     }
 }
 
-/// A sequence's RoPE rows (per table) and masks (per window) for one step on candle's path.
+/// A layer's window and the position of its first kept key: the layers alike share a mask.
+type MaskKey = (Option<usize>, usize);
+
+/// A sequence's RoPE rows (per table) and masks (per window and first kept key) for one step
+/// on candle's path.
 pub(super) struct DeviceTables {
     pub(super) ropes: Vec<(Tensor, Tensor)>,
-    pub(super) masks: Vec<(Option<usize>, Option<Tensor>)>,
+    pub(super) masks: Vec<(MaskKey, Option<Tensor>)>,
 }

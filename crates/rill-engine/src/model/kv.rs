@@ -3,6 +3,16 @@
 //! reserved ahead by doubling, never grown by a copy per token. On the host (our attention) it
 //! is `[position][kv head][head_dim]` in f16 per layer; on a GPU, candle tensors written with
 //! `slice_set`.
+//!
+//! A layer that attends over a sliding window (Gemma's local layers) keeps only the rows its
+//! window can still see, plus [`KV_ROLLBACK`] positions so that the cache can be cut back a
+//! little (a next turn re-renders an answer's last tokens; a speculative draft is rejected),
+//! plus a slack of a quarter window, so that its rows slide down once in a while rather than
+//! at every step. A long Gemma 3 conversation thus costs its global layers' keys, not every
+//! layer's. What a window drops is gone: cutting the cache back further than its rows reach
+//! (prefix reuse from an earlier point of a conversation) goes to the
+//! [`checkpoint`](KvCache::checkpoint) taken when the prompt was in, or else to nothing
+//! ([`KvCache::reachable`]).
 
 use candle_core::{DType, Device, Tensor};
 use half::{f16, slice::HalfFloatSliceExt};
@@ -14,28 +24,179 @@ use crate::error::{Error, Result};
 /// Positions a cache allocates at first; it doubles from there.
 pub const KV_MIN_CAPACITY: usize = 256;
 
+/// Positions a windowed layer keeps beyond its window, so that the cache can be cut back by
+/// this many without losing what the next query must see.
+pub const KV_ROLLBACK: usize = 64;
+
+/// Positions a windowed layer lets pile up before its rows slide down (a copy of the window):
+/// a quarter window, so the copy costs a few percent of the steps it spans.
+fn slide(window: usize) -> usize {
+    (window / 4).max(64)
+}
+
+/// The first position a layer of `window` keeps once `len` positions are in: the next query's
+/// window and [`KV_ROLLBACK`] before it.
+fn keep_from(len: usize, window: usize) -> usize {
+    (len + 1).saturating_sub(window + KV_ROLLBACK)
+}
+
+/// Whether rows from position `start` on hold the whole window of a query at position `len`.
+fn reaches(start: usize, len: usize, window: usize) -> bool {
+    start <= (len + 1).saturating_sub(window)
+}
+
+/// The most positions a layer of `window` holds between steps: the window, the rollback and
+/// the slack.
+fn most_kept(window: usize) -> usize {
+    window + KV_ROLLBACK + slide(window)
+}
+
+/// Positions a layer needs room for, from its first row, before a step of `extra` rows: the
+/// cache's capacity for a full layer; for a windowed one, what it holds and the step, and no
+/// more than [`most_kept`] and the step otherwise.
+fn room_for(window: Option<usize>, stored: usize, extra: usize, capacity: usize) -> usize {
+    match window {
+        None => capacity,
+        Some(w) => (stored + extra).max(capacity.min(most_kept(w) + extra)),
+    }
+}
+
+/// Bytes of KV cache `positions` positions take when each costs `per_layer` bytes per layer:
+/// every position in a full layer, at most [`most_kept`] in a windowed one.
+pub fn kv_bytes(windows: &[Option<usize>], positions: usize, per_layer: usize) -> usize {
+    windows
+        .iter()
+        .map(|w| w.map_or(positions, |w| positions.min(most_kept(w))) * per_layer)
+        .sum()
+}
+
 /// One sequence's keys and values for every layer, of which the first `len` positions are
-/// filled. Memory is reserved ahead (doubling), never grown by a copy per token.
+/// filled (a windowed layer holds the last of them, from its own first row). Memory is
+/// reserved ahead (doubling), never grown by a copy per token.
 #[derive(Default)]
 pub struct KvCache {
-    store: Store,
+    layers: Vec<Rows>,
     len: usize,
+    /// Positions the full layers have room for.
     capacity: usize,
-    /// Floats per position in a host layer (`n_kv_head · head_dim`).
+    /// Floats per position in a layer (`n_kv_head · head_dim`).
     width: usize,
+    /// Each layer's window (`None`: it attends over every position).
+    windows: Vec<Option<usize>>,
+    /// The windowed layers' rows at a length (when the prompt was in): what lets the cache be
+    /// cut back to the prompt after its rows slid past it.
+    checkpoint: Option<(usize, Vec<(usize, Rows)>)>,
 }
 
-enum Store {
-    /// On the host, `[position][kv head][head_dim]` per layer: our attention appends and reads
-    /// it in place (`attention.rs`).
-    Host(Vec<LayerKv>),
-    /// On a GPU, `[1, n_kv_head, capacity, head_dim]` tensors per layer, for candle's attention.
-    Device(Vec<(Tensor, Tensor)>),
+/// One layer's keys and values, from its first row's position on.
+enum Rows {
+    /// On the host, `[position][kv head][head_dim]`: our attention appends and reads it in
+    /// place (`attention.rs`).
+    Host(LayerKv),
+    /// On a GPU, `[1, n_kv_head, room, head_dim]` tensors, for candle's attention.
+    Device { k: Tensor, v: Tensor, start: usize },
 }
 
-impl Default for Store {
-    fn default() -> Self {
-        Store::Host(Vec::new())
+/// `count` positions of `t` (`[1, heads, positions, head_dim]`) from `from`, copied into a
+/// new tensor with room for `room` positions (one at least).
+fn regrow(t: &Tensor, from: usize, count: usize, room: usize) -> Result<Tensor> {
+    let (b, h, _, d) = t.dims4()?;
+    let out = Tensor::zeros((b, h, room.max(count).max(1), d), t.dtype(), t.device())?;
+    if count > 0 {
+        out.slice_set(&t.narrow(2, from, count)?.contiguous()?, 2, 0)?;
+    }
+    Ok(out)
+}
+
+impl Rows {
+    fn start(&self) -> usize {
+        match self {
+            Rows::Host(l) => l.start,
+            Rows::Device { start, .. } => *start,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Rows::Host(l) => (l.k.capacity() + l.v.capacity()) * std::mem::size_of::<f16>(),
+            Rows::Device { k, v, .. } => {
+                (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes()
+            }
+        }
+    }
+
+    /// Positions it has room for, from its first row.
+    fn room(&self, width: usize) -> usize {
+        match self {
+            Rows::Host(l) => l.k.capacity() / width.max(1),
+            Rows::Device { k, .. } => k.dim(2).unwrap_or(0),
+        }
+    }
+
+    /// A copy of positions `from..to` (which it holds) with room for `room` positions.
+    fn copy(&self, from: usize, to: usize, room: usize, width: usize) -> Result<Rows> {
+        let start = self.start();
+        Ok(match self {
+            Rows::Host(l) => {
+                let copy = |x: &[f16]| {
+                    let mut c = Vec::with_capacity(room.max(to - from) * width);
+                    c.extend_from_slice(&x[(from - start) * width..(to - start) * width]);
+                    c
+                };
+                Rows::Host(LayerKv {
+                    k: copy(&l.k),
+                    v: copy(&l.v),
+                    start: from,
+                })
+            }
+            Rows::Device { k, v, .. } => Rows::Device {
+                k: regrow(k, from - start, to - from, room)?,
+                v: regrow(v, from - start, to - from, room)?,
+                start: from,
+            },
+        })
+    }
+
+    /// Room for `room` positions from its first row, keeping the `len` filled positions.
+    fn make_room(&mut self, len: usize, room: usize, width: usize) -> Result<()> {
+        let stored = len - self.start();
+        match self {
+            Rows::Host(l) => {
+                l.k.truncate(stored * width);
+                l.v.truncate(stored * width);
+                // Exact, so the doubling of the cache (not Vec's own) decides the memory.
+                l.k.reserve_exact((room - stored) * width);
+                l.v.reserve_exact((room - stored) * width);
+            }
+            Rows::Device { k, v, .. } => {
+                if k.dim(2)? < room {
+                    *k = regrow(k, 0, stored, room)?;
+                    *v = regrow(v, 0, stored, room)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the positions before `from` (of the `len` filled), keeping its room.
+    fn drop_before(&mut self, from: usize, len: usize, width: usize) -> Result<()> {
+        let gone = from - self.start();
+        match self {
+            Rows::Host(l) => {
+                l.k.truncate((len - l.start) * width);
+                l.v.truncate((len - l.start) * width);
+                l.k.drain(..gone * width);
+                l.v.drain(..gone * width);
+                l.start = from;
+            }
+            Rows::Device { k, v, start } => {
+                let room = k.dim(2)?;
+                *k = regrow(k, gone, len - from, room)?;
+                *v = regrow(v, gone, len - from, room)?;
+                *start = from;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -53,75 +214,165 @@ impl KvCache {
         self.len == 0
     }
 
-    /// Bytes allocated (capacity, not just what is filled).
+    /// Bytes allocated (room, not just what is filled), the checkpoint's included.
     pub fn bytes(&self) -> usize {
-        match &self.store {
-            Store::Host(layers) => layers
-                .iter()
-                .map(|l| (l.k.capacity() + l.v.capacity()) * std::mem::size_of::<f16>())
-                .sum(),
-            Store::Device(layers) => layers
-                .iter()
-                .map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes())
-                .sum(),
-        }
+        let kept = self.checkpoint.iter().flat_map(|(_, rows)| rows);
+        self.layers.iter().map(Rows::bytes).sum::<usize>()
+            + kept.map(|(_, r)| r.bytes()).sum::<usize>()
     }
 
-    /// Forgets positions from `len` on (the memory stays for reuse; a host layer drops them
-    /// when it is next appended to).
-    pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+    /// The windowed layers and their windows.
+    fn windowed(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.windows
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| w.map(|w| (i, w)))
     }
 
-    /// A copy of the first `len` positions with room for a few more: for a preview, which must
-    /// leave the kept cache it starts from as it was.
-    pub fn copy_prefix(&self, len: usize) -> Result<KvCache> {
-        let len = len.min(self.len);
-        let capacity = len + 16;
-        let store = match &self.store {
-            Store::Host(layers) => Store::Host(
-                layers
+    /// Whether the windowed layers hold what a query at position `len` sees.
+    fn layers_reach(&self, len: usize) -> bool {
+        self.windowed()
+            .all(|(i, w)| reaches(self.layers[i].start(), len, w))
+    }
+
+    /// Whether the checkpoint holds what a query at position `len` sees, up to its length.
+    fn checkpoint_reaches(&self, len: usize) -> bool {
+        self.checkpoint.as_ref().is_some_and(|(at, rows)| {
+            len <= *at
+                && rows
                     .iter()
-                    .map(|l| {
-                        let width = self.width;
-                        let copy = |x: &[f16]| {
-                            let mut c = Vec::with_capacity(capacity * width);
-                            c.extend_from_slice(&x[..len * width]);
-                            c
-                        };
-                        LayerKv {
-                            k: copy(&l.k),
-                            v: copy(&l.v),
-                        }
-                    })
-                    .collect(),
-            ),
-            Store::Device(layers) => {
-                let mut copies = Vec::with_capacity(layers.len());
-                for (k, v) in layers {
-                    let (b, h, _, d) = k.dims4()?;
-                    let copy = |t: &Tensor| -> Result<Tensor> {
-                        let out = Tensor::zeros((b, h, capacity, d), t.dtype(), t.device())?;
-                        if len > 0 {
-                            out.slice_set(&t.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
-                        }
-                        Ok(out)
-                    };
-                    copies.push((copy(k)?, copy(v)?));
-                }
-                Store::Device(copies)
-            }
-        };
-        Ok(KvCache {
-            store,
-            len,
-            capacity,
-            width: self.width,
+                    .all(|(i, r)| self.windows[*i].is_none_or(|w| reaches(r.start(), len, w)))
         })
     }
 
-    /// Makes room for `extra` more positions, doubling the capacity when it runs out.
-    /// `host` picks the store our attention reads; else candle's tensors on `device`.
+    /// The longest prefix of at most `want` positions that the cache can be cut back to:
+    /// `want` itself where every windowed layer still holds the next query's window, else the
+    /// checkpoint's length where it holds it, else nothing.
+    pub fn reachable(&self, want: usize) -> usize {
+        let want = want.min(self.len);
+        if self.layers_reach(want) {
+            return want;
+        }
+        match &self.checkpoint {
+            Some((at, _)) if self.checkpoint_reaches(want.min(*at)) => want.min(*at),
+            _ => 0,
+        }
+    }
+
+    /// Forgets positions from `len` on, or from [`reachable(len)`](Self::reachable) where the
+    /// windowed layers no longer hold `len`'s window (the memory stays for reuse; a host layer
+    /// drops them when it is next appended to).
+    pub fn truncate(&mut self, len: usize) {
+        let to = self.reachable(len);
+        if to == self.len {
+            return;
+        }
+        if !self.layers_reach(to) {
+            // `reachable` found that the checkpoint holds `to`, unless `to` is 0.
+            let restored = match (&self.checkpoint, to) {
+                (Some((_, rows)), 1..) => rows
+                    .iter()
+                    .map(|(i, r)| {
+                        let room = self.layers[*i].room(self.width).max(to - r.start());
+                        Ok((*i, r.copy(r.start(), to, room, self.width)?))
+                    })
+                    .collect::<Result<Vec<_>>>(),
+                _ => return self.clear(),
+            };
+            match restored {
+                Ok(rows) => rows.into_iter().for_each(|(i, r)| self.layers[i] = r),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not restore a KV checkpoint");
+                    return self.clear();
+                }
+            }
+        }
+        self.len = to;
+        // Past `to`, the tokens the checkpoint was taken on may change.
+        if let Some((at, _)) = &mut self.checkpoint {
+            *at = (*at).min(to);
+            let at = *at;
+            if at == 0 || !self.checkpoint_reaches(at) {
+                self.checkpoint = None;
+            }
+        }
+    }
+
+    /// Empties the cache, keeping the full layers' memory (a windowed layer's rows restart at
+    /// position 0).
+    fn clear(&mut self) {
+        self.len = 0;
+        self.checkpoint = None;
+        for r in &mut self.layers {
+            match r {
+                Rows::Host(l) => l.start = 0,
+                Rows::Device { start, .. } => *start = 0,
+            }
+        }
+    }
+
+    /// Keeps a copy of the windowed layers' rows that the next query and [`KV_ROLLBACK`] need,
+    /// so the cache can be cut back to any position from `len − KV_ROLLBACK` to `len` even
+    /// after its rows have slid past. A sequence calls it once its prompt is in: an answer
+    /// regenerated, or a next turn whose text differs in the answer, still reuses the prompt.
+    /// One checkpoint at a time; a model without windows needs none.
+    pub fn checkpoint(&mut self) {
+        if self.len == 0 || self.windowed().next().is_none() {
+            return;
+        }
+        let saved = self
+            .windowed()
+            .map(|(i, w)| {
+                let from = self.layers[i].start().max(keep_from(self.len, w));
+                Ok((i, self.layers[i].copy(from, self.len, 0, self.width)?))
+            })
+            .collect::<Result<Vec<_>>>();
+        match saved {
+            Ok(rows) => self.checkpoint = Some((self.len, rows)),
+            Err(e) => tracing::warn!(error = %e, "could not keep a KV checkpoint"),
+        }
+    }
+
+    /// A copy of the first [`reachable(len)`](Self::reachable) positions with room for a few
+    /// more, and no checkpoint: for a preview, which must leave the kept cache it starts from
+    /// as it was.
+    pub fn copy_prefix(&self, len: usize) -> Result<KvCache> {
+        let to = self.reachable(len);
+        if to == 0 {
+            return Ok(KvCache::new());
+        }
+        let from_checkpoint = !self.layers_reach(to);
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for (i, rows) in self.layers.iter().enumerate() {
+            let (source, from) = match self.windows[i] {
+                None => (rows, 0),
+                Some(w) => {
+                    // `reachable` found that this source holds `to`'s window.
+                    let source = match &self.checkpoint {
+                        Some((_, kept)) if from_checkpoint => kept
+                            .iter()
+                            .find_map(|(j, r)| (*j == i).then_some(r))
+                            .unwrap_or(rows),
+                        _ => rows,
+                    };
+                    (source, source.start().max(keep_from(to, w)))
+                }
+            };
+            layers.push(source.copy(from, to, to - from + 16, self.width)?);
+        }
+        Ok(KvCache {
+            layers,
+            len: to,
+            capacity: to + 16,
+            width: self.width,
+            windows: self.windows.clone(),
+            checkpoint: None,
+        })
+    }
+
+    /// Makes room for `extra` more positions, doubling the capacity when it runs out, and lets
+    /// the windowed layers' rows slide. `host` picks the store our attention reads; else
+    /// candle's tensors on `device`.
     pub(super) fn reserve(
         &mut self,
         cfg: &LlamaConfig,
@@ -129,59 +380,52 @@ impl KvCache {
         device: &Device,
         host: bool,
     ) -> Result<()> {
-        let need = self.len + extra;
-        let built = match &self.store {
-            Store::Host(l) => host && l.len() == cfg.n_layer,
-            Store::Device(l) => !host && l.len() == cfg.n_layer,
-        };
-        if need <= self.capacity && built {
-            return Ok(());
-        }
+        let built = self.layers.len() == cfg.n_layer
+            && self
+                .layers
+                .iter()
+                .all(|r| matches!(r, Rows::Host(_)) == host);
         if !built {
             // A new cache (or, defensively, one built for another model): nothing to keep.
-            self.len = 0;
-            self.capacity = 0;
-        }
-        let cap = need
-            .max(self.capacity * 2)
-            .max(KV_MIN_CAPACITY)
-            .min(cfg.context_length.max(need));
-        if host {
-            let width = cfg.n_kv_head * cfg.head_dim;
-            self.width = width;
-            if !built {
-                self.store = Store::Host((0..cfg.n_layer).map(|_| LayerKv::default()).collect());
-            }
-            if let Store::Host(layers) = &mut self.store {
-                for l in layers {
-                    l.k.truncate(self.len * width);
-                    l.v.truncate(self.len * width);
-                    // Exact, so the doubling above (not Vec's own) decides the memory.
-                    l.k.reserve_exact((cap - self.len) * width);
-                    l.v.reserve_exact((cap - self.len) * width);
-                }
-            }
-        } else {
-            let shape = (1, cfg.n_kv_head, cap, cfg.head_dim);
-            let old = match std::mem::take(&mut self.store) {
-                Store::Device(old) => old,
-                Store::Host(_) => Vec::new(),
+            *self = KvCache {
+                width: cfg.n_kv_head * cfg.head_dim,
+                windows: cfg.windows.clone(),
+                ..KvCache::default()
             };
-            let mut layers = Vec::with_capacity(cfg.n_layer);
-            for i in 0..cfg.n_layer {
-                let k = Tensor::zeros(shape, DType::F32, device)?;
-                let v = Tensor::zeros(shape, DType::F32, device)?;
-                if let Some((ok, ov)) = old.get(i) {
-                    if self.len > 0 {
-                        k.slice_set(&ok.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
-                        v.slice_set(&ov.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
-                    }
-                }
-                layers.push((k, v));
-            }
-            self.store = Store::Device(layers);
         }
-        self.capacity = cap;
+        let need = self.len + extra;
+        if need > self.capacity {
+            self.capacity = need
+                .max(self.capacity * 2)
+                .max(KV_MIN_CAPACITY)
+                .min(cfg.context_length.max(need));
+        }
+        for i in 0..cfg.n_layer {
+            let window = self.windows[i];
+            if !built {
+                let room = room_for(window, 0, extra, self.capacity);
+                self.layers.push(match host {
+                    true => Rows::Host(LayerKv::default()),
+                    false => {
+                        let shape = (1, cfg.n_kv_head, room, cfg.head_dim);
+                        Rows::Device {
+                            k: Tensor::zeros(shape, DType::F32, device)?,
+                            v: Tensor::zeros(shape, DType::F32, device)?,
+                            start: 0,
+                        }
+                    }
+                });
+            }
+            let rows = &mut self.layers[i];
+            if let Some(w) = window {
+                let from = keep_from(self.len, w);
+                if from >= rows.start() + slide(w) {
+                    rows.drop_before(from, self.len, self.width)?;
+                }
+            }
+            let room = room_for(window, self.len - rows.start(), extra, self.capacity);
+            rows.make_room(self.len, room, self.width)?;
+        }
         Ok(())
     }
 
@@ -190,9 +434,8 @@ impl KvCache {
     /// They are kept in f16, as llama.cpp keeps them: half the memory and half the reads per
     /// step, and the values still carry 11 significant bits.
     pub(super) fn push_host(&mut self, layer: usize, row: usize, k: &[f32], v: &[f32]) {
-        let at = (self.len + row) * self.width;
-        if let Store::Host(layers) = &mut self.store {
-            let l = &mut layers[layer];
+        if let Some(Rows::Host(l)) = self.layers.get_mut(layer) {
+            let at = (self.len + row - l.start) * self.width;
             l.k.truncate(at);
             l.v.truncate(at);
             for (cache, new) in [(&mut l.k, k), (&mut l.v, v)] {
@@ -202,36 +445,42 @@ impl KvCache {
         }
     }
 
-    /// Host `layer`'s keys and values (filled positions and this step's rows).
+    /// Host `layer`'s keys and values (its kept positions and this step's rows).
     pub(super) fn host_layer(&self, layer: usize) -> Option<&LayerKv> {
-        match &self.store {
-            Store::Host(layers) => layers.get(layer),
-            Store::Device(_) => None,
+        match self.layers.get(layer) {
+            Some(Rows::Host(l)) => Some(l),
+            _ => None,
         }
     }
 
+    /// The position of `layer`'s first kept row (0 but in a windowed layer).
+    pub(super) fn first_kept(&self, layer: usize) -> usize {
+        self.layers.get(layer).map_or(0, Rows::start)
+    }
+
     /// Writes the new keys/values of `layer` after the filled positions and returns views of
-    /// everything so far (GPU store). [`KvCache::advance`] commits the positions once every
-    /// layer is done.
+    /// every kept position so far, from [`first_kept`](Self::first_kept) (GPU store).
+    /// [`KvCache::advance`] commits the positions once every layer is done.
     pub(super) fn append(
         &mut self,
         layer: usize,
         k: &Tensor,
         v: &Tensor,
     ) -> Result<(Tensor, Tensor)> {
-        let Store::Device(layers) = &self.store else {
+        let Some(Rows::Device {
+            k: ck,
+            v: cv,
+            start,
+        }) = self.layers.get(layer)
+        else {
             return Err(Error::Candle(candle_core::Error::Msg(
                 "a host KV cache on a GPU model".into(),
             )));
         };
-        let (ck, cv) = &layers[layer];
-        let t = k.dim(2)?;
-        ck.slice_set(k, 2, self.len)?;
-        cv.slice_set(v, 2, self.len)?;
-        Ok((
-            ck.narrow(2, 0, self.len + t)?,
-            cv.narrow(2, 0, self.len + t)?,
-        ))
+        let (at, t) = (self.len - start, k.dim(2)?);
+        ck.slice_set(k, 2, at)?;
+        cv.slice_set(v, 2, at)?;
+        Ok((ck.narrow(2, 0, at + t)?, cv.narrow(2, 0, at + t)?))
     }
 
     pub(super) fn advance(&mut self, t: usize) {

@@ -310,14 +310,20 @@ impl Llama {
         &self.cfg
     }
 
-    /// Bytes of KV cache one position costs (keys and values, every layer): f16 on the host,
-    /// f32 in candle's tensors.
-    pub fn kv_bytes_per_token(&self) -> usize {
+    /// Bytes of KV cache a sequence of `positions` positions takes at most: every position in
+    /// a full layer, a windowed layer's window and margins (`kv.rs`).
+    pub fn kv_bytes(&self, positions: usize) -> usize {
+        super::kv::kv_bytes(&self.cfg.windows, positions, self.kv_bytes_per_layer())
+    }
+
+    /// Bytes one position costs in one layer (keys and values): f16 on the host, f32 in
+    /// candle's tensors.
+    fn kv_bytes_per_layer(&self) -> usize {
         let elem = match self.host {
             true => std::mem::size_of::<f16>(),
             false => DType::F32.size_in_bytes(),
         };
-        2 * self.cfg.n_layer * self.cfg.n_kv_head * self.cfg.head_dim * elem
+        2 * self.cfg.n_kv_head * self.cfg.head_dim * elem
     }
 
     /// Runs `tokens` at the positions after what `cache` holds, appends their keys and values,
@@ -364,7 +370,7 @@ impl Llama {
         // candle's attention (GPU) takes RoPE and mask tables per sequence, made once per step.
         let tables = batch
             .iter()
-            .map(|(tokens, cache)| self.device_tables(tokens.len(), cache.len()))
+            .map(|(tokens, cache)| self.device_tables(tokens.len(), cache))
             .collect::<Result<Vec<_>>>()?;
 
         let mut x = self.embed(&ids)?;

@@ -27,6 +27,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::template::ChatTemplate;
 use crate::tokenizer::Tokenizer;
+pub use kv::KV_ROLLBACK;
 pub use llama::{KvCache, Llama};
 
 /// What a model file is, read from its header (cheap: no weights are loaded).

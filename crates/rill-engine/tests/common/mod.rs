@@ -17,6 +17,22 @@ pub fn model_path() -> PathBuf {
     p
 }
 
+/// A family's test model (`scripts/make-test-models.py`, which `make test` runs), such as
+/// `gemma3-test.Q8_0`, from `models/test-models` or `RILL_TEST_MODELS`.
+pub fn test_model(name: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = std::env::var_os("RILL_TEST_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("models/test-models"));
+    let p = dir.join(format!("{name}.gguf"));
+    assert!(
+        p.is_file(),
+        "test model missing at {}: run `python3 scripts/make-test-models.py`",
+        p.display()
+    );
+    p
+}
+
 /// The golden reference file from llama.cpp, or `RILL_GOLDEN`.
 pub fn golden_path() -> PathBuf {
     std::env::var_os("RILL_GOLDEN")
