@@ -16,11 +16,10 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use half::f16;
 
-use super::attention::{self, Rope, Scores, Span};
+use super::attention::Rope;
 pub use super::config::LlamaConfig;
 use super::family::Activation;
 pub use super::kv::{KvCache, KV_MIN_CAPACITY};
-use super::ops;
 use super::parts::{Bias, Embedding, Group, Linear, Norm};
 use crate::error::{candle_message, Error, Result};
 
@@ -66,6 +65,8 @@ pub struct Llama {
     /// Rill's own forward pass on plain host buffers (CPU models), else candle's tensors.
     pub(super) host: bool,
     pub(super) device: Device,
+    /// The host forward pass's buffers, kept between steps (`host.rs`).
+    pub(super) workspace: std::sync::Mutex<super::host::Workspace>,
 }
 
 /// The RoPE angles of every position for `base` and a position scale (`1`: none), each pair's
@@ -284,11 +285,12 @@ impl Llama {
             rope_dim,
             host,
             device: device.clone(),
+            workspace: Default::default(),
         })
     }
 
     /// The embedding rows of `ids`.
-    fn embed(&self, ids: &[u32]) -> Result<Tensor> {
+    pub(super) fn embed(&self, ids: &[u32]) -> Result<Tensor> {
         let rows = match (&self.embed, &self.output) {
             (Embedding::Table(t), _) => {
                 return Ok(t.index_select(&Tensor::new(ids, &self.device)?, 0)?)
@@ -418,169 +420,5 @@ impl Llama {
             logits = ((logits * (1.0 / c) as f64)?.tanh()? * c as f64)?;
         }
         Ok(logits.to_vec2()?)
-    }
-
-    /// How layer `layer`'s scores are made on the host: scaled by `1/√head_dim` unless the
-    /// queries were scaled already, soft-capped, over the layer's window.
-    fn scores(&self, layer: &Layer) -> Scores {
-        Scores {
-            scale: match self.cfg.query_prescale {
-                Some(_) => 1.0,
-                None => 1.0 / (self.cfg.head_dim as f32).sqrt(),
-            },
-            softcap: self.cfg.attn_softcap,
-            window: layer.window,
-            f16_weights: self.cfg.family.llama_cpp_rounding,
-        }
-    }
-
-    /// Attention on the host for one layer: RoPE in place on the new rows' queries and keys,
-    /// keys and values appended to each cache, then every query over its cache
-    /// (`attention.rs`). `qkv` is `[rows][q | k | v]`; returns `[rows][n_head·head_dim]`.
-    fn attend_host(
-        &self,
-        li: usize,
-        shape: attention::Shape,
-        mut qkv: Vec<f32>,
-        batch: &mut [(&[u32], &mut KvCache)],
-        spans: &[(usize, usize)],
-    ) -> Result<Vec<f32>> {
-        let layer = &self.layers[li];
-        let rope = self.ropes[layer.rope]
-            .host
-            .as_ref()
-            .ok_or_else(|| Error::Candle(candle_core::Error::Msg("no host RoPE table".into())))?;
-        let hd = shape.head_dim;
-        let (qw, kw) = (shape.n_head * hd, shape.kv_width());
-        let stride = qw + 2 * kw;
-        for ((_, cache), &(row, t)) in batch.iter_mut().zip(spans) {
-            for i in 0..t {
-                let r = &mut qkv[(row + i) * stride..][..stride];
-                let (q, kv) = r.split_at_mut(qw);
-                rope.apply(q, hd, cache.len() + i);
-                if let Some(s) = self.cfg.query_prescale {
-                    q.iter_mut().for_each(|v| *v *= s);
-                }
-                // The queries meet f16 keys at f16 precision, as in llama.cpp (whose dot
-                // product with an f16 cache converts them): measured closer to its answers
-                // (219 of 224 teacher-forced steps agree instead of 215).
-                for v in q.iter_mut() {
-                    *v = f16::from_f32(*v).to_f32();
-                }
-                rope.apply(&mut kv[..kw], hd, cache.len() + i);
-                cache.push_host(li, i, &kv[..kw], &kv[kw..]);
-            }
-        }
-        let mut seqs = Vec::with_capacity(batch.len());
-        for ((tokens, cache), _) in batch.iter().zip(spans) {
-            let kv = cache.host_layer(li).ok_or_else(|| {
-                Error::Candle(candle_core::Error::Msg(
-                    "a GPU KV cache on a CPU model".into(),
-                ))
-            })?;
-            seqs.push(Span {
-                t: tokens.len(),
-                pos: cache.len(),
-                kv,
-            });
-        }
-        let rows = qkv.len() / stride;
-        let mut out = vec![0f32; rows * qw];
-        attention::attend(
-            shape,
-            self.scores(layer),
-            &qkv,
-            stride,
-            &seqs,
-            &mut out,
-            crate::kernels::Isa::detect(),
-        );
-        Ok(out)
-    }
-
-    /// [`forward_batch`](Self::forward_batch) on the host (CPU models): row-major `f32`
-    /// buffers from the embedding to the logits, our kernels and attention, no candle tensors
-    /// on the way (their worker thread spins after each operation, taking a core from ours).
-    fn forward_host(
-        &self,
-        ids: &[u32],
-        batch: &mut [(&[u32], &mut KvCache)],
-        spans: &[(usize, usize)],
-    ) -> Result<Vec<Vec<f32>>> {
-        let cfg = &self.cfg;
-        let isa = crate::kernels::Isa::detect();
-        let shape = attention::Shape {
-            n_head: cfg.n_head,
-            n_kv_head: cfg.n_kv_head,
-            head_dim: cfg.head_dim,
-        };
-        let m = ids.len();
-        let mut x = self.embed(ids)?.flatten_all()?.to_vec1::<f32>()?;
-        if cfg.family.embed_scale {
-            let s = (cfg.hidden as f32).sqrt();
-            x.iter_mut().for_each(|v| *v *= s);
-        }
-        for (li, layer) in self.layers.iter().enumerate() {
-            let h = layer.attn_norm.forward_host(&x);
-            let mut qkv = layer.qkv.forward_host(&h, m)?;
-            self.shape_qkv_host(layer, &mut qkv);
-            let y = self.attend_host(li, shape, qkv, batch, spans)?;
-            let mut y = layer.wo.forward_host(&y, m)?;
-            if let Some((post, _)) = &layer.post_norms {
-                y = post.forward_host(&y);
-            }
-            ops::add(&mut x, &y);
-
-            let h = layer.ffn_norm.forward_host(&x);
-            let gate_up = layer.gate_up.forward_host(&h, m)?;
-            let act = ops::gated(&gate_up, gate_up.len() / m / 2, cfg.family.activation, isa);
-            let mut y = layer.w_down.forward_host(&act, m)?;
-            if let Some((_, post)) = &layer.post_norms {
-                y = post.forward_host(&y);
-            }
-            ops::add(&mut x, &y);
-        }
-        for (tokens, cache) in batch.iter_mut() {
-            cache.advance(tokens.len());
-        }
-        // Only the last row of each sequence is projected to the vocabulary.
-        let mut last = Vec::with_capacity(spans.len() * cfg.hidden);
-        for (row, t) in spans {
-            last.extend_from_slice(&x[(row + t - 1) * cfg.hidden..][..cfg.hidden]);
-        }
-        let mut logits = self
-            .output
-            .forward_host(&self.norm.forward_host(&last), spans.len())?;
-        if let Some(c) = cfg.final_softcap {
-            let inv = 1.0 / c;
-            logits.iter_mut().for_each(|v| *v = (*v * inv).tanh() * c);
-        }
-        let vocab = logits.len() / spans.len();
-        Ok(logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect())
-    }
-
-    /// The family's steps between the q/k/v projections and RoPE, on the host rows
-    /// `[rows][q | k | v]`: the biases added (Qwen2), each head's query and key RMS-normalised
-    /// (Qwen3).
-    fn shape_qkv_host(&self, layer: &Layer, qkv: &mut [f32]) {
-        let cfg = &self.cfg;
-        let (qw, kw) = (cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim);
-        let stride = qw + 2 * kw;
-        if let Some(b) = &layer.bias {
-            for row in qkv.chunks_exact_mut(stride) {
-                ops::add(row, &b.host);
-            }
-        }
-        if let Some((qn, kn)) = &layer.qk_norm {
-            let mut tmp = vec![0f32; qw.max(kw)];
-            for row in qkv.chunks_exact_mut(stride) {
-                let (q, rest) = row.split_at_mut(qw);
-                for (part, norm) in [(q, qn), (&mut rest[..kw], kn)] {
-                    let out = &mut tmp[..part.len()];
-                    norm.apply(part, out);
-                    part.copy_from_slice(out);
-                }
-            }
-        }
     }
 }

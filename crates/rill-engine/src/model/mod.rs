@@ -11,6 +11,7 @@ mod config;
 mod device;
 pub mod family;
 pub mod gguf;
+mod host;
 mod kv;
 pub mod llama;
 mod ops;

@@ -70,11 +70,11 @@ pub fn rms_norm_like_ggml(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 }
 
 /// The gated feed-forward's activation: each row of `gate_up` is `[gate | up]` (`2·width`
-/// values); row `r` of the result is `act(gate) · up`.
-pub fn gated(gate_up: &[f32], width: usize, act: Activation, isa: Isa) -> Vec<f32> {
+/// values); row `r` of `out` (resized to fit) is `act(gate) · up`.
+pub fn gated(gate_up: &[f32], width: usize, act: Activation, isa: Isa, out: &mut Vec<f32>) {
     match act {
-        Activation::Silu => swiglu(gate_up, width, isa),
-        Activation::GeluTanh => geglu(gate_up, width, isa),
+        Activation::Silu => swiglu(gate_up, width, isa, out),
+        Activation::GeluTanh => geglu(gate_up, width, isa, out),
     }
 }
 
@@ -105,8 +105,8 @@ const GELU_C: f32 = 0.797_884_6;
 
 /// GeGLU: row `r` of the result is `gelu(gate) · up` (Gemma), GELU as llama.cpp computes it
 /// ([`gelu_like_llama_cpp`]).
-pub fn geglu(gate_up: &[f32], width: usize, isa: Isa) -> Vec<f32> {
-    rows(gate_up, width, isa, |gate, up, out, isa| {
+pub fn geglu(gate_up: &[f32], width: usize, isa: Isa, out: &mut Vec<f32>) {
+    rows(gate_up, width, isa, out, |gate, up, out, isa| {
         #[cfg(target_arch = "x86_64")]
         if isa.avx2() {
             // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C; the
@@ -121,26 +121,27 @@ pub fn geglu(gate_up: &[f32], width: usize, isa: Isa) -> Vec<f32> {
     })
 }
 
-/// `f(gate, up, out)` on each row of `gate_up` (`[gate | up]`), on the pool past a few rows.
+/// `f(gate, up, out)` on each row of `gate_up` (`[gate | up]`) into `out` (resized to fit),
+/// on the pool past a few rows.
 fn rows(
     gate_up: &[f32],
     width: usize,
     isa: Isa,
+    out: &mut Vec<f32>,
     f: impl Fn(&[f32], &[f32], &mut [f32], Isa) + Sync,
-) -> Vec<f32> {
+) {
     let isa = isa.checked();
-    let mut out = vec![0f32; gate_up.len() / 2];
-    rows_into(gate_up, 2 * width, &mut out, width, |gu, out| {
+    out.resize(gate_up.len() / 2, 0.0);
+    rows_into(gate_up, 2 * width, out, width, |gu, out| {
         let (gate, up) = gu.split_at(width);
         f(gate, up, out, isa)
     });
-    out
 }
 
 /// SwiGLU: each row of `gate_up` is `[gate | up]` (`2·width` values); row `r` of the result is
 /// `silu(gate) · up`, `silu(g) = g / (1 + e^(−g))`.
-pub fn swiglu(gate_up: &[f32], width: usize, isa: Isa) -> Vec<f32> {
-    rows(gate_up, width, isa, |gate, up, out, isa| {
+pub fn swiglu(gate_up: &[f32], width: usize, isa: Isa, out: &mut Vec<f32>) {
+    rows(gate_up, width, isa, out, |gate, up, out, isa| {
         #[cfg(target_arch = "x86_64")]
         if isa.avx2() {
             // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C; the
@@ -321,7 +322,8 @@ mod tests {
         // Gates out to ±20: past both of the cut-offs at ±10.
         let gu: Vec<f32> = rng.vec(40 * 2 * width).iter().map(|v| v * 20.0).collect();
         for isa in Isa::available() {
-            let out = geglu(&gu, width, isa);
+            let mut out = Vec::new();
+            geglu(&gu, width, isa, &mut out);
             for (r, row) in out.chunks_exact(width).enumerate() {
                 for (j, y) in row.iter().enumerate() {
                     let (x, u) = (gu[r * 2 * width + j], gu[r * 2 * width + width + j] as f64);
@@ -353,7 +355,8 @@ mod tests {
         let width = 43;
         let gu: Vec<f32> = rng.vec(40 * 2 * width).iter().map(|v| v * 100.0).collect();
         for isa in Isa::available() {
-            let out = swiglu(&gu, width, isa);
+            let mut out = Vec::new();
+            swiglu(&gu, width, isa, &mut out);
             for (r, row) in out.chunks_exact(width).enumerate() {
                 for (j, y) in row.iter().enumerate() {
                     let (g, u) = (

@@ -38,17 +38,35 @@ impl Linear {
 
     /// `x · wᵀ` for `m` row-major rows on the host.
     pub(super) fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
-        Ok(match self {
-            Linear::Ours(l) => l.product(x, m),
-            Linear::Candle(q) => {
-                let x = Tensor::from_slice(x, (m, x.len() / m.max(1)), &Device::Cpu)?;
-                q.forward(&x)?
-                    .to_dtype(DType::F32)?
-                    .flatten_all()?
-                    .to_vec1()?
-            }
-        })
+        let mut out = Vec::new();
+        self.forward_host_into(x, m, &mut out)?;
+        Ok(out)
     }
+
+    /// [`forward_host`](Self::forward_host) into `out` (resized to fit): a buffer kept
+    /// between steps allocates nothing.
+    pub(super) fn forward_host_into(&self, x: &[f32], m: usize, out: &mut Vec<f32>) -> Result<()> {
+        match self {
+            Linear::Ours(l) => product_into(l, x, m, out),
+            Linear::Candle(q) => candle_into(q, x, m, out)?,
+        }
+        Ok(())
+    }
+}
+
+/// `x · wᵀ` on our kernels into `out`, which they overwrite whole.
+fn product_into(l: &crate::kernels::QLinear, x: &[f32], m: usize, out: &mut Vec<f32>) {
+    out.resize(m * l.n_out(), 0.0);
+    l.matmul(x, m, out);
+}
+
+/// `x · wᵀ` on candle's kernels (formats ours do not read), copied into `out`.
+fn candle_into(q: &QMatMul, x: &[f32], m: usize, out: &mut Vec<f32>) -> Result<()> {
+    let x = Tensor::from_slice(x, (m, x.len() / m.max(1)), &Device::Cpu)?;
+    let y = q.forward(&x)?.to_dtype(DType::F32)?.flatten_all()?;
+    out.clear();
+    out.extend_from_slice(&y.to_vec1::<f32>()?);
+    Ok(())
 }
 
 /// An RMS norm's weights: candle's module (GPU) and the same weights on the host.
@@ -166,32 +184,27 @@ impl Group {
         })
     }
 
-    /// The outputs side by side for `m` rows on the host, row-major (`[rows][q | k | v]`).
-    pub(super) fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+    /// The outputs side by side for `m` rows on the host, row-major (`[rows][q | k | v]`), into
+    /// `out` (resized to fit).
+    pub(super) fn forward_host_into(&self, x: &[f32], m: usize, out: &mut Vec<f32>) -> Result<()> {
         match self {
-            Group::Stacked(l, _) => Ok(l.product(x, m)),
-            Group::Fused(q, _) => {
-                let x = Tensor::from_slice(x, (m, x.len() / m.max(1)), &Device::Cpu)?;
-                Ok(q.forward(&x)?
-                    .to_dtype(DType::F32)?
-                    .flatten_all()?
-                    .to_vec1()?)
-            }
+            Group::Stacked(l, _) => product_into(l, x, m, out),
+            Group::Fused(q, _) => candle_into(q, x, m, out)?,
             Group::Apart(ls) => {
                 let parts = ls
                     .iter()
                     .map(|l| l.forward_host(x, m))
                     .collect::<Result<Vec<_>>>()?;
-                let mut out = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+                out.clear();
                 for r in 0..m {
                     for p in &parts {
                         let w = p.len() / m.max(1);
                         out.extend_from_slice(&p[r * w..(r + 1) * w]);
                     }
                 }
-                Ok(out)
             }
         }
+        Ok(())
     }
 }
 
