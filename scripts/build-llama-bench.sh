@@ -22,21 +22,11 @@ if [[ -z "$py" ]]; then
   echo "error: python3 with pip is needed to build llama.cpp's tools" >&2
   exit 1
 fi
-mkdir -p "$cache"
-if [[ ! -f "$cache/src/CMakeLists.txt" ]]; then
-  sdist="$(bash "$(dirname "${BASH_SOURCE[0]}")/llama-cpp-sdist.sh")"
-  tmp="$(mktemp -d "$cache/.fetch.XXXXXX")"
-  trap 'rm -rf "$tmp"' EXIT
-  tar -xzf "$sdist" -C "$tmp" "llama_cpp_python-$version/vendor/llama.cpp"
-  rm -rf "$cache/src"
-  mv "$tmp/llama_cpp_python-$version/vendor/llama.cpp" "$cache/src"
-fi
-"$py" -m pip install --quiet --disable-pip-version-check cmake ninja >&2
-# pip's scripts folder, where cmake and ninja land.
-scripts="$("$py" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
-export PATH="$scripts:$HOME/.local/bin:$PATH"
+src="$(bash "$(dirname "${BASH_SOURCE[0]}")/llama-cpp-source.sh")"
+# shellcheck source=cmake-ninja.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cmake-ninja.sh"
 echo "building llama-bench, llama-batched-bench and llama-quantize (a few minutes) ..." >&2
-cmake -S "$cache/src" -B "$cache/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+cmake -S "$src" -B "$cache/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >&2
 cmake --build "$cache/build" --target llama-bench llama-batched-bench llama-quantize >&2
 echo "$bin"

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # llama-cpp-python's sdist from PyPI, which carries llama.cpp's source, test vocabularies and
-# chat templates (`vendor/llama.cpp/`). Downloaded once into the cache and shared by the scripts
-# that unpack parts of it (fetch-llama-cpp-assets.sh, build-llama-bench.sh). Idempotent. Prints
-# the tarball's path on stdout.
+# chat templates (`vendor/llama.cpp/`). Downloaded once into the cache, for
+# `llama-cpp-source.sh` to unpack. Idempotent. Prints the tarball's path on stdout.
 #
 #   RILL_CACHE   where the cache lives (default: ~/.cache/rill)
 set -euo pipefail

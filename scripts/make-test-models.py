@@ -5,10 +5,14 @@ writes them; `scripts/fetch-llama-cpp-assets.sh` provides the vocabularies and t
 
     python3 scripts/make-test-models.py [--out DIR] [--force] [FAMILY ...]
 
-Each family gets `DIR/<family>-test.Q8_0.gguf` and `DIR/<family>-test.Q4_0.gguf` (default DIR:
-`models/test-models/` in the repository). The same seed gives the same bytes, so the
-reference logits recorded from llama.cpp (`scripts/record-reference-logits.py`) stay tied to the
-file by its SHA-256.
+Each family gets, in DIR (default: `models/test-models/` in the repository):
+- `<family>-test.F16.gguf`, `.Q8_0.gguf`, `.Q4_0.gguf` and `.Q4_1.gguf`: the same weights,
+  written by gguf-py;
+- `<family>-test.Q4_K_M.gguf`: llama.cpp's own quantiser (`llama-quantize`, built portable by
+  `scripts/build-llama-quantize.sh`) run on an F16 file of rows K-quants can hold (width 256,
+  feed-forward 768; a narrower tensor gets llama.cpp's fallback type, as in a real file).
+The same seed gives the same bytes, so the reference logits recorded from llama.cpp
+(`scripts/record-reference-logits.py`) stay tied to each file by its SHA-256.
 
 Random weights give flat distributions, or a model that repeats its input through a tied
 embedding (DESIGN.md, "Test models"): the output projection is untied and scaled so that the
@@ -28,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The shape every test model shares: small, but with grouped-query attention and more than one
 # layer. Widths are multiples of 32 so every 2-D weight quantises to Q4_0 and Q8_0.
 HIDDEN, LAYERS, HEADS, KV_HEADS, FF = 128, 2, 4, 2, 352
+# The K-quant files' widths: multiples of 256, the K-quants' block.
+K_HIDDEN, K_FF = 256, 768
 
 # Phi-3's own tokens after the SentencePiece vocabulary, at its ids (32000-32010; the
 # placeholders are there as in the real files).
@@ -42,7 +48,9 @@ WINDOW = 8
 FAMILIES = {
     # Qwen2/2.5 and the DeepSeek-R1 Qwen distills: q/k/v biases, NEOX RoPE.
     "qwen2": dict(vocab="qwen2", template="Qwen-Qwen2.5-7B-Instruct.jinja", head_dim=32,
-                  rope_base=1_000_000.0, qkv_bias=True, qk_norm=False),
+                  rope_base=1_000_000.0, qkv_bias=True, qk_norm=False,
+                  # llama.cpp takes Qwen2's query width to be its model width.
+                  k=dict(head_dim=64)),
     # Qwen3: q/k norms, heads wider than hidden / heads (key_length), no biases.
     "qwen3": dict(vocab="qwen2", template="Qwen-Qwen3-0.6B.jinja", head_dim=64,
                   rope_base=1_000_000.0, qkv_bias=False, qk_norm=True),
@@ -61,6 +69,8 @@ FAMILIES = {
     "gemma3": dict(vocab="llama-spm", template="google-gemma-2-2b-it.jinja", head_dim=32,
                    rope_base=1_000_000.0, qkv_bias=False, qk_norm=True, gemma=True, layers=6,
                    post_norm=1.0,
+                   # At the K-quant file's width 256, the unit scale echoes the input.
+                   k=dict(post_norm=1.25),
                    keys={"attention.sliding_window": WINDOW, "rope.scaling.type": "linear",
                          "rope.scaling.factor": 8.0}),
     # Phi-3/Phi-4-mini: fused qkv and gate-up, NEOX RoPE over 24 of each head's 32 dimensions
@@ -70,6 +80,8 @@ FAMILIES = {
     "phi3": dict(vocab="llama-spm", template="microsoft-Phi-3.5-mini-instruct.jinja", head_dim=32,
                  rope_dim=24, rope_base=10_000.0, qkv_bias=False, qk_norm=False, fused=True,
                  rope_factors=True, extra_tokens=PHI3_TOKENS,
+                 # llama.cpp takes Phi-3's query width to be its model width.
+                 k=dict(head_dim=64),
                  keys={"rope.scaling.original_context_length": 512,
                        "rope.scaling.attn_factor": float(np.sqrt(1 + np.log(8) / np.log(512)))}),
 }
@@ -110,9 +122,9 @@ def copy_tokenizer(writer: gguf.GGUFWriter, vocab_file: Path, extra=()):
     return n_vocab
 
 
-def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, out: Path, models: Path):
+def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path, models: Path,
+          HIDDEN: int = HIDDEN, FF: int = FF):
     rng = np.random.default_rng(1234)
-    path = out / f"{family}-test.{qtype.name}.gguf"
     tmp = path.with_suffix(".partial")
     w = gguf.GGUFWriter(str(tmp), family)
     w.add_name(f"{family} test model (random weights)")
@@ -222,6 +234,23 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, out: Path, 
     return path
 
 
+def quantize_k(family: str, out: Path, models: Path, name: str = "Q4_K_M") -> Path:
+    """`<family>-test.Q4_K_M.gguf`, as llama.cpp's quantiser makes it from F16 weights of
+    K-quant widths."""
+    path = out / f"{family}-test.{name}.gguf"
+    # A family may change a scale at these widths (`k`), to keep its text from echoing.
+    spec = {**FAMILIES[family], **FAMILIES[family].get("k", {})}
+    source = write(family, spec, gguf.GGMLQuantizationType.F16,
+                   out / f"{family}-test.k-source.F16.gguf", models, HIDDEN=K_HIDDEN, FF=K_FF)
+    tool = subprocess.run(["bash", str(ROOT / "scripts/build-llama-quantize.sh")], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    tmp = path.with_suffix(".partial")
+    subprocess.run([tool, str(source), str(tmp), name], check=True, capture_output=True)
+    source.unlink()
+    tmp.rename(path)
+    return path
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / "models/test-models")
@@ -231,13 +260,17 @@ def main():
     a.out.mkdir(parents=True, exist_ok=True)
     models = assets()
     for family in a.families:
-        for qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0):
-            path = a.out / f"{family}-test.{qtype.name}.gguf"
+        for qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0,
+                      gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q4_1, "Q4_K_M"):
+            label = getattr(qtype, "name", qtype)
+            path = a.out / f"{family}-test.{label}.gguf"
             # Written once: the same seed gives the same bytes (the parity test checks them).
             if path.is_file() and not a.force:
                 print(path)
-                continue
-            print(write(family, FAMILIES[family], qtype, a.out, models))
+            elif isinstance(qtype, str):
+                print(quantize_k(family, a.out, models, qtype))
+            else:
+                print(write(family, FAMILIES[family], qtype, path, models))
 
 
 if __name__ == "__main__":
