@@ -242,10 +242,13 @@ def quantize_k(family: str, out: Path, models: Path, name: str = "Q4_K_M") -> Pa
     spec = {**FAMILIES[family], **FAMILIES[family].get("k", {})}
     source = write(family, spec, gguf.GGMLQuantizationType.F16,
                    out / f"{family}-test.k-source.F16.gguf", models, HIDDEN=K_HIDDEN, FF=K_FF)
+    # The build's progress, and any error, goes to stderr.
     tool = subprocess.run(["bash", str(ROOT / "scripts/build-llama-quantize.sh")], check=True,
-                          capture_output=True, text=True).stdout.strip()
+                          stdout=subprocess.PIPE, text=True).stdout.strip()
     tmp = path.with_suffix(".partial")
-    subprocess.run([tool, str(source), str(tmp), name], check=True, capture_output=True)
+    run = subprocess.run([tool, str(source), str(tmp), name], capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"llama-quantize failed on {source}:\n{run.stderr}")
     source.unlink()
     tmp.rename(path)
     return path

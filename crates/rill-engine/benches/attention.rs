@@ -37,6 +37,7 @@ fn attention(c: &mut Criterion) {
                     .into_iter()
                     .map(f16::from_f32)
                     .collect(),
+                start: 0,
             })
             .collect();
         let q = values(seqs as usize * rows * qw, 3);
