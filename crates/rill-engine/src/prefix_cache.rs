@@ -22,26 +22,28 @@ pub(crate) struct PrefixCache {
 /// Most entries kept, whatever the memory: a lookup compares against each.
 const MAX_ENTRIES: usize = 32;
 
+/// Whether `cache`, which holds `held`, holds `tokens` too: they begin `held`, and the cache
+/// can be cut back to them (a windowed layer may have dropped what they need).
+fn holds(held: &[u32], cache: &KvCache, tokens: &[u32]) -> bool {
+    held.starts_with(tokens) && cache.reachable(tokens.len()) == tokens.len()
+}
+
 impl PrefixCache {
     /// Keeps `cache`, which holds the keys and values of `tokens`.
     pub fn insert(&mut self, tokens: Vec<u32>, cache: KvCache) {
         // Nothing to keep when an entry already holds these tokens and more, and can be cut
         // back to them.
-        let holds = |e: &Entry, tokens: &[u32]| {
-            e.tokens.starts_with(tokens) && e.cache.reachable(tokens.len()) == tokens.len()
-        };
-        if tokens.is_empty() || self.entries.iter().any(|e| holds(e, &tokens)) {
+        if tokens.is_empty()
+            || self
+                .entries
+                .iter()
+                .any(|e| holds(&e.tokens, &e.cache, &tokens))
+        {
             return;
         }
         // An entry that is a prefix of the new one is superseded by it (when the new one can be
         // cut back to it).
-        let new = Entry {
-            tokens,
-            cache,
-            last_used: 0,
-        };
-        self.entries.retain(|e| !holds(&new, &e.tokens));
-        let (tokens, cache) = (new.tokens, new.cache);
+        self.entries.retain(|e| !holds(&tokens, &cache, &e.tokens));
         self.clock += 1;
         self.entries.push(Entry {
             tokens,

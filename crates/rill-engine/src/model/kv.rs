@@ -381,6 +381,8 @@ impl KvCache {
         host: bool,
     ) -> Result<()> {
         let built = self.layers.len() == cfg.n_layer
+            && self.windows == cfg.windows
+            && self.width == cfg.n_kv_head * cfg.head_dim
             && self
                 .layers
                 .iter()
