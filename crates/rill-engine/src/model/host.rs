@@ -1,5 +1,5 @@
 //! The forward pass on the host (CPU models): row-major `f32` buffers from the embedding to
-//! the logits, our kernels (`kernels.rs`) and our attention (`attention.rs`), the family's steps
+//! the logits, our kernels (`kernels/`) and our attention (`attention.rs`), the family's steps
 //! on the way. Its buffers are kept between steps in a [`Workspace`]: a step of a 1B model
 //! would otherwise take fresh memory for every layer and fault its pages in, which cost a
 //! Qwen2 file a fifth of its prefill speed (measured; llama's allocations happened to reuse

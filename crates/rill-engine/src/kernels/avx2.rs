@@ -1,0 +1,432 @@
+//! The AVX2 kernels (with FMA and F16C, and AVX-VNNI's byte dot products where the CPU has
+//! them): tiles of weight rows × activation rows, and the 256-bit panel kernels.
+
+// Tiles index their accumulators by row and column: clearer than zipped iterators here.
+#![allow(clippy::needless_range_loop)]
+
+use super::*;
+use std::arch::x86_64::*;
+
+/// `acc` plus, per 32-bit lane, the sum of the four products of unsigned bytes `u` and
+/// signed bytes `s`: one AVX-VNNI `vpdpbusd`, in asm with its VEX encoding spelled out (the
+/// form CPUs with AVX-VNNI but no AVX-512 run; the CPU is checked at run time).
+macro_rules! vpdpbusd {
+    ($acc:expr, $u:expr, $s:expr) => {{
+        let (mut acc, u, s): (__m256i, __m256i, __m256i) = ($acc, $u, $s);
+        std::arch::asm!(
+            "{{vex}} vpdpbusd {acc}, {u}, {s}",
+            acc = inout(ymm_reg) acc,
+            u = in(ymm_reg) u,
+            s = in(ymm_reg) s,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        acc
+    }};
+}
+
+/// Per 32-bit lane, the sum of the four products of unsigned bytes `u` and signed bytes `s`
+/// (no saturation for the operands here: |products| ≤ 15·127 or 127·127). With `$vnni`,
+/// one `vpdpbusd`; else `maddubs` into i16 pairs and `madd` into i32. Both give the same
+/// integers, so every path rounds the same floats.
+macro_rules! dot4 {
+    ($vnni:expr, $u:expr, $s:expr) => {{
+        let (u, s): (__m256i, __m256i) = ($u, $s);
+        if $vnni {
+            vpdpbusd!(_mm256_setzero_si256(), u, s)
+        } else {
+            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+        }
+    }};
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// The two f16 at the start of a block (`d, m` or `d, s`) as f32, in lanes 0 and 1.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn two_halves(p: *const u16) -> __m128 {
+    _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()))
+}
+
+/// One block of 32 activations quantised to 8 bits as the scalar quantisers do it, bit for
+/// bit: `d = max|x| / 127`, `q = round(x / d)` with halves rounded away from zero (`roundf`;
+/// the vector rounding instruction would send them to even). Returns `d`, the bytes and
+/// their sum.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_block(x: *const f32, qs: *mut i8) -> (f32, i32) {
+    let sign = _mm256_set1_ps(-0.0);
+    let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(x.add(8 * i)));
+    let abs = |v: __m256| _mm256_andnot_ps(sign, v);
+    let m = _mm256_max_ps(
+        _mm256_max_ps(abs(v[0]), abs(v[1])),
+        _mm256_max_ps(abs(v[2]), abs(v[3])),
+    );
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    let d = amax / 127.0;
+    let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+    let half = _mm256_set1_ps(0.5);
+    let one = _mm256_set1_ps(1.0);
+    let q: [__m256i; 4] = std::array::from_fn(|i| {
+        let y = _mm256_mul_ps(v[i], id);
+        // Whole part, and the exact fraction beside it (|y| ≤ 127).
+        let t = _mm256_round_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        let away = _mm256_cmp_ps(abs(_mm256_sub_ps(y, t)), half, _CMP_GE_OQ);
+        let step = _mm256_and_ps(away, _mm256_or_ps(one, _mm256_and_ps(y, sign)));
+        _mm256_cvtps_epi32(_mm256_add_ps(t, step))
+    });
+    let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    let sum = _mm_add_epi32(
+        _mm256_castsi256_si128(sum),
+        _mm256_extracti128_si256(sum, 1),
+    );
+    let sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b01_00_11_10));
+    let sum = _mm_cvtsi128_si32(_mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b10_11_00_01)));
+    // i32 → i16 → i8 packs work within 128-bit halves; the permute puts the lanes back.
+    let p = _mm256_packs_epi16(
+        _mm256_packs_epi32(q[0], q[1]),
+        _mm256_packs_epi32(q[2], q[3]),
+    );
+    let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(qs as *mut __m256i, p);
+    (d, sum)
+}
+
+/// [`super::quantize_q8_0`], bit for bit.
+///
+/// # Safety
+/// AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
+    for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        let (d, _) = quantize_block(xs.as_ptr(), b.qs.as_mut_ptr());
+        b.d = f16::from_f32(d).to_bits();
+    }
+}
+
+/// [`super::quantize_q8_1`], bit for bit.
+///
+/// # Safety
+/// AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
+    for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        let (d, sum) = quantize_block(xs.as_ptr(), b.qs.as_mut_ptr());
+        let d16 = f16::from_f32(d);
+        b.d = d16.to_bits();
+        b.s = (f16::from_f32(sum as f32) * d16).to_bits();
+    }
+}
+
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `x` and `y` the same length.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_q4_1_q8_1<const VNNI: bool>(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+    let low = _mm256_set1_epi8(0x0F);
+    let mut acc = _mm256_setzero_ps();
+    // Lane 1 gathers the offset terms m_x·s_y.
+    let mut offsets = _mm_setzero_ps();
+    for (x, y) in x.iter().zip(y) {
+        // [d_x·d_y, m_x·s_y] in one multiply, straight from the f16 fields.
+        let scales = _mm_mul_ps(two_halves(&x.d), two_halves(&y.d));
+        offsets = _mm_add_ps(offsets, scales);
+        let nibbles = _mm_loadu_si128(x.qs.as_ptr() as *const __m128i);
+        // Elements 0..16 are the low nibbles, 16..32 the high ones.
+        let qx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nibbles, 4), nibbles), low);
+        let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+        let sums = _mm256_cvtepi32_ps(dot4!(VNNI, qx, qy));
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), sums, acc);
+    }
+    hsum(acc) + _mm_cvtss_f32(_mm_shuffle_ps(offsets, offsets, 1))
+}
+
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `x` and `y` the same length.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_q8_0_q8_0<const VNNI: bool>(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+    // The scales by table here: converting them with F16C measured slower for this format.
+    let t = f16_table();
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in x.iter().zip(y) {
+        let scale = _mm256_set1_ps(h(t, x.d) * h(t, y.d));
+        let qx = _mm256_loadu_si256(x.qs.as_ptr() as *const __m256i);
+        let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+        // |x| · (y with x's sign): u8 × i8.
+        let sums = dot4!(VNNI, _mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+        acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc);
+    }
+    hsum(acc)
+}
+
+/// One tile for Q4_1 × Q8_1: `R` weight rows from `w` × `C` activation rows from `a`
+/// (`kb` blocks each, their scales `ad`, their `s` at `s[b·stride + c]`). Each weight block
+/// is unpacked and its scales converted once for the C activation rows, each activation
+/// block loaded once for the R weight rows.
+///
+/// # Safety
+/// AVX2, FMA and F16C; every row and scale read lies inside its allocation.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_q4_1<const R: usize, const C: usize, const VNNI: bool>(
+    w: *const BlockQ4_1,
+    kb: usize,
+    a: *const BlockQ8_1,
+    ad: *const f32,
+    s: *const f32,
+    stride: usize,
+) -> [[f32; C]; R] {
+    let low = _mm256_set1_epi8(0x0F);
+    let mut acc = [[_mm256_setzero_ps(); C]; R];
+    // Lane c of off[r]: Σ_b m_r·s_c, a 4-wide multiply and add per weight block, summed in
+    // the order `dot_q4_1_q8_1` sums them, so a row's output is the same alone or in a
+    // batch (and everything else in the tile rounds as it does there too).
+    let mut off = [_mm_setzero_ps(); R];
+    for b in 0..kb {
+        let mut qx = [_mm256_setzero_si256(); R];
+        let mut dx = [_mm256_setzero_ps(); R];
+        let sy = _mm_loadu_ps(s.add(b * stride));
+        for r in 0..R {
+            let x = &*w.add(r * kb + b);
+            let nibbles = _mm_loadu_si128(x.qs.as_ptr() as *const __m128i);
+            qx[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nibbles, 4), nibbles), low);
+            let dm = two_halves(&x.d);
+            dx[r] = _mm256_broadcastss_ps(dm);
+            let m = _mm_shuffle_ps(dm, dm, 0b01_01_01_01);
+            off[r] = _mm_add_ps(off[r], _mm_mul_ps(m, sy));
+        }
+        for c in 0..C {
+            let qy = _mm256_loadu_si256((*a.add(c * kb + b)).qs.as_ptr() as *const __m256i);
+            let dy = _mm256_broadcast_ss(&*ad.add(c * kb + b));
+            for r in 0..R {
+                let sums = _mm256_cvtepi32_ps(dot4!(VNNI, qx[r], qy));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dx[r], dy), sums, acc[r][c]);
+            }
+        }
+    }
+    let mut out = [[0f32; C]; R];
+    for r in 0..R {
+        let mut o = [0f32; 4];
+        _mm_storeu_ps(o.as_mut_ptr(), off[r]);
+        for c in 0..C {
+            out[r][c] = hsum(acc[r][c]) + o[c];
+        }
+    }
+    out
+}
+
+/// One tile for Q8_0 × Q8_0, as [`tile_q4_1`] (no offsets: `s` and `stride` unused).
+///
+/// # Safety
+/// As [`tile_q4_1`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_q8_0<const R: usize, const C: usize, const VNNI: bool>(
+    w: *const BlockQ8_0,
+    kb: usize,
+    a: *const BlockQ8_0,
+    ad: *const f32,
+    _s: *const f32,
+    _stride: usize,
+) -> [[f32; C]; R] {
+    let mut acc = [[_mm256_setzero_ps(); C]; R];
+    for b in 0..kb {
+        let mut qx = [_mm256_setzero_si256(); R];
+        let mut ax = [_mm256_setzero_si256(); R];
+        let mut dx = [_mm256_setzero_ps(); R];
+        for r in 0..R {
+            let x = &*w.add(r * kb + b);
+            qx[r] = _mm256_loadu_si256(x.qs.as_ptr() as *const __m256i);
+            ax[r] = _mm256_sign_epi8(qx[r], qx[r]);
+            dx[r] = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(x.d as i32)));
+        }
+        for c in 0..C {
+            let qy = _mm256_loadu_si256((*a.add(c * kb + b)).qs.as_ptr() as *const __m256i);
+            let dy = _mm256_broadcast_ss(&*ad.add(c * kb + b));
+            for r in 0..R {
+                let sums = _mm256_cvtepi32_ps(dot4!(VNNI, ax[r], _mm256_sign_epi8(qy, qx[r])));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dx[r], dy), sums, acc[r][c]);
+            }
+        }
+    }
+    let mut out = [[0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            out[r][c] = hsum(acc[r][c]);
+        }
+    }
+    out
+}
+
+/// One panel (eight weight rows, `kb` blocks from `w`) × `C` activation rows (row c's
+/// blocks at `a + c·kb`, their `d` and `s` at `ad`/`s + c·kb`): lane k of result c is weight
+/// row k · activation row c. Per block, the four-byte groups of the eight rows are dotted
+/// with the activation's group broadcast to every lane, so lane k ends with row k's exact
+/// integer sum for the block (VNNI: `vpdpbusd` accumulates in i32; else `maddubs` pairs
+/// accumulate in i16, at most 8·2·15·127 = 30,480, then one `madd`); then `acc += (d_w·d_a)
+/// · sum` and `acc += m_w · s_a`. Each output's arithmetic is the same whatever `C` is.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn panel_tile<const C: usize, const VNNI: bool>(
+    w: *const PanelQ4_1<8>,
+    kb: usize,
+    a: *const BlockQ8_1,
+    ad: *const f32,
+    s: *const f32,
+) -> [__m256; C] {
+    let low = _mm256_set1_epi8(0x0F);
+    let mut acc = [_mm256_setzero_ps(); C];
+    for b in 0..kb {
+        let p = &*w.add(b);
+        let mut isum = [_mm256_setzero_si256(); C];
+        for c4 in 0..4 {
+            let chunk = _mm256_loadu_si256(p.qs[c4].as_ptr() as *const __m256i);
+            let halves = [
+                _mm256_and_si256(chunk, low),
+                _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low),
+            ];
+            for (h, wq) in halves.into_iter().enumerate() {
+                let g = c4 + 4 * h;
+                for c in 0..C {
+                    let ap = (*a.add(c * kb + b)).qs.as_ptr().add(4 * g) as *const i32;
+                    let av = _mm256_set1_epi32(ap.read_unaligned());
+                    isum[c] = if VNNI {
+                        vpdpbusd!(isum[c], wq, av)
+                    } else {
+                        _mm256_add_epi16(isum[c], _mm256_maddubs_epi16(wq, av))
+                    };
+                }
+            }
+        }
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(p.d.as_ptr() as *const __m128i));
+        let mw = _mm256_cvtph_ps(_mm_loadu_si128(p.m.as_ptr() as *const __m128i));
+        for c in 0..C {
+            let i32s = match VNNI {
+                true => isum[c],
+                false => _mm256_madd_epi16(isum[c], _mm256_set1_epi16(1)),
+            };
+            let dd = _mm256_mul_ps(dw, _mm256_set1_ps(*ad.add(c * kb + b)));
+            acc[c] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(i32s), acc[c]);
+            acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*s.add(c * kb + b)), acc[c]);
+        }
+    }
+    acc
+}
+
+/// One panel of Q8_0 (eight weight rows) × `C` activation rows (as [`panel_tile`]; the
+/// activations' bytes offset by 128, see `Panel::prepare`; AVX-VNNI only, since `maddubs`
+/// pairs of 255·127 would saturate i16): lane k sums `(a + 128)·w` over the block with
+/// `vpdpbusd`, takes `128·Σw` back out (exact integers), then `acc += (d_w·d_a) · sum`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn panel_tile_q8_0<const C: usize>(
+    w: *const PanelQ8_0<8>,
+    kb: usize,
+    a: *const BlockQ8_0,
+    ad: *const f32,
+    _s: *const f32,
+) -> [__m256; C] {
+    let mut acc = [_mm256_setzero_ps(); C];
+    for b in 0..kb {
+        let p = &*w.add(b);
+        let mut isum = [_mm256_setzero_si256(); C];
+        for g in 0..8 {
+            let wq = _mm256_loadu_si256(p.qs[g].as_ptr() as *const __m256i);
+            for c in 0..C {
+                let ap = (*a.add(c * kb + b)).qs.as_ptr().add(4 * g) as *const i32;
+                let av = _mm256_set1_epi32(ap.read_unaligned());
+                isum[c] = vpdpbusd!(isum[c], av, wq);
+            }
+        }
+        let offset = _mm256_slli_epi32(
+            _mm256_cvtepi16_epi32(_mm_loadu_si128(p.sum.as_ptr() as *const __m128i)),
+            7,
+        );
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(p.d.as_ptr() as *const __m128i));
+        for c in 0..C {
+            let sums = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[c], offset));
+            let dd = _mm256_mul_ps(dw, _mm256_set1_ps(*ad.add(c * kb + b)));
+            acc[c] = _mm256_fmadd_ps(dd, sums, acc[c]);
+        }
+    }
+    acc
+}
+
+panels!(
+    panels_q4_1,
+    [VNNI],
+    "avx2,fma,f16c",
+    panel_tile,
+    PanelQ4_1<8>,
+    BlockQ8_1,
+    _mm256_storeu_ps
+);
+panels!(
+    panels_q8_0,
+    [],
+    "avx2,fma,f16c",
+    panel_tile_q8_0,
+    PanelQ8_0<8>,
+    BlockQ8_0,
+    _mm256_storeu_ps
+);
+
+/// The tiles of [`Format::rows`] for one format: weight rows `R` at a time (its tile's
+/// height), activation rows [`TILE_A`] at a time, the last tiles of each smaller.
+macro_rules! rows {
+    ($name:ident, $tile:ident, $w:ty, $a:ty, $r:literal) => {
+        /// # Safety
+        /// AVX2, FMA and F16C; the bounds [`Format::rows`] asserts.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $name<const VNNI: bool>(
+            w: &[$w],
+            acts: &Acts<$a>,
+            is: std::ops::Range<usize>,
+            out: &mut [f32],
+            sj: usize,
+            si: usize,
+        ) {
+            let kb = acts.kb;
+            let n = w.len() / kb;
+            let o = out.as_mut_ptr();
+            for j in (0..n).step_by($r) {
+                let wp = w.as_ptr().add(j * kb);
+                for i in is.clone().step_by(TILE_A) {
+                    let (a, ad) = (acts.q.as_ptr().add(i * kb), acts.d.as_ptr().add(i * kb));
+                    let s = acts.s.as_ptr().add(i);
+                    let at = (j * sj + (i - is.start) * si) as isize;
+                    macro_rules! go {
+                        ($rr:literal, $cc:literal) => {{
+                            let t = $tile::<$rr, $cc, VNNI>(wp, kb, a, ad, s, acts.stride);
+                            for (r, row) in t.iter().enumerate() {
+                                for (c, v) in row.iter().enumerate() {
+                                    *o.offset(at + (r * sj + c * si) as isize) = *v;
+                                }
+                            }
+                        }};
+                    }
+                    match ($r.min(n - j), TILE_A.min(is.end - i)) {
+                        (2, 4) => go!(2, 4),
+                        (2, 3) => go!(2, 3),
+                        (2, 2) => go!(2, 2),
+                        (2, _) => go!(2, 1),
+                        (_, 4) => go!(1, 4),
+                        (_, 3) => go!(1, 3),
+                        (_, 2) => go!(1, 2),
+                        _ => go!(1, 1),
+                    }
+                }
+            }
+        }
+    };
+}
+// Two Q4_1 rows per tile; one Q8_0 row (two spill registers and measured slower).
+rows!(rows_q4_1, tile_q4_1, BlockQ4_1, BlockQ8_1, 2);
+rows!(rows_q8_0, tile_q8_0, BlockQ8_0, BlockQ8_0, 1);

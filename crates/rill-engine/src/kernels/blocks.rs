@@ -1,0 +1,199 @@
+//! The GGUF block formats the kernels read (Q4_1, Q8_0 and the Q8_1 activations), the ones
+//! repacked into them when a model loads (Q4_0, Q5_0, Q4_K), and the f16 table and byte
+//! reader they share.
+
+use super::*;
+
+pub(crate) const QK: usize = 32;
+
+/// 32 weights: `d·q + m`, q in 0..16; element j in the low nibble of `qs[j]`, element j+16 in
+/// the high nibble.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BlockQ4_1 {
+    pub d: u16,
+    pub m: u16,
+    pub qs: [u8; QK / 2],
+}
+
+/// 32 weights: `d·q`, q in -127..=127.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockQ8_0 {
+    pub d: u16,
+    pub qs: [i8; QK],
+}
+
+/// 32 activations: `d·q`, with `s = d·Σq` for the Q4_1 offset term.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockQ8_1 {
+    pub d: u16,
+    pub s: u16,
+    pub qs: [i8; QK],
+}
+
+// The blocks are read straight from GGUF bytes: no padding allowed.
+const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
+const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
+const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);
+
+/// 32 weights: `d·(q − 8)`, q in 0..16, nibbles laid out as in [`BlockQ4_1`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BlockQ4_0 {
+    pub d: u16,
+    pub qs: [u8; QK / 2],
+}
+
+/// 256 weights in 8 sub-blocks of 32: `d·sc_j·q − dmin·m_j`, the 6-bit `sc_j`, `m_j` packed in
+/// `scales`; the 32 bytes of `qs` from 32·p hold sub-block 2p in their low nibbles and 2p + 1
+/// in their high ones.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockQ4K {
+    pub d: u16,
+    pub dmin: u16,
+    pub scales: [u8; 12],
+    pub qs: [u8; 128],
+}
+
+/// 32 weights: `d·(q − 16)`, q in 0..32: the low 4 bits as in [`BlockQ4_0`], bit 4 of element
+/// j in bit j of `qh` (little-endian).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BlockQ5_0 {
+    pub d: u16,
+    pub qh: [u8; 4],
+    pub qs: [u8; QK / 2],
+}
+
+const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
+const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);
+const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
+
+impl Default for BlockQ4K {
+    fn default() -> Self {
+        BlockQ4K {
+            d: 0,
+            dmin: 0,
+            scales: [0; 12],
+            qs: [0; 128],
+        }
+    }
+}
+
+/// Q4_0 is Q4_1 with `m = −8·d`: exact in f16 (a power of two), so the Q4_1 kernels run it
+/// unchanged, for 2 more bytes per 32 weights.
+pub(crate) fn q4_0_as_q4_1(w: &[BlockQ4_0]) -> Vec<BlockQ4_1> {
+    w.iter()
+        .map(|b| BlockQ4_1 {
+            d: b.d,
+            m: (f16::from_bits(b.d) * f16::from_f32(-8.0)).to_bits(),
+            qs: b.qs,
+        })
+        .collect()
+}
+
+/// Q5_0 is Q8_0 with bytes `q − 16` (exact; 8.5 bits per weight instead of 5.5).
+pub(crate) fn q5_0_as_q8_0(w: &[BlockQ5_0]) -> Vec<BlockQ8_0> {
+    w.iter()
+        .map(|b| {
+            let qh = u32::from_le_bytes(b.qh);
+            BlockQ8_0 {
+                d: b.d,
+                qs: std::array::from_fn(|e| {
+                    let low = if e < 16 {
+                        b.qs[e] & 0x0F
+                    } else {
+                        b.qs[e - 16] >> 4
+                    };
+                    let high = ((qh >> e) & 1) as u8;
+                    (low | (high << 4)) as i8 - 16
+                }),
+            }
+        })
+        .collect()
+}
+
+/// ggml's `get_scale_min_k4`: sub-block `j`'s 6-bit scale and min.
+pub(crate) fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// Q4_K as Q4_1 blocks of 32: the same nibbles, each sub-block's `d·sc` and `−dmin·m` rounded
+/// to f16 (relative error ≤ 2⁻¹¹, far below the 4-bit rounding of the weights themselves), so
+/// the Q4_1 kernels run it (5 bits per weight instead of 4.5).
+pub(crate) fn q4_k_as_q4_1(w: &[BlockQ4K]) -> Vec<BlockQ4_1> {
+    let mut out = Vec::with_capacity(w.len() * 8);
+    for b in w {
+        let (d, dmin) = (
+            f16::from_bits(b.d).to_f32(),
+            f16::from_bits(b.dmin).to_f32(),
+        );
+        for j in 0..8 {
+            let (sc, m) = scale_min_k4(j, &b.scales);
+            let bytes = &b.qs[32 * (j / 2)..32 * (j / 2) + 32];
+            let shift = 4 * (j % 2);
+            let v = |e: usize| (bytes[e] >> shift) & 0x0F;
+            out.push(BlockQ4_1 {
+                d: f16::from_f32(d * sc as f32).to_bits(),
+                m: f16::from_f32(-dmin * m as f32).to_bits(),
+                qs: std::array::from_fn(|e| v(e) | (v(e + 16) << 4)),
+            });
+        }
+    }
+    out
+}
+
+impl Default for BlockQ8_0 {
+    fn default() -> Self {
+        BlockQ8_0 { d: 0, qs: [0; QK] }
+    }
+}
+
+impl Default for BlockQ8_1 {
+    fn default() -> Self {
+        BlockQ8_1 {
+            d: 0,
+            s: 0,
+            qs: [0; QK],
+        }
+    }
+}
+
+/// f16 → f32 by table (256 KB, built once): as fast as F16C and the same on every machine.
+pub(crate) fn f16_table() -> &'static [f32] {
+    static TABLE: OnceLock<Vec<f32>> = OnceLock::new();
+    TABLE.get_or_init(|| (0..=u16::MAX).map(|b| f16::from_bits(b).to_f32()).collect())
+}
+
+#[inline(always)]
+pub(crate) fn h(t: &[f32], bits: u16) -> f32 {
+    // A table of 65,536 entries indexed by a u16: always in bounds.
+    t[bits as usize]
+}
+
+/// Copies GGUF block bytes into typed blocks. `T` is one of the `repr(C)` blocks above: plain
+/// bytes with no padding (asserted at compile time), so any bit pattern is a valid value.
+pub(crate) fn blocks<T: Copy + Default>(bytes: &[u8]) -> Option<Vec<T>> {
+    let size = std::mem::size_of::<T>();
+    if !bytes.len().is_multiple_of(size) {
+        return None;
+    }
+    let n = bytes.len() / size;
+    let mut out = vec![T::default(); n];
+    // SAFETY: `out` holds exactly `n * size` bytes; `T` is plain old data (see above), and the
+    // copy is bytewise, so the alignment of `bytes` does not matter.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, n * size);
+    }
+    Some(out)
+}

@@ -1,0 +1,236 @@
+//! [`QLinear`]: a quantised matrix in the layout our kernels read, made from a GGUF tensor, and
+//! its products with activation rows.
+
+use super::*;
+
+pub(crate) enum Weights {
+    Q4_1(Vec<BlockQ4_1>),
+    /// Q4_1 in panels of eight rows, for the 256-bit panel kernels (rows a multiple of 8).
+    Q4_1x8(Vec<PanelQ4_1<8>>),
+    /// Q4_1 in panels of sixteen rows, for the AVX-512 panel kernel (rows a multiple of 16).
+    Q4_1x16(Vec<PanelQ4_1<16>>),
+    Q8_0(Vec<BlockQ8_0>),
+    /// Q8_0 in panels of eight rows, for the AVX-VNNI panel kernel (rows a multiple of 8).
+    Q8_0x8(Vec<PanelQ8_0<8>>),
+    /// Q8_0 in panels of sixteen rows, for the AVX-512 panel kernel (rows a multiple of 16).
+    Q8_0x16(Vec<PanelQ8_0<16>>),
+}
+
+impl Weights {
+    /// Blocks of 32 weights held.
+    pub(crate) fn n_blocks(&self) -> usize {
+        match self {
+            Weights::Q4_1(w) => w.len(),
+            Weights::Q4_1x8(w) => 8 * w.len(),
+            Weights::Q4_1x16(w) => 16 * w.len(),
+            Weights::Q8_0(w) => w.len(),
+            Weights::Q8_0x8(w) => 8 * w.len(),
+            Weights::Q8_0x16(w) => 16 * w.len(),
+        }
+    }
+
+    /// `more`'s rows after these; `None` unless both have the same format and layout.
+    pub(crate) fn extend(&mut self, more: Weights) -> Option<()> {
+        match (self, more) {
+            (Weights::Q4_1(w), Weights::Q4_1(m)) => w.extend(m),
+            (Weights::Q4_1x8(w), Weights::Q4_1x8(m)) => w.extend(m),
+            (Weights::Q4_1x16(w), Weights::Q4_1x16(m)) => w.extend(m),
+            (Weights::Q8_0(w), Weights::Q8_0(m)) => w.extend(m),
+            (Weights::Q8_0x8(w), Weights::Q8_0x8(m)) => w.extend(m),
+            (Weights::Q8_0x16(w), Weights::Q8_0x16(m)) => w.extend(m),
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
+/// A quantised weight matrix `[n_out, k]` (GGUF's row-major layout) that our kernels run.
+pub struct QLinear {
+    pub(crate) weights: Weights,
+    pub(crate) n_out: usize,
+    pub(crate) k: usize,
+    pub(crate) isa: Isa,
+}
+
+/// Weight rows per task: enough work per task to amortise rayon's hand-off, enough tasks to
+/// balance the threads.
+pub(crate) const ROWS_PER_TASK: usize = 64;
+
+impl QLinear {
+    /// The matrix, when its format is one the kernels run (Q4_1, Q8_0) and its rows are whole
+    /// blocks; `None` leaves it to candle.
+    pub fn from_qtensor(t: &QTensor, isa: Isa) -> Option<QLinear> {
+        if !Self::supports(t) {
+            return None;
+        }
+        let isa = isa.checked();
+        let &[n_out, k] = t.shape().dims() else {
+            return None;
+        };
+        let bytes = t.data().ok()?;
+        let weights = match t.dtype() {
+            GgmlDType::Q4_1 => Weights::Q4_1(blocks(&bytes)?),
+            GgmlDType::Q8_0 => Weights::Q8_0(blocks(&bytes)?),
+            GgmlDType::Q4_0 => Weights::Q4_1(q4_0_as_q4_1(&blocks(&bytes)?)),
+            GgmlDType::Q5_0 => Weights::Q8_0(q5_0_as_q8_0(&blocks(&bytes)?)),
+            GgmlDType::Q4K => Weights::Q4_1(q4_k_as_q4_1(&blocks(&bytes)?)),
+            GgmlDType::Q6K => {
+                // Dequantised and quantised again, a matrix at a time (see the module's notes).
+                let x = t.dequantize(&Device::Cpu).ok()?.flatten_all().ok()?;
+                let x = x.to_vec1::<f32>().ok()?;
+                let mut w = vec![BlockQ8_0::default(); x.len() / QK];
+                quantize_q8_0(&x, &mut w);
+                Weights::Q8_0(w)
+            }
+            _ => return None,
+        };
+        if weights.n_blocks() != n_out * k / QK {
+            return None;
+        }
+        // Panels where the rows allow them: sixteen rows with AVX-512, else eight with AVX2 for
+        // Q4_1 and with AVX-VNNI for Q8_0 (without, its byte products would overflow the
+        // 256-bit panel kernel's i16).
+        let (kb, wide) = (k / QK, isa == Isa::Avx512Vnni && n_out % 16 == 0);
+        let weights = match weights {
+            Weights::Q4_1(w) if wide => Weights::Q4_1x16(to_panels(&w, kb)),
+            Weights::Q4_1(w) if isa.avx2() && n_out % 8 == 0 => Weights::Q4_1x8(to_panels(&w, kb)),
+            Weights::Q8_0(w) if wide => Weights::Q8_0x16(to_panels(&w, kb)),
+            Weights::Q8_0(w) if isa.avx_vnni() && n_out % 8 == 0 => {
+                Weights::Q8_0x8(to_panels(&w, kb))
+            }
+            w => w,
+        };
+        Some(QLinear {
+            weights,
+            n_out,
+            k,
+            isa,
+        })
+    }
+
+    /// Whether [`from_qtensor`](Self::from_qtensor) takes this tensor (without copying it).
+    pub fn supports(t: &QTensor) -> bool {
+        matches!(t.shape().dims(), &[_, k] if k > 0 && k % QK == 0)
+            && matches!(
+                t.dtype(),
+                GgmlDType::Q4_1
+                    | GgmlDType::Q8_0
+                    | GgmlDType::Q4_0
+                    | GgmlDType::Q5_0
+                    | GgmlDType::Q4K
+                    | GgmlDType::Q6K
+            )
+    }
+
+    pub fn n_out(&self) -> usize {
+        self.n_out
+    }
+
+    /// Row `j` as f32 into `out` (`k` values): an embedding lookup straight from the quantised
+    /// table, so the table never has to exist in f32 (113 MB for a 49,152 × 576 vocabulary).
+    pub fn dequantize_row(&self, j: usize, out: &mut [f32]) {
+        let kb = self.k / QK;
+        let row = j * kb..(j + 1) * kb;
+        match &self.weights {
+            Weights::Q4_1(w) => dequantize_blocks(w[row].iter().copied(), out, dequantize_q4_1),
+            Weights::Q4_1x8(w) => dequantize_blocks(panel_row(w, kb, j), out, dequantize_q4_1),
+            Weights::Q4_1x16(w) => dequantize_blocks(panel_row(w, kb, j), out, dequantize_q4_1),
+            Weights::Q8_0(w) => dequantize_blocks(w[row].iter().copied(), out, dequantize_q8_0),
+            Weights::Q8_0x8(w) => dequantize_blocks(panel_row(w, kb, j), out, dequantize_q8_0),
+            Weights::Q8_0x16(w) => dequantize_blocks(panel_row(w, kb, j), out, dequantize_q8_0),
+        }
+    }
+
+    /// The rows `ids` as a `[ids.len(), k]` tensor; `None` when an id is out of range.
+    pub fn rows(&self, ids: &[u32]) -> Option<candle_core::Result<Tensor>> {
+        let mut out = vec![0f32; ids.len() * self.k];
+        for (&id, o) in ids.iter().zip(out.chunks_exact_mut(self.k)) {
+            if id as usize >= self.n_out {
+                return None;
+            }
+            self.dequantize_row(id as usize, o);
+        }
+        Some(Tensor::from_vec(out, (ids.len(), self.k), &Device::Cpu))
+    }
+
+    /// `out[i][j] = Σ_k x[i][k]·w[j][k]` for the `m` rows of `x` (`m × k`, row-major);
+    /// `out` is `m × n_out`.
+    pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        assert_eq!(x.len(), m * self.k);
+        assert_eq!(out.len(), m * self.n_out);
+        match &self.weights {
+            Weights::Q4_1(w) => rows_times(self.isa, w, x, m, self.k, out),
+            Weights::Q4_1x8(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Weights::Q4_1x16(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Weights::Q8_0(w) => rows_times(self.isa, w, x, m, self.k, out),
+            Weights::Q8_0x8(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Weights::Q8_0x16(w) => panels_times(self.isa, w, x, m, self.k, out),
+        }
+    }
+
+    /// `x · wᵀ` for a `[m, k]` tensor of f32 on the CPU.
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let (m, out) = self.run(x)?;
+        Tensor::from_vec(out, (m, self.n_out), &Device::Cpu)
+    }
+
+    /// The product of a `[m, k]` tensor as `m` and a row-major `m × n_out` buffer.
+    pub(crate) fn run(&self, x: &Tensor) -> candle_core::Result<(usize, Vec<f32>)> {
+        let (m, k) = x.dims2()?;
+        if k != self.k {
+            candle_core::bail!("QLinear: input has {k} columns, the weights {}", self.k);
+        }
+        let xs = x.flatten_all()?.to_vec1::<f32>()?;
+        Ok((m, self.product(&xs, m)))
+    }
+
+    /// [`matmul`](Self::matmul) into a new `m × n_out` buffer.
+    pub fn product(&self, x: &[f32], m: usize) -> Vec<f32> {
+        let mut out = vec![0f32; m * self.n_out];
+        self.matmul(x, m, &mut out);
+        out
+    }
+
+    /// Stacks matrices that read the same input (q, k and v; gate and up) into one, so one call
+    /// quantises the input once and hands the threads one job. `None` unless all share the
+    /// format, the input width and the instruction set.
+    pub fn stack(parts: Vec<QLinear>) -> Option<QLinear> {
+        let first = parts.first()?;
+        let (k, isa) = (first.k, first.isa);
+        if parts.iter().any(|p| p.k != k || p.isa != isa) {
+            return None;
+        }
+        let n_out = parts.iter().map(|p| p.n_out).sum();
+        let mut all = parts.into_iter();
+        let mut weights = all.next()?.weights;
+        for p in all {
+            weights.extend(p.weights)?;
+        }
+        Some(QLinear {
+            weights,
+            n_out,
+            k,
+            isa,
+        })
+    }
+
+    /// [`forward`](Self::forward) of a stacked matrix, cut back into its parts' outputs
+    /// (`widths`, which add up to `n_out`).
+    pub fn forward_parts(&self, x: &Tensor, widths: &[usize]) -> candle_core::Result<Vec<Tensor>> {
+        // Cut from the product buffer itself, not from a tensor made of it and read back.
+        let (m, whole) = self.run(x)?;
+        let mut from = 0;
+        widths
+            .iter()
+            .map(|&w| {
+                let part: Vec<f32> = whole
+                    .chunks_exact(self.n_out)
+                    .flat_map(|row| &row[from..from + w])
+                    .copied()
+                    .collect();
+                from += w;
+                Tensor::from_vec(part, (m, w), &Device::Cpu)
+            })
+            .collect()
+    }
+}

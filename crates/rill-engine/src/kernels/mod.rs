@@ -1,0 +1,123 @@
+//! Quantised weights × activations, our own kernels (issue 6).
+//!
+//! candle 0.11 compiles its SIMD dot products only when the *build* targets AVX
+//! (`target-cpu=native`); a release build that runs on any x86-64 gets its scalar loops, and its
+//! Q4_1 dot product has no SIMD path at all. Here the instruction set is chosen at run time
+//! (`is_x86_feature_detected!`), so one binary is fast on any machine, with a scalar reference
+//! every SIMD path is tested against.
+//!
+//! Formats, as GGUF stores them (blocks of 32 weights): Q4_1 (`d`, `m` as f16, 16 bytes of
+//! nibbles: weight = d·q + m) against activations quantised to Q8_1 (`d`, `s = d·Σq` as f16, 32
+//! signed bytes), and Q8_0 (`d` as f16, 32 signed bytes) against Q8_0. Activations are
+//! quantised exactly as ggml does, once per row per matmul.
+//!
+//! Four more formats are repacked into those two when a model loads, so the same kernels run
+//! them: Q4_0 as Q4_1 with `m = −8·d` (exact); Q5_0 as Q8_0 with bytes `q − 16` (exact); Q4_K
+//! (super-blocks of 256 with 6-bit sub-block scales and mins) as Q4_1 blocks of 32 with the same
+//! nibbles and each sub-block's scale and min rounded to f16 (relative error ≤ 2⁻¹¹; 5 bits per
+//! weight instead of 4.5); Q6_K dequantised and quantised again as Q8_0 (each weight moves by at
+//! most half an 8-bit step of its block, about a quarter of its 6-bit step; 8.5 bits per weight
+//! instead of 6.56). Other formats stay with candle.
+//!
+//! With AVX2, a matrix whose rows come in eights is stored as panels ([`PanelQ4_1`], and
+//! [`PanelQ8_0`] with AVX-VNNI or AVX-512): eight rows' blocks interleaved so that one vector
+//! holds the same four weights of each row (sixteen rows and 512-bit vectors with AVX-512,
+//! `avx512.rs`). Activations are broadcast four at a time and dotted with it, so each lane ends a
+//! block with its row's exact integer sum, scaled and added once per block; a tile is one panel ×
+//! up to four activation rows. Every instruction set's panels give the same bits. Other matrices
+//! (rows not in eights, Q8_0 without VNNI, NEON, the scalar reference) run one dot product per
+//! (weight row, activation row), in tiles of 2 (Q4_1) or 1 (Q8_0) weight rows × 4 activation rows
+//! with AVX2. One row or a few (a decode step, a batched decode) split the weight rows across the
+//! engine's rayon pool; many (a prefill chunk) split the activation rows, 32 per task, so each
+//! weight panel or row is read once per task and stays in L1 for all of its rows. Every path sums
+//! each output in the same order whatever rows are beside it, so a row's output never depends on
+//! them.
+
+// Panels, and what feeds them, are made only for x86-64's SIMD; elsewhere they go unused.
+#![cfg_attr(
+    not(target_arch = "x86_64"),
+    allow(dead_code, unused_variables, unused_mut)
+)]
+
+use std::sync::OnceLock;
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use half::f16;
+use rayon::prelude::*;
+
+mod blocks;
+mod driver;
+mod isa;
+mod linear;
+mod panels;
+mod quants;
+
+pub use blocks::*;
+use driver::*;
+pub use isa::*;
+pub use linear::*;
+pub use panels::*;
+pub use quants::*;
+
+/// A panel kernel's driver: `$name` runs panels `ps` of `w` × activation rows `is` into
+/// `o[(i − is.start)·n_out + ROWS·p + k]`, in tiles of one panel × up to [`TILE_A`] activation
+/// rows computed by `$tile` (with the const generic `VNNI` where named) and stored by `$store`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! panels {
+    ($name:ident, [$($vnni:ident)?], $features:literal, $tile:ident, $p:ty, $a:ty, $store:ident) => {
+        /// # Safety
+        /// The instructions of its target features and its tile's (AVX-VNNI with `VNNI`, and
+        /// for the 256-bit Q8_0 tile); `ps` within `w`'s panels, `is` within `acts`' rows, and
+        /// `o` valid for those outputs.
+        #[target_feature(enable = $features)]
+        pub unsafe fn $name<$(const $vnni: bool)?>(
+            w: &[$p],
+            acts: &PanelActs<$a>,
+            ps: std::ops::Range<usize>,
+            is: std::ops::Range<usize>,
+            o: *mut f32,
+            n_out: usize,
+        ) {
+            let kb = acts.kb;
+            assert!(ps.end * kb <= w.len() && is.end * kb <= acts.q.len());
+            for p in ps {
+                let wp = w.as_ptr().add(p * kb);
+                for i in is.clone().step_by(TILE_A) {
+                    let (a, ad, s) = (
+                        acts.q.as_ptr().add(i * kb),
+                        acts.d.as_ptr().add(i * kb),
+                        acts.s.as_ptr().add(i * kb),
+                    );
+                    let at = o.add((i - is.start) * n_out + <$p as Panel>::ROWS * p);
+                    macro_rules! go {
+                        ($c:literal) => {{
+                            let t = $tile::<$c $(, $vnni)?>(wp, kb, a, ad, s);
+                            for (c, v) in t.iter().enumerate() {
+                                $store(at.add(c * n_out), *v);
+                            }
+                        }};
+                    }
+                    match TILE_A.min(is.end - i) {
+                        4 => go!(4),
+                        3 => go!(3),
+                        2 => go!(2),
+                        _ => go!(1),
+                    }
+                }
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
+#[cfg(target_arch = "aarch64")]
+mod neon;
+
+#[cfg(test)]
+pub(crate) mod tests;
