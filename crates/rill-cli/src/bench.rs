@@ -47,6 +47,11 @@ pub struct BenchArgs {
     /// before (it runs through the model), then this many times as a slider moves.
     #[arg(long)]
     preview: Option<usize>,
+    /// Positions already in the cache before the measured run (llama-bench's `-d`): that many
+    /// tokens are run first and kept, then the measured prompt follows them, so its prefill and
+    /// decode run at that depth. One stream only.
+    #[arg(long, default_value_t = 0)]
+    depth: usize,
     /// One JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -62,6 +67,8 @@ struct Percentiles {
 struct Report {
     streams: usize,
     background: usize,
+    /// Positions in the cache before the measured prompt (`--depth`).
+    depth: usize,
     prompt_tokens: usize,
     gen_tokens: usize,
     prefill_tps: f64,
@@ -72,6 +79,23 @@ struct Report {
     per_stream_decode_tps: Vec<f64>,
     /// All streams' tokens over the wall time from the first token of any to the last of all.
     aggregate_tps: f64,
+    /// The machine's read bandwidth, GB/s, with the engine's threads ([`read_bandwidth_gbps`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    read_gbps: Option<f64>,
+    /// MB of weights a decode step reads (every matrix, the output included, as the engine
+    /// holds them; not the embedding rows it looks up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step_weight_mb: Option<f64>,
+    /// The same matrices' MB in the file (less where the engine repacks a format).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step_file_mb: Option<f64>,
+    /// Decode steps per second the bandwidth allows reading the file's bytes:
+    /// `read_gbps` ÷ `step_file_mb`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decode_bound_tps: Option<f64>,
+    /// Each stream's decode speed as a fraction of that bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decode_of_bound: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     turn_ttft_ms: Option<Vec<f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -84,6 +108,7 @@ impl Report {
         Report {
             streams: a.streams,
             background: a.background,
+            depth: 0,
             prompt_tokens,
             gen_tokens: a.gen_tokens,
             prefill_tps: results.iter().map(|r| r.prefill_tps).sum::<f64>()
@@ -99,6 +124,11 @@ impl Report {
             peak_rss_mb: peak_rss_mb(),
             per_stream_decode_tps: results.iter().map(|r| r.decode_tps).collect(),
             aggregate_tps: aggregate_tps(results),
+            read_gbps: None,
+            step_weight_mb: None,
+            step_file_mb: None,
+            decode_bound_tps: None,
+            decode_of_bound: None,
             turn_ttft_ms: None,
             turn_reused_tokens: None,
         }
@@ -158,6 +188,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     if a.prompt_tokens == 0 || a.gen_tokens == 0 || a.streams == 0 {
         bail!("--prompt-tokens, --gen-tokens and --streams must be ≥ 1");
     }
+    if a.depth > 0 && (a.streams > 1 || a.background > 0) {
+        bail!("--depth measures one stream alone: leave --streams and --background out");
+    }
     let engine = a.model.start()?;
     let handle = engine.handle();
     let base = handle.tokenize_prompt(&Prompt::Text(TEXT.repeat(4)))?;
@@ -199,14 +232,26 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         })
         .collect::<Result<Vec<_>>>()?;
 
+    // The depth's tokens, run and kept first: the measured prompt follows them and reuses
+    // their cache (prefix reuse), so it runs at that depth.
+    let depth: Vec<u32> = base.iter().cycle().skip(3).take(a.depth).copied().collect();
+    if a.depth > 0 {
+        let before = handle.prefix_cache_bytes();
+        handle
+            .generate(request(depth.clone(), 1))?
+            .collect_blocking()?;
+        let t = Instant::now();
+        while handle.prefix_cache_bytes() <= before {
+            if t.elapsed().as_secs() > 30 {
+                bail!("the depth's cache was not kept (is the KV budget too small for it?)");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
     let prompts: Vec<Vec<u32>> = (0..a.streams)
         .map(|s| {
-            base.iter()
-                .cycle()
-                .skip(s * 7)
-                .take(a.prompt_tokens)
-                .copied()
-                .collect()
+            let prompt = base.iter().cycle().skip(s * 7).take(a.prompt_tokens);
+            depth.iter().chain(prompt).copied().collect()
         })
         .collect();
     let gens = prompts
@@ -229,16 +274,60 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         let _ = drain.join();
     }
 
-    let report = Report::new(&a, a.prompt_tokens, &results);
+    if let Some(r) = results.iter().find(|r| r.reused_tokens < a.depth) {
+        bail!(
+            "the measured prompt reused {} of the depth's {} tokens",
+            r.reused_tokens,
+            a.depth
+        );
+    }
+    let mut report = Report::new(&a, a.prompt_tokens, &results);
+    report.depth = a.depth;
     debug_assert!(results.iter().all(|r| r.tokens == a.gen_tokens));
-    print_report(&a, &handle, &report)
+    // The bound on decode: the weights a step reads, at the machine's read bandwidth, measured
+    // once the model is gone (its memory freed, the peak RSS taken already).
+    let (info, step_bytes, threads) = (
+        handle.model_info().clone(),
+        handle.step_weight_bytes(),
+        handle.threads(),
+    );
+    drop(handle);
+    drop(engine);
+    let gbps = read_bandwidth_gbps(threads);
+    let bound = gbps * 1e9 / step_bytes.1.max(1) as f64;
+    report.read_gbps = Some(gbps);
+    report.step_weight_mb = Some(step_bytes.0 as f64 / 1e6);
+    report.step_file_mb = Some(step_bytes.1 as f64 / 1e6);
+    report.decode_bound_tps = Some(bound);
+    report.decode_of_bound = Some(report.decode_tps / a.streams as f64 / bound);
+    print_report(&a, &info, &report)
 }
 
-fn print_report(a: &BenchArgs, handle: &rill_engine::Handle, report: &Report) -> Result<()> {
+/// The machine's read bandwidth in GB/s: `threads` threads each summing its share of a 1 GiB
+/// buffer, the best of three passes (the buffer's pages are written, so faulted in, first).
+fn read_bandwidth_gbps(threads: usize) -> f64 {
+    const BYTES: usize = 1 << 30;
+    let buf = vec![1u64; BYTES / 8];
+    let share = buf.len().div_ceil(threads.max(1));
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for part in buf.chunks(share) {
+                s.spawn(move || {
+                    std::hint::black_box(part.iter().fold(0u64, |a, &b| a.wrapping_add(b)))
+                });
+            }
+        });
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    BYTES as f64 / best / 1e9
+}
+
+fn print_report(a: &BenchArgs, m: &rill_engine::ModelInfo, report: &Report) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        let m = handle.model_info();
         println!(
             "model        {} ({}, {:.0} MB)",
             m.name,
@@ -250,8 +339,8 @@ fn print_report(a: &BenchArgs, handle: &rill_engine::Handle, report: &Report) ->
             report.streams, report.background
         );
         println!(
-            "prefill      {:.1} tok/s  ({} prompt tokens)",
-            report.prefill_tps, report.prompt_tokens
+            "prefill      {:.1} tok/s  ({} prompt tokens after {} in the cache)",
+            report.prefill_tps, report.prompt_tokens, report.depth
         );
         println!(
             "decode       {:.1} tok/s  ({} tokens per stream, summed over streams)",
@@ -266,6 +355,20 @@ fn print_report(a: &BenchArgs, handle: &rill_engine::Handle, report: &Report) ->
             report.itl_ms.p50, report.itl_ms.p95
         );
         println!("peak rss     {:.0} MB", report.peak_rss_mb);
+        if let (Some(gbps), Some(held), Some(file), Some(bound), Some(of)) = (
+            report.read_gbps,
+            report.step_weight_mb,
+            report.step_file_mb,
+            report.decode_bound_tps,
+            report.decode_of_bound,
+        ) {
+            println!(
+                "bandwidth    {gbps:.1} GB/s read; a step reads {held:.0} MB of weights \
+                 ({file:.0} MB in the file): decode bound {bound:.1} tok/s, each stream at \
+                 {:.0}% of it",
+                of * 100.0
+            );
+        }
         if let Some(t) = &report.turn_ttft_ms {
             println!(
                 "turn ttft    {}",
@@ -355,7 +458,7 @@ fn bench_turns(a: &BenchArgs, handle: &rill_engine::Handle, turns: usize) -> Res
         turn_reused_tokens: Some(reused),
         ..Report::new(a, prompt_tokens, &results)
     };
-    print_report(a, handle, &report)
+    print_report(a, handle.model_info(), &report)
 }
 
 /// The sampling panel's preview: the first one runs the prompt through the model; the ones

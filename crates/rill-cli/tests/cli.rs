@@ -444,6 +444,15 @@ fn bench_reports_every_figure_as_json() {
         );
         assert!(p50 > 0.0 && p95 >= p50, "{key}: {r}");
     }
+    // The bandwidth bound: the machine's read speed over the weights a step reads (as the
+    // file stores them; held, at least as many).
+    let f = |key: &str| r[key].as_f64().unwrap_or_else(|| panic!("{key}: {r}"));
+    assert!(f("read_gbps") > 0.1 && f("step_file_mb") > 1.0, "{r}");
+    assert!(f("step_weight_mb") >= f("step_file_mb"), "{r}");
+    let bound = f("read_gbps") * 1e3 / f("step_file_mb");
+    assert!((f("decode_bound_tps") - bound).abs() < 1e-6 * bound, "{r}");
+    let of = f("decode_tps") / bound;
+    assert!((f("decode_of_bound") - of).abs() < 1e-9 && of > 0.0, "{r}");
 }
 
 #[test]
@@ -482,6 +491,24 @@ fn bench_measures_several_streams_background_load_and_turns() {
     ]);
     assert_eq!(r["background"], 1);
     assert!(r["ttft_ms"]["p50"].as_f64().unwrap() > 0.0);
+
+    // At a depth: the measured prompt follows 96 tokens already in the cache (the bench
+    // refuses to report if they were not reused).
+    let r = json(&[
+        "--depth",
+        "96",
+        "--prompt-tokens",
+        "16",
+        "--gen-tokens",
+        "4",
+    ]);
+    assert_eq!(r["depth"], 96);
+    assert_eq!(r["prompt_tokens"], 16);
+    let out = rill()
+        .args(["bench", "--model", m, "--depth", "8", "--streams", "2"])
+        .output()
+        .unwrap();
+    assert_clean_error(&out, "--depth measures one stream");
 
     let r = json(&["--turns", "2", "--gen-tokens", "8"]);
     let ttft = r["turn_ttft_ms"].as_array().unwrap();

@@ -266,6 +266,10 @@ pub struct Activity {
 /// What every handle shares: the model's text side and counters the thread keeps up to date.
 struct Shared {
     info: ModelInfo,
+    /// Bytes of weights a decode step reads, held and in the file (`Llama::step_weight_bytes`).
+    step_weight_bytes: (usize, usize),
+    /// The compute pool's threads.
+    threads: usize,
     tokenizer: Tokenizer,
     template: ChatTemplate,
     context_length: usize,
@@ -317,6 +321,8 @@ impl Engine {
             tokenizer,
             template,
             context_length: weights.config().context_length,
+            step_weight_bytes: weights.step_weight_bytes(),
+            threads,
             next_id: AtomicU64::new(1),
             cache_bytes: AtomicUsize::new(0),
             prefix_bytes: AtomicUsize::new(0),
@@ -382,6 +388,18 @@ impl Handle {
     /// Positions one sequence may hold.
     pub fn context_length(&self) -> usize {
         self.shared.context_length
+    }
+
+    /// Bytes of weights one decode step reads, as the engine holds them and as the file
+    /// stores them (they differ where a format is repacked): with the machine's read
+    /// bandwidth, the bound on decode speed.
+    pub fn step_weight_bytes(&self) -> (usize, usize) {
+        self.shared.step_weight_bytes
+    }
+
+    /// Threads of the engine's compute pool.
+    pub fn threads(&self) -> usize {
+        self.shared.threads
     }
 
     /// Bytes of KV cache held by live sequences, as of the last round.

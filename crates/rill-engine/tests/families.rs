@@ -258,3 +258,38 @@ fn the_candle_path_agrees_with_the_fast_path() {
         assert!(err / energy <= 1e-3, "{name}: {}", err / energy);
     }
 }
+
+/// What `rill bench` divides the bandwidth by: the bytes of every matrix a decode step reads,
+/// the output projection included and the embedding (looked up, not read whole) left out
+/// unless it is the output too. In the file, they are the header's tensor sizes. Held, Q4_0
+/// takes a ninth more (our kernels run it as Q4_1), and Q8_0 up to 2 bytes more per block of
+/// 34 (the VNNI panels' sums, where the CPU has them).
+#[test]
+fn a_step_reads_every_matrix_of_the_file() {
+    use candle_core::quantized::gguf_file;
+    for name in ["qwen3-test.Q8_0", "qwen3-test.Q4_0", "gemma3-test.Q8_0"] {
+        let path = common::test_model(name);
+        let mut f = std::fs::File::open(&path).unwrap();
+        let header = gguf_file::Content::read(&mut f).unwrap();
+        let tied = !header.tensor_infos.contains_key("output.weight");
+        let file: usize = header
+            .tensor_infos
+            .iter()
+            .filter(|(n, t)| t.shape.dims().len() == 2 && (*n != "token_embd.weight" || tied))
+            .map(|(_, t)| {
+                t.shape.elem_count() / t.ggml_dtype.block_size() * t.ggml_dtype.type_size()
+            })
+            .sum();
+        let model = Model::load(&path, &candle_core::Device::Cpu, None).unwrap();
+        let (held, in_file) = model.weights.step_weight_bytes();
+        assert_eq!(in_file, file, "{name}");
+        if name.ends_with("Q4_0") {
+            assert_eq!(held, file / 18 * 20, "{name}");
+        } else {
+            assert!(
+                held >= file && held <= file / 34 * 36,
+                "{name}: {held} of {file}"
+            );
+        }
+    }
+}

@@ -50,6 +50,8 @@ pub struct QLinear {
     pub(crate) n_out: usize,
     pub(crate) k: usize,
     pub(crate) isa: Isa,
+    /// Bytes the matrix takes in the file, before any repacking.
+    pub(crate) file_bytes: usize,
 }
 
 /// Weight rows per task: enough work per task to amortise rayon's hand-off, enough tasks to
@@ -105,6 +107,7 @@ impl QLinear {
             n_out,
             k,
             isa,
+            file_bytes: t.storage_size_in_bytes(),
         })
     }
 
@@ -124,6 +127,23 @@ impl QLinear {
 
     pub fn n_out(&self) -> usize {
         self.n_out
+    }
+
+    /// Bytes the matrix takes in the file it came from.
+    pub fn file_bytes(&self) -> usize {
+        self.file_bytes
+    }
+
+    /// Bytes of weights held: what one product reads.
+    pub fn bytes(&self) -> usize {
+        match &self.weights {
+            Weights::Q4_1(w) => std::mem::size_of_val(w.as_slice()),
+            Weights::Q4_1x8(w) => std::mem::size_of_val(w.as_slice()),
+            Weights::Q4_1x16(w) => std::mem::size_of_val(w.as_slice()),
+            Weights::Q8_0(w) => std::mem::size_of_val(w.as_slice()),
+            Weights::Q8_0x8(w) => std::mem::size_of_val(w.as_slice()),
+            Weights::Q8_0x16(w) => std::mem::size_of_val(w.as_slice()),
+        }
     }
 
     /// Row `j` as f32 into `out` (`k` values): an embedding lookup straight from the quantised
@@ -201,6 +221,7 @@ impl QLinear {
             return None;
         }
         let n_out = parts.iter().map(|p| p.n_out).sum();
+        let file_bytes = parts.iter().map(|p| p.file_bytes).sum();
         let mut all = parts.into_iter();
         let mut weights = all.next()?.weights;
         for p in all {
@@ -211,6 +232,7 @@ impl QLinear {
             n_out,
             k,
             isa,
+            file_bytes,
         })
     }
 

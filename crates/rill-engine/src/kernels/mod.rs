@@ -32,6 +32,11 @@
 //! weight panel or row is read once per task and stays in L1 for all of its rows. Every path sums
 //! each output in the same order whatever rows are beside it, so a row's output never depends on
 //! them.
+//!
+//! The files: `blocks.rs` (the formats, and the repacking of the other four), `panels.rs` (the
+//! interleaved layout), `quants.rs` (activation quantisers, the scalar reference dots),
+//! `isa.rs` (the run-time choice), `linear.rs` ([`QLinear`]), `driver.rs` (how a product is
+//! split across the threads), and one per instruction set: `avx2.rs`, `avx512.rs`, `neon.rs`.
 
 // Panels, and what feeds them, are made only for x86-64's SIMD; elsewhere they go unused.
 #![cfg_attr(

@@ -318,6 +318,25 @@ impl Llama {
         super::kv::kv_bytes(&self.cfg.windows, positions, self.kv_bytes_per_layer())
     }
 
+    /// Bytes of weights a decode step reads, as the model holds them (our kernels' layouts),
+    /// and as the file stores them: every layer's matrices and the output projection, not the
+    /// embedding rows it looks up (nor the norms and biases, a few KB). What bounds decode: a
+    /// step reads them all.
+    pub fn step_weight_bytes(&self) -> (usize, usize) {
+        let add = |(a, b): (usize, usize), (x, y): (usize, usize)| (a + x, b + y);
+        self.layers
+            .iter()
+            .flat_map(|l| {
+                [
+                    l.qkv.bytes(),
+                    l.wo.bytes(),
+                    l.gate_up.bytes(),
+                    l.w_down.bytes(),
+                ]
+            })
+            .fold(self.output.bytes(), add)
+    }
+
     /// Bytes one position costs in one layer (keys and values): f16 on the host, f32 in
     /// candle's tensors.
     fn kv_bytes_per_layer(&self) -> usize {

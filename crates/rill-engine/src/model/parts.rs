@@ -29,6 +29,14 @@ impl Linear {
         Ok(Linear::Candle(QMatMul::from_qtensor(t)?))
     }
 
+    /// Bytes of weights one product reads, and the bytes they take in the file.
+    pub(super) fn bytes(&self) -> (usize, usize) {
+        match self {
+            Linear::Ours(l) => (l.bytes(), l.file_bytes()),
+            Linear::Candle(m) => (matmul_bytes(m), matmul_bytes(m)),
+        }
+    }
+
     pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(match self {
             Linear::Ours(l) => l.forward(x)?,
@@ -51,6 +59,14 @@ impl Linear {
             Linear::Candle(q) => candle_into(q, x, m, out)?,
         }
         Ok(())
+    }
+}
+
+/// Bytes of a candle matrix's weights.
+fn matmul_bytes(m: &QMatMul) -> usize {
+    match m {
+        QMatMul::QTensor(t) => t.storage_size_in_bytes(),
+        QMatMul::Tensor(t) | QMatMul::TensorF16(t) => t.elem_count() * t.dtype().size_in_bytes(),
     }
 }
 
@@ -165,6 +181,18 @@ impl Group {
             }
         }
         Ok(Group::Fused(QMatMul::from_qtensor(t)?, widths))
+    }
+
+    /// Bytes of weights one product of the group reads, and the bytes they take in the file.
+    pub(super) fn bytes(&self) -> (usize, usize) {
+        match self {
+            Group::Stacked(l, _) => (l.bytes(), l.file_bytes()),
+            Group::Apart(ls) => ls
+                .iter()
+                .map(Linear::bytes)
+                .fold((0, 0), |(a, b), (x, y)| (a + x, b + y)),
+            Group::Fused(m, _) => (matmul_bytes(m), matmul_bytes(m)),
+        }
     }
 
     pub(super) fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
