@@ -58,6 +58,36 @@ pub struct QLinear {
 /// balance the threads.
 pub(crate) const ROWS_PER_TASK: usize = 64;
 
+/// Rows of a Q6_K matrix dequantised at a time on their way to Q8_0: 64 rows of 4,096
+/// weights are 1 MB of f32, where the whole output matrix of an 8B model would be 2 GB.
+const Q6_K_BAND: usize = 64;
+
+/// Q6_K's `n_out` rows of `k` weights (`bytes` as the file stores them) dequantised and
+/// quantised again as Q8_0 (see the module's notes), a band of rows at a time, so the matrix
+/// never exists in f32 whole. Each block's arithmetic is the whole matrix's, so the result is
+/// the same bits.
+fn q6_k_as_q8_0(bytes: &[u8], n_out: usize, k: usize) -> Option<Vec<BlockQ8_0>> {
+    let row_bytes = bytes.len() / n_out.max(1);
+    let mut w = Vec::with_capacity(n_out * k / QK);
+    for first in (0..n_out).step_by(Q6_K_BAND) {
+        let rows = Q6_K_BAND.min(n_out - first);
+        let band = &bytes[first * row_bytes..(first + rows) * row_bytes];
+        let band = candle_core::quantized::ggml_file::qtensor_from_ggml(
+            GgmlDType::Q6K,
+            band,
+            vec![rows, k],
+            &Device::Cpu,
+        )
+        .ok()?;
+        let x = band.dequantize(&Device::Cpu).ok()?.flatten_all().ok()?;
+        let x = x.to_vec1::<f32>().ok()?;
+        let at = w.len();
+        w.resize(at + x.len() / QK, BlockQ8_0::default());
+        quantize_q8_0(&x, &mut w[at..]);
+    }
+    Some(w)
+}
+
 impl QLinear {
     /// The matrix, when its format is one the kernels run (Q4_1, Q8_0) and its rows are whole
     /// blocks; `None` leaves it to candle.
@@ -76,14 +106,7 @@ impl QLinear {
             GgmlDType::Q4_0 => Weights::Q4_1(q4_0_as_q4_1(&blocks(&bytes)?)),
             GgmlDType::Q5_0 => Weights::Q8_0(q5_0_as_q8_0(&blocks(&bytes)?)),
             GgmlDType::Q4K => Weights::Q4_1(q4_k_as_q4_1(&blocks(&bytes)?)),
-            GgmlDType::Q6K => {
-                // Dequantised and quantised again, a matrix at a time (see the module's notes).
-                let x = t.dequantize(&Device::Cpu).ok()?.flatten_all().ok()?;
-                let x = x.to_vec1::<f32>().ok()?;
-                let mut w = vec![BlockQ8_0::default(); x.len() / QK];
-                quantize_q8_0(&x, &mut w);
-                Weights::Q8_0(w)
-            }
+            GgmlDType::Q6K => Weights::Q8_0(q6_k_as_q8_0(&bytes, n_out, k)?),
             _ => return None,
         };
         if weights.n_blocks() != n_out * k / QK {
@@ -254,5 +277,26 @@ impl QLinear {
                 Tensor::from_vec(part, (m, w), &Device::Cpu)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod q6_k_tests {
+    use super::*;
+    use crate::kernels::tests::Lcg;
+
+    /// Band by band (100 rows: one band of 64 and a short one), the Q6_K → Q8_0 repacking
+    /// gives the bits of the whole matrix dequantised and quantised at once.
+    #[test]
+    fn q6_k_repacks_band_by_band_to_the_whole_matrix_bits() {
+        let (n, k) = (100, 512);
+        let x = Tensor::from_vec(Lcg(3).vec(n * k), (n, k), &Device::Cpu).unwrap();
+        let q = QTensor::quantize(&x, GgmlDType::Q6K).unwrap();
+        let whole = q.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap();
+        let whole = whole.to_vec1::<f32>().unwrap();
+        let mut want = vec![BlockQ8_0::default(); n * k / QK];
+        quantize_q8_0(&whole, &mut want);
+        let banded = q6_k_as_q8_0(&q.data().unwrap(), n, k).unwrap();
+        assert!(banded == want);
     }
 }

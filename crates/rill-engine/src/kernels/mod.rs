@@ -15,9 +15,9 @@
 //! them: Q4_0 as Q4_1 with `m = −8·d` (exact); Q5_0 as Q8_0 with bytes `q − 16` (exact); Q4_K
 //! (super-blocks of 256 with 6-bit sub-block scales and mins) as Q4_1 blocks of 32 with the same
 //! nibbles and each sub-block's scale and min rounded to f16 (relative error ≤ 2⁻¹¹; 5 bits per
-//! weight instead of 4.5); Q6_K dequantised and quantised again as Q8_0 (each weight moves by at
-//! most half an 8-bit step of its block, about a quarter of its 6-bit step; 8.5 bits per weight
-//! instead of 6.56). Other formats stay with candle.
+//! weight instead of 4.5); Q6_K dequantised and quantised again as Q8_0, 64 rows at a time (each
+//! weight moves by at most half an 8-bit step of its block, about a quarter of its 6-bit step;
+//! 8.5 bits per weight instead of 6.56). Other formats stay with candle.
 //!
 //! With AVX2, a matrix whose rows come in eights is stored as panels ([`PanelQ4_1`], and
 //! [`PanelQ8_0`] with AVX-VNNI or AVX-512): eight rows' blocks interleaved so that one vector
