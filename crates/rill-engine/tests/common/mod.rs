@@ -3,34 +3,36 @@
 
 use std::path::PathBuf;
 
+/// `$var`, else `default` under the repository's root.
+fn in_repo(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(default)
+    })
+}
+
+/// `p`, which must be a file; else `fix` says how to make it.
+fn test_file(p: PathBuf, fix: &str) -> PathBuf {
+    assert!(p.is_file(), "test model missing at {}: {fix}", p.display());
+    p
+}
+
 /// The real test model (fetched by `scripts/fetch-test-model.sh`), or `RILL_TEST_MODEL`.
 pub fn model_path() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let p = std::env::var_os("RILL_TEST_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
-    assert!(
-        p.is_file(),
-        "test model missing at {}: run scripts/fetch-test-model.sh",
-        p.display()
-    );
-    p
+    test_file(
+        in_repo("RILL_TEST_MODEL", "models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        "run scripts/fetch-test-model.sh",
+    )
 }
 
 /// A family's test model (`scripts/make-test-models.py`, which `make test` runs), such as
 /// `gemma3-test.Q8_0`, from `models/test-models` or `RILL_TEST_MODELS`.
 pub fn test_model(name: &str) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = std::env::var_os("RILL_TEST_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("models/test-models"));
-    let p = dir.join(format!("{name}.gguf"));
-    assert!(
-        p.is_file(),
-        "test model missing at {}: run `python3 scripts/make-test-models.py`",
-        p.display()
-    );
-    p
+    test_file(
+        in_repo("RILL_TEST_MODELS", "models/test-models").join(format!("{name}.gguf")),
+        "run `python3 scripts/make-test-models.py`",
+    )
 }
 
 /// The golden reference file from llama.cpp, or `RILL_GOLDEN`.
