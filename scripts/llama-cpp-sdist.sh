@@ -14,11 +14,8 @@ if [[ -f "$sdist" ]]; then
   exit 0
 fi
 
-py="$(command -v python3 || command -v python || true)"
-if [[ -z "$py" ]]; then
-  echo "error: python3 with pip is needed to fetch llama-cpp-python's sdist" >&2
-  exit 1
-fi
+# shellcheck source=python.sh
+source "$(dirname "${BASH_SOURCE[0]}")/python.sh" "fetch llama-cpp-python's sdist"
 mkdir -p "$cache"
 tmp="$(mktemp -d "$cache/.sdist.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
