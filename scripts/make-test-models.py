@@ -123,7 +123,7 @@ def copy_tokenizer(writer: gguf.GGUFWriter, vocab_file: Path, extra=()):
 
 
 def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path, models: Path,
-          HIDDEN: int = HIDDEN, FF: int = FF):
+          hidden: int = HIDDEN, ff: int = FF):
     rng = np.random.default_rng(1234)
     tmp = path.with_suffix(".partial")
     w = gguf.GGUFWriter(str(tmp), family)
@@ -135,9 +135,9 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
     layers = spec.get("layers", LAYERS)
     gemma = spec.get("gemma", False)
     w.add_context_length(4096)
-    w.add_embedding_length(HIDDEN)
+    w.add_embedding_length(hidden)
     w.add_block_count(layers)
-    w.add_feed_forward_length(FF)
+    w.add_feed_forward_length(ff)
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
     w.add_key_length(hd)
@@ -175,14 +175,14 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
         # the greedy text does not echo the input token back: twice the unit scale with two
         # layers, the unit scale with six (larger, the six-layer model turns chaotic: its logits
         # move by tenths under rounding differences that a two-layer model shrugs off).
-        matrix("token_embd.weight", n_vocab, HIDDEN, 1.0 / np.sqrt(HIDDEN))
-        vector("output_norm.weight", HIDDEN, spec.get("logit_scale", 3.5), 0.3)
+        matrix("token_embd.weight", n_vocab, hidden, 1.0 / np.sqrt(hidden))
+        vector("output_norm.weight", hidden, spec.get("logit_scale", 3.5), 0.3)
     else:
         # Embeddings of unit scale; an untied output projection whose logits spread by a few
         # units (after the final norm a row has unit RMS: logit std ≈ std · √hidden).
-        matrix("token_embd.weight", n_vocab, HIDDEN, 1.0)
-        matrix("output.weight", n_vocab, HIDDEN, 3.5 / np.sqrt(HIDDEN))
-        vector("output_norm.weight", HIDDEN, 1.0, 0.1)
+        matrix("token_embd.weight", n_vocab, hidden, 1.0)
+        matrix("output.weight", n_vocab, hidden, 3.5 / np.sqrt(hidden))
+        vector("output_norm.weight", hidden, 1.0, 0.1)
     q_width, kv_width = HEADS * hd, KV_HEADS * hd
     if spec.get("rope_factors"):
         # Per-pair divisors of the RoPE frequencies, as Phi-3's long-context files carry them:
@@ -194,22 +194,22 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
     fused = spec.get("fused", False)
     for i in range(layers):
         p = f"blk.{i}"
-        vector(f"{p}.attn_norm.weight", HIDDEN, 1.0, 0.1)
-        vector(f"{p}.ffn_norm.weight", HIDDEN, 1.0, 0.1)
+        vector(f"{p}.attn_norm.weight", hidden, 1.0, 0.1)
+        vector(f"{p}.ffn_norm.weight", hidden, 1.0, 0.1)
         if gemma:
             post = spec["post_norm"]
-            vector(f"{p}.post_attention_norm.weight", HIDDEN, post, 0.1 * post)
-            vector(f"{p}.post_ffw_norm.weight", HIDDEN, post, 0.1 * post)
-        q = normal((q_width, HIDDEN), 1.5 / np.sqrt(HIDDEN))
-        k = normal((kv_width, HIDDEN), 1.5 / np.sqrt(HIDDEN))
-        v = normal((kv_width, HIDDEN), 1.0 / np.sqrt(HIDDEN))
+            vector(f"{p}.post_attention_norm.weight", hidden, post, 0.1 * post)
+            vector(f"{p}.post_ffw_norm.weight", hidden, post, 0.1 * post)
+        q = normal((q_width, hidden), 1.5 / np.sqrt(hidden))
+        k = normal((kv_width, hidden), 1.5 / np.sqrt(hidden))
+        v = normal((kv_width, hidden), 1.0 / np.sqrt(hidden))
         if fused:
             quantized(f"{p}.attn_qkv.weight", np.concatenate([q, k, v]))
         else:
             quantized(f"{p}.attn_q.weight", q)
             quantized(f"{p}.attn_k.weight", k)
             quantized(f"{p}.attn_v.weight", v)
-        matrix(f"{p}.attn_output.weight", HIDDEN, q_width, 1.0 / np.sqrt(q_width))
+        matrix(f"{p}.attn_output.weight", hidden, q_width, 1.0 / np.sqrt(q_width))
         if spec["qkv_bias"]:
             vector(f"{p}.attn_q.bias", q_width, 0.0, 0.5)
             vector(f"{p}.attn_k.bias", kv_width, 0.0, 0.5)
@@ -217,15 +217,15 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
         if spec["qk_norm"]:
             vector(f"{p}.attn_q_norm.weight", hd, 1.0, 0.2)
             vector(f"{p}.attn_k_norm.weight", hd, 1.0, 0.2)
-        gate = normal((FF, HIDDEN), 1.0 / np.sqrt(HIDDEN))
-        up = normal((FF, HIDDEN), 1.0 / np.sqrt(HIDDEN))
+        gate = normal((ff, hidden), 1.0 / np.sqrt(hidden))
+        up = normal((ff, hidden), 1.0 / np.sqrt(hidden))
         if fused:
             # One tensor, the gate first.
             quantized(f"{p}.ffn_up.weight", np.concatenate([gate, up]))
         else:
             quantized(f"{p}.ffn_gate.weight", gate)
             quantized(f"{p}.ffn_up.weight", up)
-        matrix(f"{p}.ffn_down.weight", HIDDEN, FF, 1.0 / np.sqrt(FF))
+        matrix(f"{p}.ffn_down.weight", hidden, ff, 1.0 / np.sqrt(ff))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -241,7 +241,7 @@ def quantize_k(family: str, out: Path, models: Path, name: str = "Q4_K_M") -> Pa
     # A family may change a scale at these widths (`k`), to keep its text from echoing.
     spec = {**FAMILIES[family], **FAMILIES[family].get("k", {})}
     source = write(family, spec, gguf.GGMLQuantizationType.F16,
-                   out / f"{family}-test.k-source.F16.gguf", models, HIDDEN=K_HIDDEN, FF=K_FF)
+                   out / f"{family}-test.k-source.F16.gguf", models, hidden=K_HIDDEN, ff=K_FF)
     # The build's progress, and any error, goes to stderr.
     tool = subprocess.run(["bash", str(ROOT / "scripts/build-llama-quantize.sh")], check=True,
                           stdout=subprocess.PIPE, text=True).stdout.strip()
