@@ -10,7 +10,6 @@ use half::f16;
 use super::attention::{self, Scores, Span};
 use super::llama::{KvCache, Layer, Llama};
 use super::ops;
-use super::parts::Norm;
 use crate::error::{Error, Result};
 
 /// The host forward pass's buffers, grown to the largest step and reused by every layer.
@@ -28,12 +27,6 @@ pub(super) struct Workspace {
     gate_up: Vec<f32>,
     /// The gated activation.
     act: Vec<f32>,
-}
-
-/// `norm` of each row of `x` into `out` (resized to fit).
-fn norm_into(norm: &Norm, x: &[f32], out: &mut Vec<f32>) {
-    out.resize(x.len(), 0.0);
-    norm.apply(x, out);
 }
 
 impl Llama {
@@ -148,24 +141,24 @@ impl Llama {
             Err(_) => &mut own,
         };
         for (li, layer) in self.layers.iter().enumerate() {
-            norm_into(&layer.attn_norm, &x, &mut w.h);
+            layer.attn_norm.forward_host_into(&x, &mut w.h);
             layer.qkv.forward_host_into(&w.h, m, &mut w.qkv)?;
             self.shape_qkv_host(layer, &mut w.qkv);
             self.attend_host(li, shape, &mut w.qkv, batch, spans, &mut w.att)?;
             layer.wo.forward_host_into(&w.att, m, &mut w.y)?;
             if let Some((post, _)) = &layer.post_norms {
-                norm_into(post, &w.y, &mut w.h);
+                post.forward_host_into(&w.y, &mut w.h);
                 std::mem::swap(&mut w.h, &mut w.y);
             }
             ops::add(&mut x, &w.y);
 
-            norm_into(&layer.ffn_norm, &x, &mut w.h);
+            layer.ffn_norm.forward_host_into(&x, &mut w.h);
             layer.gate_up.forward_host_into(&w.h, m, &mut w.gate_up)?;
             let width = w.gate_up.len() / m / 2;
             ops::gated(&w.gate_up, width, cfg.family.activation, isa, &mut w.act);
             layer.w_down.forward_host_into(&w.act, m, &mut w.y)?;
             if let Some((_, post)) = &layer.post_norms {
-                norm_into(post, &w.y, &mut w.h);
+                post.forward_host_into(&w.y, &mut w.h);
                 std::mem::swap(&mut w.h, &mut w.y);
             }
             ops::add(&mut x, &w.y);

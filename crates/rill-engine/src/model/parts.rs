@@ -114,9 +114,15 @@ impl Norm {
     }
 
     pub(super) fn forward_host(&self, x: &[f32]) -> Vec<f32> {
-        let mut out = vec![0f32; x.len()];
-        self.apply(x, &mut out);
+        let mut out = Vec::new();
+        self.forward_host_into(x, &mut out);
         out
+    }
+
+    /// [`forward_host`](Self::forward_host) into `out` (resized to fit).
+    pub(super) fn forward_host_into(&self, x: &[f32], out: &mut Vec<f32>) {
+        out.resize(x.len(), 0.0);
+        self.apply(x, out);
     }
 
     /// Each row of `x` (rows of the weights' width) normalised into `out`.
