@@ -96,6 +96,12 @@ struct Report {
     /// Each stream's decode speed as a fraction of that bound.
     #[serde(skip_serializing_if = "Option::is_none")]
     decode_of_bound: Option<f64>,
+    /// With `--background`: the background answers' inter-token gaps while the measured
+    /// prompts went in (from their submission to the last one's first token), and after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    background_itl_prefill_ms: Option<Percentiles>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    background_itl_after_ms: Option<Percentiles>,
     #[serde(skip_serializing_if = "Option::is_none")]
     turn_ttft_ms: Option<Vec<f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -129,6 +135,8 @@ impl Report {
             step_file_mb: None,
             decode_bound_tps: None,
             decode_of_bound: None,
+            background_itl_prefill_ms: None,
+            background_itl_after_ms: None,
             turn_ttft_ms: None,
             turn_reused_tokens: None,
         }
@@ -161,6 +169,7 @@ pub fn peak_rss_mb() -> f64 {
 }
 
 struct StreamResult {
+    submitted: Instant,
     ttft_ms: f64,
     gaps_ms: Vec<f64>,
     prefill_tps: f64,
@@ -226,9 +235,14 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                 .collect();
             let mut gen = handle.generate(request(ids, handle.context_length() / 2))?;
             let control = gen.control().clone();
-            // Wait until it streams, then drain it in the background.
+            // Wait until it streams, then drain it in the background, timing its tokens.
             while !matches!(gen.blocking_next(), Some(Event::Token { .. }) | None) {}
-            Ok((control, std::thread::spawn(move || for _ in gen {})))
+            let drain = std::thread::spawn(move || {
+                gen.filter(|e| matches!(e, Event::Token { .. }))
+                    .map(|_| Instant::now())
+                    .collect::<Vec<_>>()
+            });
+            Ok((control, drain))
         })
         .collect::<Result<Vec<_>>>()?;
 
@@ -269,9 +283,10 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                 .map_err(|_| anyhow::anyhow!("a benchmark stream panicked"))??,
         );
     }
+    let mut background_tokens = Vec::new();
     for (control, drain) in background {
         control.cancel()?;
-        let _ = drain.join();
+        background_tokens.push(drain.join().unwrap_or_default());
     }
 
     if let Some(r) = results.iter().find(|r| r.reused_tokens < a.depth) {
@@ -283,6 +298,11 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     }
     let mut report = Report::new(&a, a.prompt_tokens, &results);
     report.depth = a.depth;
+    if a.background > 0 {
+        let (during, after) = background_gaps(&results, &background_tokens);
+        report.background_itl_prefill_ms = Some(percentiles(during));
+        report.background_itl_after_ms = Some(percentiles(after));
+    }
     debug_assert!(results.iter().all(|r| r.tokens == a.gen_tokens));
     // The bound on decode: the weights a step reads, at the machine's read bandwidth, measured
     // once the model is gone (its memory freed, the peak RSS taken already).
@@ -301,6 +321,31 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     report.decode_bound_tps = Some(bound);
     report.decode_of_bound = Some(report.decode_tps / a.streams as f64 / bound);
     print_report(&a, &info, &report)
+}
+
+/// The background answers' inter-token gaps (ms) that ended while the measured prompts went in
+/// (from the first submission to the last first token), and those that ended after, until the
+/// measured answers were done.
+fn background_gaps(results: &[StreamResult], tokens: &[Vec<Instant>]) -> (Vec<f64>, Vec<f64>) {
+    let (Some(from), Some(to), Some(end)) = (
+        results.iter().map(|r| r.submitted).min(),
+        results.iter().filter_map(|r| r.first).max(),
+        results.iter().filter_map(|r| r.last).max(),
+    ) else {
+        return (Vec::new(), Vec::new());
+    };
+    let (mut during, mut after) = (Vec::new(), Vec::new());
+    for at in tokens {
+        for w in at.windows(2) {
+            let gap = (w[1] - w[0]).as_secs_f64() * 1e3;
+            if w[1] > from && w[1] <= to {
+                during.push(gap);
+            } else if w[1] > to && w[1] <= end {
+                after.push(gap);
+            }
+        }
+    }
+    (during, after)
 }
 
 /// The machine's read bandwidth in GB/s: `threads` threads each summing its share of a 1 GiB
@@ -354,6 +399,16 @@ fn print_report(a: &BenchArgs, m: &rill_engine::ModelInfo, report: &Report) -> R
             "inter-token  p50 {:.1} ms  p95 {:.1} ms",
             report.itl_ms.p50, report.itl_ms.p95
         );
+        if let (Some(d), Some(af)) = (
+            &report.background_itl_prefill_ms,
+            &report.background_itl_after_ms,
+        ) {
+            println!(
+                "background   inter-token p50 {:.1} ms  p95 {:.1} ms while the prompt went in; \
+                 p50 {:.1} ms  p95 {:.1} ms after",
+                d.p50, d.p95, af.p50, af.p95
+            );
+        }
         println!("peak rss     {:.0} MB", report.peak_rss_mb);
         if let (Some(gbps), Some(held), Some(file), Some(bound), Some(of)) = (
             report.read_gbps,
@@ -386,6 +441,7 @@ fn print_report(a: &BenchArgs, m: &rill_engine::ModelInfo, report: &Report) -> R
 fn measure(submitted: Instant, gen: rill_engine::Generation) -> Result<StreamResult> {
     let mut last: Option<Instant> = None;
     let mut r = StreamResult {
+        submitted,
         ttft_ms: 0.0,
         gaps_ms: Vec::new(),
         prefill_tps: 0.0,

@@ -491,6 +491,11 @@ fn bench_measures_several_streams_background_load_and_turns() {
     ]);
     assert_eq!(r["background"], 1);
     assert!(r["ttft_ms"]["p50"].as_f64().unwrap() > 0.0);
+    // The background answer's gaps, while the prompt went in (a few rounds beside it, the
+    // prompt spread over them) and after.
+    let gap = |k: &str| r[k]["p50"].as_f64().unwrap();
+    assert!(gap("background_itl_prefill_ms") > 0.0, "{r}");
+    assert!(gap("background_itl_after_ms") > 0.0, "{r}");
 
     // At a depth: the measured prompt follows 96 tokens already in the cache (the bench
     // refuses to report if they were not reused).

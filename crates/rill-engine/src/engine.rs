@@ -24,15 +24,14 @@ use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
 pub use crate::generation::{Collected, Control, Generation};
-use crate::model::llama::KV_MIN_CAPACITY;
 use crate::model::{Model, ModelInfo};
-use crate::prefix_cache::PrefixCache;
 use crate::sampler::{Candidate, Distribution, Sampler, SamplingParams};
-use crate::scheduler::{plan_round, SequenceState, Work};
+use crate::scheduler::SequenceState;
 use crate::sequence::{Sequence, SequenceSpec};
 use crate::stop::{StopReason, StopStrings};
 use crate::template::{ChatTemplate, Message};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::worker::{self, Worker};
 
 /// Where the model runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -245,8 +244,8 @@ pub(crate) enum Command {
 
 /// A preview on its way to the inference thread.
 pub(crate) struct PreviewJob {
-    seq: Sequence,
-    reply: oneshot::Sender<Result<Distribution>>,
+    pub(crate) seq: Sequence,
+    pub(crate) reply: oneshot::Sender<Result<Distribution>>,
 }
 
 /// What one live generation is doing, as of the last round: for an activity view.
@@ -264,20 +263,20 @@ pub struct Activity {
 }
 
 /// What every handle shares: the model's text side and counters the thread keeps up to date.
-struct Shared {
-    info: ModelInfo,
+pub(crate) struct Shared {
+    pub(crate) info: ModelInfo,
     /// Bytes of weights a decode step reads, held and in the file (`Llama::step_weight_bytes`).
-    step_weight_bytes: (usize, usize),
+    pub(crate) step_weight_bytes: (usize, usize),
     /// The compute pool's threads.
-    threads: usize,
-    tokenizer: Tokenizer,
-    template: ChatTemplate,
-    context_length: usize,
-    next_id: AtomicU64,
-    cache_bytes: AtomicUsize,
-    prefix_bytes: AtomicUsize,
+    pub(crate) threads: usize,
+    pub(crate) tokenizer: Tokenizer,
+    pub(crate) template: ChatTemplate,
+    pub(crate) context_length: usize,
+    pub(crate) next_id: AtomicU64,
+    pub(crate) cache_bytes: AtomicUsize,
+    pub(crate) prefix_bytes: AtomicUsize,
     /// The generations the thread holds, as of the last round (previews excluded).
-    live: Mutex<Vec<Activity>>,
+    pub(crate) live: Mutex<Vec<Activity>>,
 }
 
 /// A running engine. Dropping it stops the inference thread (after the current step).
@@ -334,21 +333,10 @@ impl Engine {
             .unwrap_or_else(|| (available_memory() / 4).max(full_context));
         tracing::info!(budget_mb = budget / (1 << 20), "KV cache budget");
         let (tx, rx) = mpsc::channel();
-        let mut worker = Worker {
-            model: weights,
-            shared: shared.clone(),
-            seqs: Vec::new(),
-            prefixes: PrefixCache::default(),
-            budget,
-            prefill_chunk: config.prefill_chunk,
-            row_ms: 0.0,
-            pool,
-            preview: None,
-            previews: Vec::new(),
-        };
+        let mut worker = Worker::new(weights, shared.clone(), budget, config.prefill_chunk, pool);
         let thread = std::thread::Builder::new()
             .name("rill-inference".into())
-            .spawn(move || run(&mut worker, rx))?;
+            .spawn(move || worker::run(&mut worker, rx))?;
         Ok(Engine {
             handle: Handle { tx, shared },
             thread: Some(thread),
@@ -592,400 +580,5 @@ impl Handle {
         let result = answer.await.map_err(|_| Error::EngineStopped)?;
         drop(events);
         result
-    }
-}
-
-/// The inference thread's state: the weights, the live sequences in admission order, the
-/// kept prefixes, and the memory they may use.
-struct Worker {
-    model: crate::model::Llama,
-    shared: Arc<Shared>,
-    seqs: Vec<Sequence>,
-    prefixes: PrefixCache,
-    budget: usize,
-    prefill_chunk: usize,
-    /// Running average of the milliseconds one row of a forward pass costs.
-    row_ms: f64,
-    /// The threads forward passes run on.
-    pool: rayon::ThreadPool,
-    /// The last preview's prompt and logits: a slider moving asks again for the same prompt.
-    preview: Option<(Vec<u32>, Vec<f32>)>,
-    /// Previews waiting for their prompt's logits, by sequence id.
-    previews: Vec<(u64, oneshot::Sender<Result<Distribution>>)>,
-}
-
-/// How long a round may take while answers are streaming: the longest pause a prefill chunk
-/// may put between two of their tokens. The chunk is sized from measured speed to fit.
-const ROUND_TARGET_MS: f64 = 250.0;
-/// Smallest prefill chunk, so a new prompt always makes progress.
-const MIN_PREFILL_CHUNK: usize = 8;
-
-/// The inference thread: apply commands, admit what fits, plan a round, run it, retire.
-fn run(worker: &mut Worker, rx: mpsc::Receiver<Command>) {
-    loop {
-        // Block only when there is nothing to compute.
-        let busy = worker.seqs.iter().any(|s| {
-            matches!(
-                s.state(),
-                SequenceState::Prefilling | SequenceState::Decoding | SequenceState::Queued
-            )
-        });
-        if !busy {
-            match rx.recv() {
-                Ok(cmd) => {
-                    if !worker.apply(cmd) {
-                        return;
-                    }
-                }
-                Err(_) => return, // every handle is gone
-            }
-        }
-        loop {
-            match rx.try_recv() {
-                Ok(cmd) => {
-                    if !worker.apply(cmd) {
-                        return;
-                    }
-                }
-                Err(mpsc::TryRecvError::Empty) => break,
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    if worker.seqs.is_empty() {
-                        return;
-                    }
-                    break;
-                }
-            }
-        }
-        for s in worker
-            .seqs
-            .iter_mut()
-            .filter(|s| s.state() != SequenceState::Finished && s.receiver_gone())
-        {
-            s.finish(StopReason::Cancelled);
-        }
-        worker.retire();
-        worker.admit();
-        worker.round();
-        worker.retire();
-    }
-}
-
-impl Worker {
-    fn used(&self) -> usize {
-        self.seqs.iter().map(Sequence::cache_bytes).sum::<usize>() + self.prefixes.bytes()
-    }
-
-    /// Frees memory for `need` more bytes: kept prefixes first (least recently used), then the
-    /// caches of paused answers (lowest priority first; they are recomputed on resume).
-    fn make_room(&mut self, need: usize) -> bool {
-        while self.used() + need > self.budget {
-            if self.prefixes.evict_lru() {
-                continue;
-            }
-            let victim = self
-                .seqs
-                .iter_mut()
-                .filter(|s| s.state() == SequenceState::Paused && s.cache_bytes() > 0)
-                .min_by_key(|s| s.priority);
-            match victim {
-                Some(s) => s.evict(),
-                None => return false,
-            }
-        }
-        true
-    }
-
-    /// Over budget with only running answers left: the lowest-priority, most recently admitted
-    /// one gives its cache up and waits in the queue, to be recomputed when memory frees. The
-    /// last running answer is never preempted, so the engine always makes progress.
-    fn preempt(&mut self) {
-        while self.used() > self.budget {
-            let running: Vec<usize> = (0..self.seqs.len())
-                .filter(|&i| {
-                    matches!(
-                        self.seqs[i].state(),
-                        SequenceState::Prefilling | SequenceState::Decoding
-                    ) && self.seqs[i].cache_bytes() > 0
-                })
-                .collect();
-            if running.len() <= 1 {
-                return;
-            }
-            let Some(&victim) = running
-                .iter()
-                .min_by_key(|&&i| (self.seqs[i].priority, std::cmp::Reverse(i)))
-            else {
-                return;
-            };
-            tracing::info!(
-                seq = self.seqs[victim].id,
-                "KV budget full: preempting, to be recomputed"
-            );
-            self.seqs[victim].evict();
-        }
-    }
-
-    /// Admits queued sequences in order while their prompts fit the budget; tells the others
-    /// their place. A sequence alone is always admitted, so a small budget slows, never blocks.
-    fn admit(&mut self) {
-        let mut position = 0;
-        for i in 0..self.seqs.len() {
-            if self.seqs[i].state() != SequenceState::Queued {
-                continue;
-            }
-            if position == 0 {
-                let reused = if self.seqs[i].is_preview() {
-                    self.prefixes.copy_longest(self.seqs[i].tokens())
-                } else {
-                    self.prefixes.take_longest(self.seqs[i].tokens())
-                };
-                let have = reused.as_ref().map_or(0, |c| c.len());
-                // A fresh cache starts at KV_MIN_CAPACITY positions: count what it will take.
-                let total = self.seqs[i].tokens().len();
-                let need = match have {
-                    0 => self
-                        .model
-                        .kv_bytes(total.max(KV_MIN_CAPACITY).min(self.shared.context_length)),
-                    _ => self.model.kv_bytes(total) - self.model.kv_bytes(have),
-                };
-                let alone = !self.seqs.iter().any(|s| s.admitted && s.cache_bytes() > 0);
-                if self.make_room(need) || alone {
-                    self.seqs[i].admit(reused);
-                    continue;
-                }
-                if let Some(c) = reused.filter(|_| !self.seqs[i].is_preview()) {
-                    let tokens = self.seqs[i].tokens()[..c.len()].to_vec();
-                    self.prefixes.insert(tokens, c);
-                }
-            }
-            self.seqs[i].queued_at(position);
-            position += 1;
-        }
-    }
-
-    /// Runs one round: the plan's work as batched forward passes. A sequence with priority p
-    /// takes part in the first p passes, everyone else in the first.
-    fn round(&mut self) {
-        let views: Vec<_> = self.seqs.iter().map(Sequence::view).collect();
-        let plan = plan_round(&views, self.chunk_size(&views));
-        let passes = plan
-            .iter()
-            .map(|w| {
-                if let Work::Decode { steps, .. } = w {
-                    *steps
-                } else {
-                    1
-                }
-            })
-            .max()
-            .unwrap_or(0);
-        let mut rows_of: Vec<(u64, usize)> = Vec::new();
-        for pass in 0..passes {
-            // (sequence id, tokens to run) for this pass.
-            let mut want: Vec<(u64, usize)> = Vec::new();
-            for w in &plan {
-                match *w {
-                    Work::Prefill { id, tokens } if pass == 0 => want.push((id, tokens)),
-                    Work::Decode { id, steps } if pass < steps => want.push((id, 1)),
-                    _ => {}
-                }
-            }
-            let mut members: Vec<(&mut Sequence, usize)> = self
-                .seqs
-                .iter_mut()
-                .filter_map(|s| {
-                    let n = want.iter().find(|(id, _)| *id == s.id)?.1;
-                    // A decode pass only for sequences still decoding (one may have finished).
-                    let ok = match s.state() {
-                        SequenceState::Decoding => n == 1,
-                        SequenceState::Prefilling => pass == 0,
-                        _ => false,
-                    };
-                    ok.then_some((s, n))
-                })
-                .collect();
-            if members.is_empty() {
-                break;
-            }
-            for (s, n) in &members {
-                match rows_of.iter_mut().find(|r| r.0 == s.id) {
-                    Some(r) => r.1 += n,
-                    None => rows_of.push((s.id, *n)),
-                }
-            }
-            let mut inputs: Vec<(&[u32], &mut crate::model::KvCache)> =
-                members.iter_mut().map(|(s, n)| s.step_input(*n)).collect();
-            let rows: usize = inputs.iter().map(|(t, _)| t.len()).sum();
-            let started = Instant::now();
-            // Inside the engine's own pool: the parallel matmuls (and candle's ops) split work
-            // among threads that are already awake in this pass, instead of waking a pool from
-            // outside and sleeping until it is done, once per matmul (211 times a token).
-            let model = &self.model;
-            let result = self.pool.install(|| model.forward_batch(&mut inputs));
-            drop(inputs);
-            let ms = started.elapsed().as_secs_f64() * 1000.0 / rows as f64;
-            self.row_ms = if self.row_ms == 0.0 {
-                ms
-            } else {
-                0.8 * self.row_ms + 0.2 * ms
-            };
-            match result {
-                Ok(logits) => {
-                    for ((s, _), l) in members.iter_mut().zip(logits) {
-                        if let Err(e) = s.after_step(&self.shared.tokenizer, l) {
-                            tracing::error!(seq = s.id, error = %e, "sampling failed");
-                            s.fail(e.to_string());
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "forward pass failed");
-                    for (s, _) in members.iter_mut() {
-                        s.fail(e.to_string());
-                    }
-                }
-            }
-        }
-        // Shares of the machine: each sequence's rows of this round, smoothed over rounds.
-        let total: usize = rows_of.iter().map(|r| r.1).sum();
-        if total > 0 {
-            for s in self.seqs.iter_mut() {
-                let rows = rows_of.iter().find(|r| r.0 == s.id).map_or(0, |r| r.1);
-                s.share = 0.7 * s.share + 0.3 * rows as f32 / total as f32;
-            }
-        }
-    }
-
-    /// Prefill tokens this round: the configured chunk when nothing is streaming; else as many
-    /// as fit, with the streaming answers' rows, in [`ROUND_TARGET_MS`] at the measured speed.
-    fn chunk_size(&self, views: &[crate::scheduler::SeqView]) -> usize {
-        let decoding = views
-            .iter()
-            .filter(|v| v.state == SequenceState::Decoding)
-            .count();
-        if decoding == 0 || self.row_ms == 0.0 {
-            return self.prefill_chunk;
-        }
-        let fit = (ROUND_TARGET_MS / self.row_ms) as usize;
-        fit.saturating_sub(decoding).clamp(
-            MIN_PREFILL_CHUNK.min(self.prefill_chunk),
-            self.prefill_chunk,
-        )
-    }
-
-    /// Finished sequences leave; the caches of complete answers are kept for prefix reuse.
-    fn retire(&mut self) {
-        let mut i = 0;
-        while i < self.seqs.len() {
-            let s = &mut self.seqs[i];
-            match s.finish_reason() {
-                None => i += 1,
-                Some(reason) => {
-                    if s.is_preview() {
-                        let logits = s.take_preview_logits();
-                        let result = match &logits {
-                            Some(l) => s.distribution(l),
-                            None => Err(Error::Candle(candle_core::Error::Msg(
-                                s.failure().unwrap_or("the preview was cancelled").into(),
-                            ))),
-                        };
-                        if let Some(at) = self.previews.iter().position(|p| p.0 == s.id) {
-                            let _ = self.previews.swap_remove(at).1.send(result);
-                        }
-                        if let Some(l) = logits {
-                            self.preview = Some((s.tokens().to_vec(), l));
-                        }
-                    }
-                    if reason != StopReason::Cancelled {
-                        let (tokens, cache) = s.take_cache();
-                        self.prefixes.insert(tokens, cache);
-                    }
-                    self.seqs.remove(i);
-                }
-            }
-        }
-        // Keep within the budget as caches grow: kept prefixes give way first, then paused
-        // caches, then running answers (see `preempt`).
-        if !self.make_room(0) {
-            self.preempt();
-        }
-        self.shared.cache_bytes.store(
-            self.seqs.iter().map(Sequence::cache_bytes).sum(),
-            Ordering::Relaxed,
-        );
-        self.shared
-            .prefix_bytes
-            .store(self.prefixes.bytes(), Ordering::Relaxed);
-        if let Ok(mut live) = self.shared.live.lock() {
-            live.clear();
-            live.extend(
-                self.seqs
-                    .iter()
-                    .filter(|s| !s.is_preview())
-                    .map(Sequence::activity),
-            );
-        }
-    }
-
-    /// Applies one command; false means shut down.
-    fn apply(&mut self, cmd: Command) -> bool {
-        let find = |seqs: &mut Vec<Sequence>, id: u64| seqs.iter_mut().position(|s| s.id == id);
-        let seqs = &mut self.seqs;
-        match cmd {
-            Command::Add(seq) => seqs.push(*seq),
-            Command::Preview(job) => {
-                let PreviewJob { mut seq, reply } = *job;
-                match &self.preview {
-                    // The same prompt as last time: only the sampling changed.
-                    Some((tokens, logits)) if tokens == seq.tokens() => {
-                        let _ = reply.send(seq.distribution(logits));
-                    }
-                    _ => {
-                        self.previews.push((seq.id, reply));
-                        seqs.push(seq);
-                    }
-                }
-            }
-            Command::SetParams(id, p) => {
-                if let Some(i) = find(seqs, id) {
-                    // Validated by Control::set_params; a failure here would be a bug.
-                    if let Err(e) = seqs[i].sampler_mut().set_params(p) {
-                        tracing::warn!(seq = id, error = %e, "rejected sampling change");
-                    }
-                }
-            }
-            Command::Pause(id) => {
-                if let Some(i) = find(seqs, id) {
-                    seqs[i].paused = true;
-                }
-            }
-            Command::Resume(id) => {
-                if let Some(i) = find(seqs, id) {
-                    seqs[i].paused = false;
-                }
-            }
-            Command::Cancel(id) => {
-                if let Some(i) = find(seqs, id) {
-                    seqs[i].finish(StopReason::Cancelled);
-                }
-            }
-            Command::SetPriority(id, p) => {
-                if let Some(i) = find(seqs, id) {
-                    seqs[i].priority = p;
-                }
-            }
-            Command::SetMaxTokens(id, m) => {
-                if let Some(i) = find(seqs, id) {
-                    seqs[i].set_max_tokens(m);
-                }
-            }
-            Command::Shutdown => {
-                for s in seqs.iter_mut() {
-                    s.finish(StopReason::Cancelled);
-                }
-                return false;
-            }
-        }
-        true
     }
 }

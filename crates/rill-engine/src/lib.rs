@@ -6,9 +6,9 @@
 //! Handle::generate(GenerateRequest)          caller's thread: validate, template, tokenize
 //!        │ Command::Add(Sequence)
 //!        ▼
-//! inference thread (engine.rs)               owns the weights (model/) once
-//!   loop { plan_round(views) → Work }        scheduler.rs: one prefill chunk + a decode step
-//!        │                                   for every running sequence, per round
+//! inference thread (worker.rs)               owns the weights (model/) once
+//!   loop { plan_round(views) → Work }        scheduler.rs: a decode step for every running
+//!        │                                   sequence, and the prompt tokens that fit, per round
 //!        ▼                                   each sequence (sequence.rs) owns its KV cache,
 //!   Sequence::prefill / decode               sampler (sampler.rs), stop strings (stop.rs) and
 //!        │                                   streaming detokenizer (tokenizer.rs)
@@ -43,6 +43,7 @@ pub mod stop;
 pub mod template;
 mod template_json;
 pub mod tokenizer;
+mod worker;
 
 pub use engine::{
     Activity, Collected, Control, DeviceKind, Engine, EngineConfig, Event, GenerateRequest,

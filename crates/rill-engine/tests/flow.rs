@@ -115,6 +115,76 @@ fn a_short_question_is_answered_while_a_long_answer_streams_and_batching_changes
     assert!(short.text.contains("Paris"), "{}", short.text);
 }
 
+/// A long prompt that arrives while an answer streams is spread over many rounds, each kept
+/// short (scheduler.rs, `Pacer`), so the streaming answer keeps moving all through it instead of
+/// pausing for a few long chunks; and the prompt's answer is the one it gives alone.
+#[test]
+fn a_long_prompt_is_spread_over_rounds_while_an_answer_streams() {
+    let e = engine(|c| c);
+    let h = e.handle();
+    let essay = format!(
+        "{LONG} {}",
+        "Boats carried grain, salt and wine. ".repeat(60)
+    );
+    let long_prompt = || greedy(&essay, 8);
+    let solo = h
+        .generate(long_prompt())
+        .unwrap()
+        .collect_blocking()
+        .unwrap();
+    let prompt_tokens = h.tokenize_prompt(&long_prompt().prompt).unwrap().len();
+    assert!(prompt_tokens > 400, "{prompt_tokens} prompt tokens");
+
+    let first = h.generate(greedy(SHORT, 2000)).unwrap();
+    let control = first.control().clone();
+    let streaming = std::thread::spawn(move || {
+        let mut at = Vec::new();
+        for ev in first {
+            if let Event::Token { .. } = ev {
+                at.push(Instant::now());
+            }
+        }
+        at
+    });
+    wait_until("the first answer to stream", || h.cache_bytes() > 0);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut gen = h.generate(long_prompt()).unwrap();
+    let mut started = None;
+    let mut first_token = None;
+    let mut ids = Vec::new();
+    for ev in gen.by_ref() {
+        match ev {
+            Event::Started { .. } => started = Some(Instant::now()),
+            Event::Token { id, .. } => {
+                first_token.get_or_insert_with(Instant::now);
+                ids.push(id);
+            }
+            _ => {}
+        }
+    }
+    let (started, first_token) = (started.unwrap(), first_token.unwrap());
+    control.cancel().unwrap();
+    let at = streaming.join().unwrap();
+    assert!(
+        at.last().is_some_and(|&t| t > first_token),
+        "the first answer was still streaming when the prompt's answer began"
+    );
+    let during = at
+        .iter()
+        .filter(|&&t| t > started && t < first_token)
+        .count();
+    // Alone, the prompt would go in two chunks of 256. Beside a streaming answer each round
+    // may only add part of a decode step's time, a few tokens, so the answer moves every round.
+    assert!(
+        during >= 20,
+        "the streaming answer got {during} tokens while a {prompt_tokens}-token prompt went in"
+    );
+    assert_eq!(
+        ids, solo.ids,
+        "prefilled in small chunks, the answer is the same"
+    );
+}
+
 #[test]
 fn pause_and_resume_continue_exactly_and_cancel_frees_the_cache() {
     let e = engine(|c| c);

@@ -1,0 +1,420 @@
+//! The inference thread: one loop that owns the weights and every live sequence.
+//!
+//! Each turn of [`run`] applies the commands that arrived, admits what fits the KV budget,
+//! plans a round (scheduler.rs) and runs it as batched forward passes, then retires what
+//! finished, keeping complete answers' caches for prefix reuse. The round's prompt budget comes
+//! from the [`Pacer`], which times every pass, so a new prompt slows the streaming answers by a
+//! bounded factor instead of pausing them.
+
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use crate::engine::{Command, PreviewJob, Shared};
+use crate::error::{Error, Result};
+use crate::model::llama::KV_MIN_CAPACITY;
+use crate::prefix_cache::PrefixCache;
+use crate::sampler::Distribution;
+use crate::scheduler::{plan_round, Pacer, SequenceState, Work};
+use crate::sequence::Sequence;
+use crate::stop::StopReason;
+
+/// The inference thread's state: the weights, the live sequences in admission order, the
+/// kept prefixes, and the memory they may use.
+pub(crate) struct Worker {
+    model: crate::model::Llama,
+    shared: Arc<Shared>,
+    seqs: Vec<Sequence>,
+    prefixes: PrefixCache,
+    budget: usize,
+    /// What passes cost, and so how many prompt tokens a round may carry.
+    pacer: Pacer,
+    /// The threads forward passes run on.
+    pool: rayon::ThreadPool,
+    /// The last preview's prompt and logits: a slider moving asks again for the same prompt.
+    preview: Option<(Vec<u32>, Vec<f32>)>,
+    /// Previews waiting for their prompt's logits, by sequence id.
+    previews: Vec<(u64, oneshot::Sender<Result<Distribution>>)>,
+}
+
+/// The inference thread: apply commands, admit what fits, plan a round, run it, retire.
+pub(crate) fn run(worker: &mut Worker, rx: mpsc::Receiver<Command>) {
+    loop {
+        // Block only when there is nothing to compute.
+        let busy = worker.seqs.iter().any(|s| {
+            matches!(
+                s.state(),
+                SequenceState::Prefilling | SequenceState::Decoding | SequenceState::Queued
+            )
+        });
+        if !busy {
+            match rx.recv() {
+                Ok(cmd) => {
+                    if !worker.apply(cmd) {
+                        return;
+                    }
+                }
+                Err(_) => return, // every handle is gone
+            }
+        }
+        loop {
+            match rx.try_recv() {
+                Ok(cmd) => {
+                    if !worker.apply(cmd) {
+                        return;
+                    }
+                }
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    if worker.seqs.is_empty() {
+                        return;
+                    }
+                    break;
+                }
+            }
+        }
+        for s in worker
+            .seqs
+            .iter_mut()
+            .filter(|s| s.state() != SequenceState::Finished && s.receiver_gone())
+        {
+            s.finish(StopReason::Cancelled);
+        }
+        worker.retire();
+        worker.admit();
+        worker.round();
+        worker.retire();
+    }
+}
+
+impl Worker {
+    /// `prefill_chunk`: the most prompt tokens one pass takes; `budget`: KV-cache bytes.
+    pub(crate) fn new(
+        model: crate::model::Llama,
+        shared: Arc<Shared>,
+        budget: usize,
+        prefill_chunk: usize,
+        pool: rayon::ThreadPool,
+    ) -> Self {
+        Worker {
+            model,
+            shared,
+            seqs: Vec::new(),
+            prefixes: PrefixCache::default(),
+            budget,
+            pacer: Pacer::new(prefill_chunk),
+            pool,
+            preview: None,
+            previews: Vec::new(),
+        }
+    }
+
+    fn used(&self) -> usize {
+        self.seqs.iter().map(Sequence::cache_bytes).sum::<usize>() + self.prefixes.bytes()
+    }
+
+    /// Frees memory for `need` more bytes: kept prefixes first (least recently used), then the
+    /// caches of paused answers (lowest priority first; they are recomputed on resume).
+    fn make_room(&mut self, need: usize) -> bool {
+        while self.used() + need > self.budget {
+            if self.prefixes.evict_lru() {
+                continue;
+            }
+            let victim = self
+                .seqs
+                .iter_mut()
+                .filter(|s| s.state() == SequenceState::Paused && s.cache_bytes() > 0)
+                .min_by_key(|s| s.priority);
+            match victim {
+                Some(s) => s.evict(),
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// Over budget with only running answers left: the lowest-priority, most recently admitted
+    /// one gives its cache up and waits in the queue, to be recomputed when memory frees. The
+    /// last running answer is never preempted, so the engine always makes progress.
+    fn preempt(&mut self) {
+        while self.used() > self.budget {
+            let running: Vec<usize> = (0..self.seqs.len())
+                .filter(|&i| {
+                    matches!(
+                        self.seqs[i].state(),
+                        SequenceState::Prefilling | SequenceState::Decoding
+                    ) && self.seqs[i].cache_bytes() > 0
+                })
+                .collect();
+            if running.len() <= 1 {
+                return;
+            }
+            let Some(&victim) = running
+                .iter()
+                .min_by_key(|&&i| (self.seqs[i].priority, std::cmp::Reverse(i)))
+            else {
+                return;
+            };
+            tracing::info!(
+                seq = self.seqs[victim].id,
+                "KV budget full: preempting, to be recomputed"
+            );
+            self.seqs[victim].evict();
+        }
+    }
+
+    /// Admits queued sequences in order while their prompts fit the budget; tells the others
+    /// their place. A sequence alone is always admitted, so a small budget slows, never blocks.
+    fn admit(&mut self) {
+        let mut position = 0;
+        for i in 0..self.seqs.len() {
+            if self.seqs[i].state() != SequenceState::Queued {
+                continue;
+            }
+            if position == 0 {
+                let reused = if self.seqs[i].is_preview() {
+                    self.prefixes.copy_longest(self.seqs[i].tokens())
+                } else {
+                    self.prefixes.take_longest(self.seqs[i].tokens())
+                };
+                let have = reused.as_ref().map_or(0, |c| c.len());
+                // A fresh cache starts at KV_MIN_CAPACITY positions: count what it will take.
+                let total = self.seqs[i].tokens().len();
+                let need = match have {
+                    0 => self
+                        .model
+                        .kv_bytes(total.max(KV_MIN_CAPACITY).min(self.shared.context_length)),
+                    _ => self.model.kv_bytes(total) - self.model.kv_bytes(have),
+                };
+                let alone = !self.seqs.iter().any(|s| s.admitted && s.cache_bytes() > 0);
+                if self.make_room(need) || alone {
+                    self.seqs[i].admit(reused);
+                    continue;
+                }
+                if let Some(c) = reused.filter(|_| !self.seqs[i].is_preview()) {
+                    let tokens = self.seqs[i].tokens()[..c.len()].to_vec();
+                    self.prefixes.insert(tokens, c);
+                }
+            }
+            self.seqs[i].queued_at(position);
+            position += 1;
+        }
+    }
+
+    /// Runs one round: the plan's work as batched forward passes. A sequence with priority p
+    /// takes part in the first p passes, everyone else in the first.
+    fn round(&mut self) {
+        let views: Vec<_> = self.seqs.iter().map(Sequence::view).collect();
+        let decoding = views
+            .iter()
+            .filter(|v| v.state == SequenceState::Decoding)
+            .count();
+        let plan = plan_round(&views, self.pacer.prefill_budget(decoding));
+        let passes = plan
+            .iter()
+            .map(|w| {
+                if let Work::Decode { steps, .. } = w {
+                    *steps
+                } else {
+                    1
+                }
+            })
+            .max()
+            .unwrap_or(0);
+        let mut rows_of: Vec<(u64, usize)> = Vec::new();
+        for pass in 0..passes {
+            // (sequence id, tokens to run) for this pass.
+            let mut want: Vec<(u64, usize)> = Vec::new();
+            for w in &plan {
+                match *w {
+                    Work::Prefill { id, tokens } if pass == 0 => want.push((id, tokens)),
+                    Work::Decode { id, steps } if pass < steps => want.push((id, 1)),
+                    _ => {}
+                }
+            }
+            let mut members: Vec<(&mut Sequence, usize)> = self
+                .seqs
+                .iter_mut()
+                .filter_map(|s| {
+                    let n = want.iter().find(|(id, _)| *id == s.id)?.1;
+                    // A decode pass only for sequences still decoding (one may have finished).
+                    let ok = match s.state() {
+                        SequenceState::Decoding => n == 1,
+                        SequenceState::Prefilling => pass == 0,
+                        _ => false,
+                    };
+                    ok.then_some((s, n))
+                })
+                .collect();
+            if members.is_empty() {
+                break;
+            }
+            for (s, n) in &members {
+                match rows_of.iter_mut().find(|r| r.0 == s.id) {
+                    Some(r) => r.1 += n,
+                    None => rows_of.push((s.id, *n)),
+                }
+            }
+            // Decode rows are the sequences decoding; everything else is prompt.
+            let decode_rows = members
+                .iter()
+                .filter(|(s, _)| s.state() == SequenceState::Decoding)
+                .count();
+            let mut inputs: Vec<(&[u32], &mut crate::model::KvCache)> =
+                members.iter_mut().map(|(s, n)| s.step_input(*n)).collect();
+            let rows: usize = inputs.iter().map(|(t, _)| t.len()).sum();
+            let started = Instant::now();
+            // Inside the engine's own pool: the parallel matmuls (and candle's ops) split work
+            // among threads that are already awake in this pass, instead of waking a pool from
+            // outside and sleeping until it is done, once per matmul (211 times a token).
+            let model = &self.model;
+            let result = self.pool.install(|| model.forward_batch(&mut inputs));
+            drop(inputs);
+            let ms = started.elapsed().as_secs_f64() * 1000.0;
+            self.pacer.record(decode_rows, rows - decode_rows, ms);
+            tracing::trace!(decode_rows, prompt_tokens = rows - decode_rows, ms, "pass");
+            match result {
+                Ok(logits) => {
+                    for ((s, _), l) in members.iter_mut().zip(logits) {
+                        if let Err(e) = s.after_step(&self.shared.tokenizer, l) {
+                            tracing::error!(seq = s.id, error = %e, "sampling failed");
+                            s.fail(e.to_string());
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "forward pass failed");
+                    for (s, _) in members.iter_mut() {
+                        s.fail(e.to_string());
+                    }
+                }
+            }
+        }
+        // Shares of the machine: each sequence's rows of this round, smoothed over rounds.
+        let total: usize = rows_of.iter().map(|r| r.1).sum();
+        if total > 0 {
+            for s in self.seqs.iter_mut() {
+                let rows = rows_of.iter().find(|r| r.0 == s.id).map_or(0, |r| r.1);
+                s.share = 0.7 * s.share + 0.3 * rows as f32 / total as f32;
+            }
+        }
+    }
+
+    /// Finished sequences leave; the caches of complete answers are kept for prefix reuse.
+    fn retire(&mut self) {
+        let mut i = 0;
+        while i < self.seqs.len() {
+            let s = &mut self.seqs[i];
+            match s.finish_reason() {
+                None => i += 1,
+                Some(reason) => {
+                    if s.is_preview() {
+                        let logits = s.take_preview_logits();
+                        let result = match &logits {
+                            Some(l) => s.distribution(l),
+                            None => Err(Error::Candle(candle_core::Error::Msg(
+                                s.failure().unwrap_or("the preview was cancelled").into(),
+                            ))),
+                        };
+                        if let Some(at) = self.previews.iter().position(|p| p.0 == s.id) {
+                            let _ = self.previews.swap_remove(at).1.send(result);
+                        }
+                        if let Some(l) = logits {
+                            self.preview = Some((s.tokens().to_vec(), l));
+                        }
+                    }
+                    if reason != StopReason::Cancelled {
+                        let (tokens, cache) = s.take_cache();
+                        self.prefixes.insert(tokens, cache);
+                    }
+                    self.seqs.remove(i);
+                }
+            }
+        }
+        // Keep within the budget as caches grow: kept prefixes give way first, then paused
+        // caches, then running answers (see `preempt`).
+        if !self.make_room(0) {
+            self.preempt();
+        }
+        self.shared.cache_bytes.store(
+            self.seqs.iter().map(Sequence::cache_bytes).sum(),
+            Ordering::Relaxed,
+        );
+        self.shared
+            .prefix_bytes
+            .store(self.prefixes.bytes(), Ordering::Relaxed);
+        if let Ok(mut live) = self.shared.live.lock() {
+            live.clear();
+            live.extend(
+                self.seqs
+                    .iter()
+                    .filter(|s| !s.is_preview())
+                    .map(Sequence::activity),
+            );
+        }
+    }
+
+    /// Applies one command; false means shut down.
+    fn apply(&mut self, cmd: Command) -> bool {
+        let find = |seqs: &mut Vec<Sequence>, id: u64| seqs.iter_mut().position(|s| s.id == id);
+        let seqs = &mut self.seqs;
+        match cmd {
+            Command::Add(seq) => seqs.push(*seq),
+            Command::Preview(job) => {
+                let PreviewJob { mut seq, reply } = *job;
+                match &self.preview {
+                    // The same prompt as last time: only the sampling changed.
+                    Some((tokens, logits)) if tokens == seq.tokens() => {
+                        let _ = reply.send(seq.distribution(logits));
+                    }
+                    _ => {
+                        self.previews.push((seq.id, reply));
+                        seqs.push(seq);
+                    }
+                }
+            }
+            Command::SetParams(id, p) => {
+                if let Some(i) = find(seqs, id) {
+                    // Validated by Control::set_params; a failure here would be a bug.
+                    if let Err(e) = seqs[i].sampler_mut().set_params(p) {
+                        tracing::warn!(seq = id, error = %e, "rejected sampling change");
+                    }
+                }
+            }
+            Command::Pause(id) => {
+                if let Some(i) = find(seqs, id) {
+                    seqs[i].paused = true;
+                }
+            }
+            Command::Resume(id) => {
+                if let Some(i) = find(seqs, id) {
+                    seqs[i].paused = false;
+                }
+            }
+            Command::Cancel(id) => {
+                if let Some(i) = find(seqs, id) {
+                    seqs[i].finish(StopReason::Cancelled);
+                }
+            }
+            Command::SetPriority(id, p) => {
+                if let Some(i) = find(seqs, id) {
+                    seqs[i].priority = p;
+                }
+            }
+            Command::SetMaxTokens(id, m) => {
+                if let Some(i) = find(seqs, id) {
+                    seqs[i].set_max_tokens(m);
+                }
+            }
+            Command::Shutdown => {
+                for s in seqs.iter_mut() {
+                    s.finish(StopReason::Cancelled);
+                }
+                return false;
+            }
+        }
+        true
+    }
+}
