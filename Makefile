@@ -10,7 +10,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 RILL := $(TARGET_DIR)/debug/rill
 APP := $(TARGET_DIR)/debug/rill-app
 
-.PHONY: run test deps model fixtures ui build bench fmt lint bundle test-rust test-ui test-e2e test-arm
+.PHONY: run test deps model fixtures ui build bench fmt lint bundle test-rust test-ui test-e2e test-arm check-cuda
 
 deps:
 	@bash scripts/install-deps.sh
@@ -65,6 +65,11 @@ bench: build model
 # The engine's unit tests (NEON kernels included) for 64-bit ARM under qemu-user; not in `test`.
 test-arm:
 	bash scripts/test-aarch64.sh
+
+# The CUDA build, checked without a GPU: Debian's CUDA toolkit and candle's kernels compiled to
+# PTX (scripts/check-cuda.sh installs what is missing); not in `test`.
+check-cuda:
+	bash scripts/check-cuda.sh
 
 fmt:
 	cargo fmt --all

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub mod flow;
+
 /// `$var`, else `default` under the repository's root.
 fn in_repo(var: &str, default: &str) -> PathBuf {
     std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
