@@ -34,7 +34,7 @@ from pathlib import Path
 
 from selenium import webdriver
 from selenium.webdriver.common.by import By
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -265,6 +265,37 @@ def main() -> int:
             else:
                 failures.append(f"the long answer was {app.status_of(long_id)} before Stop could be tried")
             app.shot("app-stopped")
+
+            # Frame times while a long answer streams at full speed (recorded, not asserted:
+            # BENCHMARKS.md). A requestAnimationFrame loop notes every frame's interval from the
+            # question until the answer ends (at most 4,000 tokens, or three minutes).
+            app.new_chat()
+            app.set_field('[aria-label="Temperature value"]', "0")
+            app.set_field("#max-tokens-field", "4000")
+            d.execute_script(
+                "window.__frames = []; window.__framesOn = true; let last = performance.now();"
+                "const tick = (t) => { window.__frames.push(t - last); last = t;"
+                "  if (window.__framesOn) requestAnimationFrame(tick); };"
+                "requestAnimationFrame(tick);"
+            )
+            story = app.ask(LONG)
+            try:
+                app.wait(lambda: app.status_of(story) in ("done", "stopped"), 180)
+            except TimeoutException:
+                stop = app.tid("stop", app.find(f'[data-testid="message"][data-id="{story}"]'))
+                d.execute_script("arguments[0].click()", stop)
+                app.wait(lambda: app.status_of(story) == "stopped", 60, "stop did not stop")
+            frames = sorted(d.execute_script("window.__framesOn = false; return window.__frames"))
+            with sqlite3.connect(db) as c:
+                (tokens, chars) = c.execute(
+                    "SELECT completion_tokens, length(content) FROM messages WHERE id = ?", (int(story),)
+                ).fetchone()
+            if frames:
+                at = lambda q: frames[round((len(frames) - 1) * q)]
+                print(f"frames while {tokens} tokens ({chars} characters) streamed: p50 {at(0.5):.1f} ms, "
+                      f"p95 {at(0.95):.1f} ms, max {frames[-1]:.1f} ms over {len(frames)} frames")
+            else:
+                failures.append("no animation frame ran while the answer streamed")
 
             # 3. The API from the window's settings: serve, answer a real HTTP client, log it.
             api_port = free_port()

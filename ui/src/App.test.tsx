@@ -73,6 +73,24 @@ describe("the chat window", () => {
     expect(screen.getAllByTestId("conversation-item")[0].dataset.live).toBe("false");
   });
 
+  it("renders only the growing last block of a streaming answer, leaving the blocks before it in place", async () => {
+    const id = await startChat();
+    await act(async () => backend.emit(id, { event: "token", data: { text: "# Boats\n\nThe river **carried** boats.\n\n- grain" } }));
+    await frame();
+    const blocks = () => [...answer(id).querySelectorAll(".md > .md-block")];
+    const before = blocks();
+    expect(before.length).toBe(3);
+    const paragraph = before[1].querySelector("strong");
+    await act(async () => backend.emit(id, { event: "token", data: { text: "\n- salt" } }));
+    await frame();
+    const after = blocks();
+    expect(after.length).toBe(3);
+    // The heading and the paragraph are the same nodes (not rendered again); the list grew.
+    expect(after[0]).toBe(before[0]);
+    expect(after[1].querySelector("strong")).toBe(paragraph);
+    expect([...after[2].querySelectorAll("li")].map((li) => li.textContent)).toEqual(["grain", "salt"]);
+  });
+
   it("sends a moved temperature slider to the running answer", async () => {
     await startChat();
     fireEvent.change(screen.getByTestId("param-temperature"), { target: { value: "0.3" } });

@@ -1,7 +1,7 @@
 import { memo, useEffect, useMemo, useState } from "react";
 import { api, type TokenProbs, type ViewMessage } from "../lib/ipc";
 import type { LiveAnswer } from "../lib/live";
-import { renderMarkdown } from "../lib/markdown";
+import { markdownBlocks, renderMarkdown } from "../lib/markdown";
 import Sparkline from "./Sparkline";
 import TokenView from "./TokenView";
 
@@ -66,6 +66,14 @@ export function onMarkdownClick(e: React.MouseEvent<HTMLElement>) {
   }
 }
 
+/** One top-level markdown block, rendered again only when its text changes: as an answer
+ * streams, that is its last block alone (`markdownBlocks`). `display: contents`, so the page
+ * lays out as if the blocks were one. */
+const MarkdownBlock = memo(function MarkdownBlock({ source }: { source: string }) {
+  const html = useMemo(() => renderMarkdown(source), [source]);
+  return <div className="md-block" dangerouslySetInnerHTML={{ __html: html }} />;
+});
+
 function Stats({ m, live }: { m: ViewMessage; live: LiveAnswer | undefined }) {
   const tokens = live && !live.final ? live.completionTokens : m.completion_tokens;
   const tps = live && !live.final ? live.tokensPerSecond : m.decode_tps;
@@ -89,7 +97,7 @@ function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegen
   const stored = useStoredTokens(m.id, showProbs && assistant && !running && !live?.tokens.length);
   const tokens = live?.tokens.length ? live.tokens : stored;
   const asTokens = showProbs && assistant && !!tokens?.length;
-  const html = useMemo(() => (assistant && !asTokens ? renderMarkdown(text) : ""), [assistant, asTokens, text]);
+  const blocks = useMemo(() => (assistant && !asTokens ? markdownBlocks(text) : []), [assistant, asTokens, text]);
   const [editing, setEditing] = useState(false);
   const [draft, setDraft] = useState(m.content);
   const index = m.siblings.indexOf(m.id);
@@ -116,7 +124,11 @@ function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegen
       ) : asTokens && tokens ? (
         <TokenView tokens={tokens} streaming={status === "streaming"} />
       ) : assistant ? (
-        <div className="md" onClick={onMarkdownClick} dangerouslySetInnerHTML={{ __html: html }} />
+        <div className="md" onClick={onMarkdownClick}>
+          {blocks.map((source, i) => (
+            <MarkdownBlock key={i} source={source} />
+          ))}
+        </div>
       ) : (
         <div className="plain">{text}</div>
       )}
