@@ -133,6 +133,14 @@ class App:
 
         return self.fresh(read)
 
+    def stop(self, answer_id: str) -> None:
+        """Clicks a streaming answer's Stop and waits until it is stopped. A click in the page,
+        not at coordinates: the answer streams fast enough that the button moves between
+        WebDriver measuring it and clicking."""
+        stop = self.tid("stop", self.find(f'[data-testid="message"][data-id="{answer_id}"]'))
+        self.d.execute_script("arguments[0].click()", stop)
+        self.wait(lambda: self.status_of(answer_id) == "stopped", 60, "stop did not stop")
+
     def shot(self, name: str) -> None:
         SHOTS.mkdir(parents=True, exist_ok=True)
         self.d.save_screenshot(str(SHOTS / f"{name}.png"))
@@ -250,11 +258,7 @@ def main() -> int:
             app.fresh(lambda: long_item().find_element(By.CSS_SELECTOR, "button.conv-open").click())
             app.wait(lambda: app.status_of(long_id) in ("streaming", "stopped", "done"), 30)
             if app.status_of(long_id) == "streaming":
-                # A click in the page, not at coordinates: the answer streams fast enough that the
-                # button moves between WebDriver measuring it and clicking.
-                stop = app.tid("stop", app.find(f'[data-testid="message"][data-id="{long_id}"]'))
-                d.execute_script("arguments[0].click()", stop)
-                app.wait(lambda: app.status_of(long_id) == "stopped", 60, "stop did not stop")
+                app.stop(long_id)
                 with sqlite3.connect(db) as c:
                     (status, content) = c.execute(
                         "SELECT status, content FROM messages WHERE id = ?", (int(long_id),)
@@ -282,9 +286,7 @@ def main() -> int:
             try:
                 app.wait(lambda: app.status_of(story) in ("done", "stopped"), 180)
             except TimeoutException:
-                stop = app.tid("stop", app.find(f'[data-testid="message"][data-id="{story}"]'))
-                d.execute_script("arguments[0].click()", stop)
-                app.wait(lambda: app.status_of(story) == "stopped", 60, "stop did not stop")
+                app.stop(story)
             frames = sorted(d.execute_script("window.__framesOn = false; return window.__frames"))
             with sqlite3.connect(db) as c:
                 (tokens, chars) = c.execute(

@@ -70,8 +70,7 @@ export function onMarkdownClick(e: React.MouseEvent<HTMLElement>) {
  * streams, that is its last block alone (`markdownBlocks`). `display: contents`, so the page
  * lays out as if the blocks were one. */
 const MarkdownBlock = memo(function MarkdownBlock({ source }: { source: string }) {
-  const html = useMemo(() => renderMarkdown(source), [source]);
-  return <div className="md-block" dangerouslySetInnerHTML={{ __html: html }} />;
+  return <div className="md-block" dangerouslySetInnerHTML={{ __html: renderMarkdown(source) }} />;
 });
 
 function Stats({ m, live }: { m: ViewMessage; live: LiveAnswer | undefined }) {
