@@ -514,7 +514,10 @@ def main() -> int:
             #    to llama.cpp's).
             rill = app_binary.parent / "rill"
             app.find('[aria-label="Close the settings"]').click()
-            for path, family in zip(family_models, ("Qwen3", "Gemma 3")):
+            # Tokens per answer: enough for each to span many frames. The gemma3 test model writes
+            # 12 tokens in about 10 ms, inside one frame, and the window rightly shows such an
+            # answer done at once; 1,000 of its tokens take most of a second.
+            for path, family, tokens in zip(family_models, ("Qwen3", "Gemma 3"), ("12", "1000")):
                 app.tid("model-picker").click()
                 rows = app.wait(lambda: [r for r in d.find_elements(By.CSS_SELECTOR, ".model-list li") if str(path) in r.text], 30,
                                 f"{path.name} is not in the manager")
@@ -528,18 +531,19 @@ def main() -> int:
                     d.find_element(By.CSS_SELECTOR, '[aria-label="Close the model manager"]').click()
                 app.new_chat()
                 app.set_field('[aria-label="Temperature value"]', "0")
-                app.set_field("#max-tokens-field", "12")
+                app.set_field("#max-tokens-field", tokens)
                 answer = app.ask("Hello")
                 app.wait(lambda: app.status_of(answer) in ("done", "stopped"), 300, f"the {family} answer did not finish")
                 streamed = f"{answer}:streaming" in d.execute_script("return window.__seen")
                 with sqlite3.connect(db) as c:
                     (stored, status) = c.execute("SELECT content, status FROM messages WHERE id = ?", (int(answer),)).fetchone()
                 cli = subprocess.run(
-                    [str(rill), "run", "--model", str(path), "--temperature", "0", "--max-tokens", "12", "--prompt", "Hello"],
+                    [str(rill), "run", "--model", str(path), "--temperature", "0", "--max-tokens", tokens, "--prompt", "Hello"],
                     capture_output=True, text=True, timeout=300, env=env,
                 )
                 expected = cli.stdout.rstrip("\n")
-                print(f"{family}: window {stored!r} ({status}, seen streaming: {streamed}); rill run {expected!r}")
+                print(f"{family}: window {stored[:80]!r}… ({len(stored)} chars, {status}, seen streaming: {streamed});"
+                      f" rill run {expected[:80]!r}… ({len(expected)} chars)")
                 app.shot(f"app-{stem}")
                 if cli.returncode != 0:
                     failures.append(f"rill run failed on {path.name}: {cli.stderr[-500:]}")
