@@ -43,17 +43,28 @@ fn dots(c: &mut Criterion) {
 }
 
 fn matmuls(c: &mut Criterion) {
-    // The FFN's up projection (1536 × 576, Q4_1) and the tied output (49152 × 576, Q8_0).
-    for (name, n_out, dtype) in [
-        ("ffn_up q4_1", 1536, GgmlDType::Q4_1),
-        ("output q8_0", 49152, GgmlDType::Q8_0),
+    // SmolLM2's FFN up projection (1536 × 576, Q4_1) and tied output (49152 × 576, Q8_0); a
+    // 1B model's up projection (8192 × 2048) in each format the kernels run: Q4_0, Q4_K and
+    // Q6_K as the file holds them, Q4_1 and Q8_0 as they ran before.
+    for (name, n_out, k, dtype) in [
+        ("ffn_up q4_1", 1536, 576, GgmlDType::Q4_1),
+        ("output q8_0", 49152, 576, GgmlDType::Q8_0),
+        ("1B ffn_up q4_1", 8192, 2048, GgmlDType::Q4_1),
+        ("1B ffn_up q4_0", 8192, 2048, GgmlDType::Q4_0),
+        ("1B ffn_up q4_k", 8192, 2048, GgmlDType::Q4K),
+        ("1B ffn_up q6_k", 8192, 2048, GgmlDType::Q6K),
+        ("1B ffn_up q8_0", 8192, 2048, GgmlDType::Q8_0),
+        ("big q4_1", 32768, 2048, GgmlDType::Q4_1),
+        ("big q4_k", 32768, 2048, GgmlDType::Q4K),
+        ("big q6_k", 32768, 2048, GgmlDType::Q6K),
+        ("big q8_0", 32768, 2048, GgmlDType::Q8_0),
     ] {
-        let wt = Tensor::from_vec(values(n_out * 576, 3), (n_out, 576), &Device::Cpu).unwrap();
+        let wt = Tensor::from_vec(values(n_out * k, 3), (n_out, k), &Device::Cpu).unwrap();
         let q = QTensor::quantize(&wt, dtype).unwrap();
         let mut g = c.benchmark_group(format!("matmul {name}"));
         g.sample_size(20);
         for rows in [1usize, 4, 64] {
-            let x = values(rows * 576, 4);
+            let x = values(rows * k, 4);
             let mut out = vec![0f32; rows * n_out];
             for isa in Isa::available() {
                 let lin = QLinear::from_qtensor(&q, isa).unwrap();

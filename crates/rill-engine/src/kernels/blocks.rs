@@ -1,6 +1,6 @@
-//! The GGUF block formats the kernels read (Q4_1, Q8_0 and the Q8_1 activations), the ones
-//! repacked into them when a model loads (Q4_0, Q5_0, Q4_K), and the f16 table and byte
-//! reader they share.
+//! The GGUF block formats the kernels read (Q4_1, Q8_0, Q4_0, Q4_K, Q6_K and the Q8_1
+//! activations), the repacking of Q4_0, Q5_0 and Q4_K into Q4_1 or Q8_0 where there are no
+//! panels for them, and the f16 table and byte reader they share.
 
 use super::*;
 
@@ -68,7 +68,53 @@ pub struct BlockQ5_0 {
     pub qs: [u8; QK / 2],
 }
 
+/// 256 weights in 16 groups of 16: `d·sc_g·(q − 32)`, q in 0..64 (6 bits), `sc_g` a signed
+/// byte. Element e's low 4 bits and high 2 bits lie as [`q6_k_value`] reads them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockQ6K {
+    pub ql: [u8; 128],
+    pub qh: [u8; 64],
+    pub scales: [i8; 16],
+    pub d: u16,
+}
+
+impl Default for BlockQ6K {
+    fn default() -> Self {
+        BlockQ6K {
+            ql: [0; 128],
+            qh: [0; 64],
+            scales: [0; 16],
+            d: 0,
+        }
+    }
+}
+
+/// Where element `e` (0..256) of a Q6_K block keeps its bits: the byte of `ql` and whether its
+/// high nibble, and the byte of `qh` and the shift of its two bits. Each half of 128 has 64
+/// bytes of `ql` and 32 of `qh`; its quarters of 32 take the low nibbles of the first 32 `ql`
+/// bytes, of the next 32, then their high nibbles, and bits 0–1, 2–3, 4–5, 6–7 of `qh`.
+fn q6_k_place(e: usize) -> (usize, bool, usize, usize) {
+    let (n, t, l) = (e / 128, (e % 128) / 32, e % 32);
+    (64 * n + l + 32 * (t % 2), t >= 2, 32 * n + l, 2 * t)
+}
+
+/// Element `e`'s 6-bit value (0..64) of a Q6_K block.
+pub(crate) fn q6_k_value(b: &BlockQ6K, e: usize) -> u8 {
+    let (lo, high, hi, shift) = q6_k_place(e);
+    let nibble = if high { b.ql[lo] >> 4 } else { b.ql[lo] & 0x0F };
+    nibble | (((b.qh[hi] >> shift) & 3) << 4)
+}
+
+/// Sets element `e` of a Q6_K block (whose bits there are zero) to `v` (0..64).
+pub(crate) fn set_q6_k_value(b: &mut BlockQ6K, e: usize, v: u8) {
+    let (lo, high, hi, shift) = q6_k_place(e);
+    b.ql[lo] |= (v & 0x0F) << (if high { 4 } else { 0 });
+    b.qh[hi] |= (v >> 4) << shift;
+}
+
 const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
+const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
 const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);
 const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
 

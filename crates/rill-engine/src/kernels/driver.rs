@@ -35,6 +35,8 @@ pub(crate) trait Format: Copy + Sync {
     }
     /// `(d, s)` of an activation block (`s` = d·Σq, or 0 when the format needs none).
     fn act_scales(a: &Self::Act, t: &[f32]) -> (f32, f32);
+    /// The integer sums of an activation block's two halves of 16.
+    fn half_sums(a: &Self::Act) -> [i32; 2];
     /// With an `isa` already [`checked`](Isa::checked) (the matrix's).
     fn dot(isa: Isa, w: &[Self], a: &[Self::Act]) -> f32;
     /// Every weight row `j` of `w` (whole rows of `acts.kb` blocks) dotted with every
@@ -85,6 +87,9 @@ impl Format for BlockQ4_1 {
     fn act_scales(a: &BlockQ8_1, t: &[f32]) -> (f32, f32) {
         (h(t, a.d), h(t, a.s))
     }
+    fn half_sums(a: &BlockQ8_1) -> [i32; 2] {
+        half_sums(&a.qs)
+    }
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_1]) -> f32 {
         isa.dot_q4_1_q8_1_checked(w, a)
     }
@@ -100,6 +105,9 @@ impl Format for BlockQ8_0 {
         [avx2::rows_q8_0::<false>, avx2::rows_q8_0::<true>];
     fn act_scales(a: &BlockQ8_0, t: &[f32]) -> (f32, f32) {
         (h(t, a.d), 0.0)
+    }
+    fn half_sums(a: &BlockQ8_0) -> [i32; 2] {
+        half_sums(&a.qs)
     }
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_0]) -> f32 {
         isa.dot_q8_0_q8_0_checked(w, a)
@@ -158,10 +166,18 @@ pub(crate) fn panels_times<P: Kernel>(
     out: &mut [f32],
 ) {
     let kb = k / QK;
-    let n_out = w.len() / kb * P::ROWS;
-    let q = quantize_rows::<P::Block>(isa, x, m, k);
+    let n_out = w.len() / (kb / P::SUB) * P::ROWS;
+    let q = quantize_rows::<P::Acts>(isa, x, m, k);
     let t = f16_table();
-    let (d, s): (Vec<f32>, Vec<f32>) = q.iter().map(|a| P::Block::act_scales(a, t)).unzip();
+    let (d, s): (Vec<f32>, Vec<f32>) = q.iter().map(|a| P::Acts::act_scales(a, t)).unzip();
+    // Q6_K's kernel reads, in place of `s`, `32·Σq` of each half of each block.
+    let s = match P::HALF_SUMS {
+        true => q
+            .iter()
+            .flat_map(|a| P::Acts::half_sums(a).map(|h| (32 * h) as f32))
+            .collect(),
+        false => s,
+    };
     let mut acts = PanelActs { q, d, s, kb };
     let panels = n_out / P::ROWS;
     // Panels per task when a call splits the weight rows: `ROWS_PER_TASK` rows.
@@ -206,8 +222,8 @@ pub(crate) fn panels_times<P: Kernel>(
     for (i, row) in out.chunks_exact_mut(n_out).enumerate() {
         let a = &acts.q[i * kb..(i + 1) * kb];
         for (j, o) in row.iter_mut().enumerate() {
-            let blocks: Vec<P::Block> = panel_row(w, kb, j).collect();
-            *o = P::Block::dot(Isa::Scalar, &blocks, a);
+            let blocks: Vec<P::Block> = panel_row(w, kb / P::SUB, j).collect();
+            *o = P::dot_ref(&blocks, a);
         }
     }
 }

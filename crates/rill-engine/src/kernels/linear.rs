@@ -9,11 +9,40 @@ pub(crate) enum Weights {
     Q4_1x8(Vec<PanelQ4_1<8>>),
     /// Q4_1 in panels of sixteen rows, for the AVX-512 panel kernel (rows a multiple of 16).
     Q4_1x16(Vec<PanelQ4_1<16>>),
+    /// Q4_0 in panels, as the file holds it (elsewhere it runs as Q4_1).
+    Q4_0x8(Vec<PanelQ4_0<8>>),
+    Q4_0x16(Vec<PanelQ4_0<16>>),
+    /// Q4_K in panels of super-blocks (elsewhere it runs as Q4_1).
+    Q4Kx8(Vec<PanelQ4K<8>>),
+    Q4Kx16(Vec<PanelQ4K<16>>),
+    /// Q6_K in panels of super-blocks (elsewhere it runs as Q8_0).
+    Q6Kx8(Vec<PanelQ6K<8>>),
+    Q6Kx16(Vec<PanelQ6K<16>>),
     Q8_0(Vec<BlockQ8_0>),
     /// Q8_0 in panels of eight rows, for the AVX-VNNI panel kernel (rows a multiple of 8).
     Q8_0x8(Vec<PanelQ8_0<8>>),
     /// Q8_0 in panels of sixteen rows, for the AVX-512 panel kernel (rows a multiple of 16).
     Q8_0x16(Vec<PanelQ8_0<16>>),
+}
+
+/// `$body` with `$w` bound to the weights of whatever layout `$weights` holds.
+macro_rules! each_layout {
+    ($weights:expr, $w:ident => $body:expr) => {
+        match $weights {
+            Weights::Q4_1($w) => $body,
+            Weights::Q4_1x8($w) => $body,
+            Weights::Q4_1x16($w) => $body,
+            Weights::Q4_0x8($w) => $body,
+            Weights::Q4_0x16($w) => $body,
+            Weights::Q4Kx8($w) => $body,
+            Weights::Q4Kx16($w) => $body,
+            Weights::Q6Kx8($w) => $body,
+            Weights::Q6Kx16($w) => $body,
+            Weights::Q8_0($w) => $body,
+            Weights::Q8_0x8($w) => $body,
+            Weights::Q8_0x16($w) => $body,
+        }
+    };
 }
 
 impl Weights {
@@ -23,6 +52,12 @@ impl Weights {
             Weights::Q4_1(w) => w.len(),
             Weights::Q4_1x8(w) => 8 * w.len(),
             Weights::Q4_1x16(w) => 16 * w.len(),
+            Weights::Q4_0x8(w) => 8 * w.len(),
+            Weights::Q4_0x16(w) => 16 * w.len(),
+            Weights::Q4Kx8(w) => 64 * w.len(),
+            Weights::Q4Kx16(w) => 128 * w.len(),
+            Weights::Q6Kx8(w) => 64 * w.len(),
+            Weights::Q6Kx16(w) => 128 * w.len(),
             Weights::Q8_0(w) => w.len(),
             Weights::Q8_0x8(w) => 8 * w.len(),
             Weights::Q8_0x16(w) => 16 * w.len(),
@@ -35,6 +70,12 @@ impl Weights {
             (Weights::Q4_1(w), Weights::Q4_1(m)) => w.extend(m),
             (Weights::Q4_1x8(w), Weights::Q4_1x8(m)) => w.extend(m),
             (Weights::Q4_1x16(w), Weights::Q4_1x16(m)) => w.extend(m),
+            (Weights::Q4_0x8(w), Weights::Q4_0x8(m)) => w.extend(m),
+            (Weights::Q4_0x16(w), Weights::Q4_0x16(m)) => w.extend(m),
+            (Weights::Q4Kx8(w), Weights::Q4Kx8(m)) => w.extend(m),
+            (Weights::Q4Kx16(w), Weights::Q4Kx16(m)) => w.extend(m),
+            (Weights::Q6Kx8(w), Weights::Q6Kx8(m)) => w.extend(m),
+            (Weights::Q6Kx16(w), Weights::Q6Kx16(m)) => w.extend(m),
             (Weights::Q8_0(w), Weights::Q8_0(m)) => w.extend(m),
             (Weights::Q8_0x8(w), Weights::Q8_0x8(m)) => w.extend(m),
             (Weights::Q8_0x16(w), Weights::Q8_0x16(m)) => w.extend(m),
@@ -100,7 +141,19 @@ impl QLinear {
             return None;
         };
         let bytes = t.data().ok()?;
+        // Panels where the rows allow them: sixteen rows with AVX-512, else eight with AVX2 for
+        // the 4-bit formats and with AVX-VNNI for Q8_0 (without, its byte products would
+        // overflow the 256-bit panel kernel's i16).
+        let (kb, wide) = (k / QK, isa == Isa::Avx512Vnni && n_out % 16 == 0);
+        let eights = isa.avx2() && n_out % 8 == 0;
         let weights = match t.dtype() {
+            // Q4_0, Q4_K and Q6_K in panels as the file holds them; elsewhere as Q4_1 or Q8_0.
+            GgmlDType::Q4_0 if wide => Weights::Q4_0x16(to_panels(&blocks(&bytes)?, kb)),
+            GgmlDType::Q4_0 if eights => Weights::Q4_0x8(to_panels(&blocks(&bytes)?, kb)),
+            GgmlDType::Q4K if wide => Weights::Q4Kx16(to_panels(&blocks(&bytes)?, kb / 8)),
+            GgmlDType::Q4K if eights => Weights::Q4Kx8(to_panels(&blocks(&bytes)?, kb / 8)),
+            GgmlDType::Q6K if wide => Weights::Q6Kx16(to_panels(&blocks(&bytes)?, kb / 8)),
+            GgmlDType::Q6K if eights => Weights::Q6Kx8(to_panels(&blocks(&bytes)?, kb / 8)),
             GgmlDType::Q4_1 => Weights::Q4_1(blocks(&bytes)?),
             GgmlDType::Q8_0 => Weights::Q8_0(blocks(&bytes)?),
             GgmlDType::Q4_0 => Weights::Q4_1(q4_0_as_q4_1(&blocks(&bytes)?)),
@@ -109,16 +162,12 @@ impl QLinear {
             GgmlDType::Q6K => Weights::Q8_0(q6_k_as_q8_0(&bytes, n_out, k)?),
             _ => return None,
         };
-        if weights.n_blocks() != n_out * k / QK {
+        if weights.n_blocks() != n_out * kb {
             return None;
         }
-        // Panels where the rows allow them: sixteen rows with AVX-512, else eight with AVX2 for
-        // Q4_1 and with AVX-VNNI for Q8_0 (without, its byte products would overflow the
-        // 256-bit panel kernel's i16).
-        let (kb, wide) = (k / QK, isa == Isa::Avx512Vnni && n_out % 16 == 0);
         let weights = match weights {
             Weights::Q4_1(w) if wide => Weights::Q4_1x16(to_panels(&w, kb)),
-            Weights::Q4_1(w) if isa.avx2() && n_out % 8 == 0 => Weights::Q4_1x8(to_panels(&w, kb)),
+            Weights::Q4_1(w) if eights => Weights::Q4_1x8(to_panels(&w, kb)),
             Weights::Q8_0(w) if wide => Weights::Q8_0x16(to_panels(&w, kb)),
             Weights::Q8_0(w) if isa.avx_vnni() && n_out % 8 == 0 => {
                 Weights::Q8_0x8(to_panels(&w, kb))
@@ -159,14 +208,7 @@ impl QLinear {
 
     /// Bytes of weights held: what one product reads.
     pub fn bytes(&self) -> usize {
-        match &self.weights {
-            Weights::Q4_1(w) => std::mem::size_of_val(w.as_slice()),
-            Weights::Q4_1x8(w) => std::mem::size_of_val(w.as_slice()),
-            Weights::Q4_1x16(w) => std::mem::size_of_val(w.as_slice()),
-            Weights::Q8_0(w) => std::mem::size_of_val(w.as_slice()),
-            Weights::Q8_0x8(w) => std::mem::size_of_val(w.as_slice()),
-            Weights::Q8_0x16(w) => std::mem::size_of_val(w.as_slice()),
-        }
+        each_layout!(&self.weights, w => std::mem::size_of_val(w.as_slice()))
     }
 
     /// Row `j` as f32 into `out` (`k` values): an embedding lookup straight from the quantised
@@ -174,13 +216,26 @@ impl QLinear {
     pub fn dequantize_row(&self, j: usize, out: &mut [f32]) {
         let kb = self.k / QK;
         let row = j * kb..(j + 1) * kb;
+        let (q4_1, q4_0, q4_k, q6_k, q8_0) = (
+            dequantize_q4_1 as fn(&[f32], &BlockQ4_1, &mut [f32]),
+            dequantize_q4_0 as fn(&[f32], &BlockQ4_0, &mut [f32]),
+            dequantize_q4_k as fn(&[f32], &BlockQ4K, &mut [f32]),
+            dequantize_q6_k as fn(&[f32], &BlockQ6K, &mut [f32]),
+            dequantize_q8_0 as fn(&[f32], &BlockQ8_0, &mut [f32]),
+        );
         match &self.weights {
-            Weights::Q4_1(w) => dequantize_blocks(w[row].iter().copied(), out, dequantize_q4_1),
-            Weights::Q4_1x8(w) => dequantize_blocks(panel_row(w, kb, j), out, dequantize_q4_1),
-            Weights::Q4_1x16(w) => dequantize_blocks(panel_row(w, kb, j), out, dequantize_q4_1),
-            Weights::Q8_0(w) => dequantize_blocks(w[row].iter().copied(), out, dequantize_q8_0),
-            Weights::Q8_0x8(w) => dequantize_blocks(panel_row(w, kb, j), out, dequantize_q8_0),
-            Weights::Q8_0x16(w) => dequantize_blocks(panel_row(w, kb, j), out, dequantize_q8_0),
+            Weights::Q4_1(w) => dequantize_blocks(w[row].iter().copied(), out, QK, q4_1),
+            Weights::Q4_1x8(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_1),
+            Weights::Q4_1x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_1),
+            Weights::Q4_0x8(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_0),
+            Weights::Q4_0x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_0),
+            Weights::Q4Kx8(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q4_k),
+            Weights::Q4Kx16(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q4_k),
+            Weights::Q6Kx8(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q6_k),
+            Weights::Q6Kx16(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q6_k),
+            Weights::Q8_0(w) => dequantize_blocks(w[row].iter().copied(), out, QK, q8_0),
+            Weights::Q8_0x8(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q8_0),
+            Weights::Q8_0x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q8_0),
         }
     }
 
@@ -203,9 +258,15 @@ impl QLinear {
         assert_eq!(out.len(), m * self.n_out);
         match &self.weights {
             Weights::Q4_1(w) => rows_times(self.isa, w, x, m, self.k, out),
+            Weights::Q8_0(w) => rows_times(self.isa, w, x, m, self.k, out),
             Weights::Q4_1x8(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::Q4_1x16(w) => panels_times(self.isa, w, x, m, self.k, out),
-            Weights::Q8_0(w) => rows_times(self.isa, w, x, m, self.k, out),
+            Weights::Q4_0x8(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Weights::Q4_0x16(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Weights::Q4Kx8(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Weights::Q4Kx16(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Weights::Q6Kx8(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Weights::Q6Kx16(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::Q8_0x8(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::Q8_0x16(w) => panels_times(self.isa, w, x, m, self.k, out),
         }

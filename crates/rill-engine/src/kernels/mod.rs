@@ -11,9 +11,15 @@
 //! signed bytes), and Q8_0 (`d` as f16, 32 signed bytes) against Q8_0. Activations are
 //! quantised exactly as ggml does, once per row per matmul.
 //!
-//! Four more formats are repacked into those two when a model loads, so the same kernels run
-//! them: Q4_0 as Q4_1 with `m = −8·d` (exact); Q5_0 as Q8_0 with bytes `q − 16` (exact); Q4_K
-//! (super-blocks of 256 with 6-bit sub-block scales and mins) as Q4_1 blocks of 32 with the same
+//! Q4_0 and Q4_K run as the file holds them wherever panels are made (AVX2, rows in eights):
+//! [`PanelQ4_0`] is Q4_1's panel without `m`, which the kernel takes as `−8·d`; [`PanelQ4K`]
+//! keeps each super-block's `d` and `dmin` and unpacks its 6-bit sub-block scales and mins
+//! to a byte each (2.8% more than the file), and the kernel makes each sub-block's `d·sc`
+//! and `dmin·m` as it goes. Both are dotted with the Q8_1 activations of Q4_1.
+//!
+//! Elsewhere, and for two more formats, a matrix is repacked into Q4_1 or Q8_0 when a model
+//! loads, so the same kernels run it: Q4_0 as Q4_1 with `m = −8·d` (exact, the bits of its
+//! panels); Q5_0 as Q8_0 with bytes `q − 16` (exact); Q4_K as Q4_1 blocks of 32 with the same
 //! nibbles and each sub-block's scale and min rounded to f16 (relative error ≤ 2⁻¹¹; 5 bits per
 //! weight instead of 4.5); Q6_K dequantised and quantised again as Q8_0, 64 rows at a time (each
 //! weight moves by at most half an 8-bit step of its block, about a quarter of its 6-bit step;
@@ -34,7 +40,7 @@
 //! them.
 //!
 //! The files: `blocks.rs` (the formats, and the repacking of the other four), `panels.rs` (the
-//! interleaved layout), `quants.rs` (activation quantisers, the scalar reference dots),
+//! interleaved layouts), `quants.rs` (activation quantisers, the scalar reference dots),
 //! `isa.rs` (the run-time choice), `linear.rs` ([`QLinear`]), `driver.rs` (how a product is
 //! split across the threads), and one per instruction set: `avx2.rs`, `avx512.rs`, `neon.rs`.
 
@@ -85,14 +91,18 @@ macro_rules! panels {
             n_out: usize,
         ) {
             let kb = acts.kb;
-            assert!(ps.end * kb <= w.len() && is.end * kb <= acts.q.len());
+            let per_panel = kb / <$p as Panel>::SUB;
+            // Q6_K's half sums: two per block in place of `s`.
+            let s_per_block = 1 + usize::from(<$p as Panel>::HALF_SUMS);
+            assert!(acts.s.len() >= acts.q.len() * s_per_block);
+            assert!(ps.end * per_panel <= w.len() && is.end * kb <= acts.q.len());
             for p in ps {
-                let wp = w.as_ptr().add(p * kb);
+                let wp = w.as_ptr().add(p * per_panel);
                 for i in is.clone().step_by(TILE_A) {
                     let (a, ad, s) = (
                         acts.q.as_ptr().add(i * kb),
                         acts.d.as_ptr().add(i * kb),
-                        acts.s.as_ptr().add(i * kb),
+                        acts.s.as_ptr().add(i * kb * s_per_block),
                     );
                     let at = o.add((i - is.start) * n_out + <$p as Panel>::ROWS * p);
                     macro_rules! go {
@@ -115,6 +125,29 @@ macro_rules! panels {
     };
 }
 
+/// Super-blocks ahead that the K-quant kernels prefetch.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_AHEAD: usize = 2;
+
+/// Prefetches part `j` of 8 of the super-block [`PREFETCH_AHEAD`] after `p`. Called once per
+/// sub-block, it puts each super-block on its way two ahead of the kernel: with the hardware
+/// prefetcher alone, the K-quant kernels waited on memory at each sub-block's first load (a
+/// matrix too large for the cache ran at half the speed of one inside it). Addresses past the
+/// matrix are only prefetched, never read.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_part<T>(p: *const T, j: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let size = std::mem::size_of::<T>();
+    let lines = size.div_ceil(64 * 8);
+    let base = (p as *const i8).wrapping_add(PREFETCH_AHEAD * size + 64 * lines * j);
+    for line in 0..lines {
+        // SAFETY: a prefetch is a hint: it reads nothing and cannot fault, whatever the
+        // address (SSE, which every x86-64 has).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(64 * line)) };
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
@@ -126,3 +159,6 @@ mod neon;
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+#[cfg(test)]
+mod native_tests;

@@ -4,25 +4,31 @@
 use super::*;
 
 impl QLinear {
-    /// Row `j`'s Q4_1 blocks, from either layout.
-    fn q4_1_row(&self, j: usize) -> Option<Vec<BlockQ4_1>> {
+    /// Row `j` · the activation row `xs`, by the scalar reference of whatever layout holds it.
+    pub(crate) fn reference(&self, j: usize, xs: &[f32]) -> f32 {
         let kb = self.k / QK;
-        match &self.weights {
-            Weights::Q4_1(w) => Some(w[j * kb..(j + 1) * kb].to_vec()),
-            Weights::Q4_1x8(w) => Some(panel_row(w, kb, j).collect()),
-            Weights::Q4_1x16(w) => Some(panel_row(w, kb, j).collect()),
-            _ => None,
+        let (mut a1, mut a8) = (
+            vec![BlockQ8_1::default(); kb],
+            vec![BlockQ8_0::default(); kb],
+        );
+        quantize_q8_1(xs, &mut a1);
+        quantize_q8_0(xs, &mut a8);
+        fn dot<P: Panel>(w: &[P], kb: usize, j: usize, a: &[Act<P>]) -> f32 {
+            P::dot_ref(&panel_row(w, kb / P::SUB, j).collect::<Vec<_>>(), a)
         }
-    }
-
-    /// Row `j`'s Q8_0 blocks, from either layout.
-    fn q8_0_row(&self, j: usize) -> Option<Vec<BlockQ8_0>> {
-        let kb = self.k / QK;
         match &self.weights {
-            Weights::Q8_0(w) => Some(w[j * kb..(j + 1) * kb].to_vec()),
-            Weights::Q8_0x8(w) => Some(panel_row(w, kb, j).collect()),
-            Weights::Q8_0x16(w) => Some(panel_row(w, kb, j).collect()),
-            _ => None,
+            Weights::Q4_1(w) => dot_q4_1_q8_1_scalar(&w[j * kb..(j + 1) * kb], &a1),
+            Weights::Q8_0(w) => dot_q8_0_q8_0_scalar(&w[j * kb..(j + 1) * kb], &a8),
+            Weights::Q4_1x8(w) => dot(w, kb, j, &a1),
+            Weights::Q4_1x16(w) => dot(w, kb, j, &a1),
+            Weights::Q4_0x8(w) => dot(w, kb, j, &a1),
+            Weights::Q4_0x16(w) => dot(w, kb, j, &a1),
+            Weights::Q4Kx8(w) => dot(w, kb, j, &a1),
+            Weights::Q4Kx16(w) => dot(w, kb, j, &a1),
+            Weights::Q6Kx8(w) => dot(w, kb, j, &a1),
+            Weights::Q6Kx16(w) => dot(w, kb, j, &a1),
+            Weights::Q8_0x8(w) => dot(w, kb, j, &a8),
+            Weights::Q8_0x16(w) => dot(w, kb, j, &a8),
         }
     }
 }
@@ -129,7 +135,7 @@ fn every_tile_equals_the_scalar_dot_products() {
     let k = 49 * QK;
     for (n_out, dtype) in [7, 136, 144]
         .into_iter()
-        .flat_map(|n| [(n, GgmlDType::Q4_1), (n, GgmlDType::Q8_0)])
+        .flat_map(|n| [GgmlDType::Q4_1, GgmlDType::Q8_0, GgmlDType::Q4_0].map(|d| (n, d)))
     {
         let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
         let q = QTensor::quantize(&wt, dtype).unwrap();
@@ -142,20 +148,7 @@ fn every_tile_equals_the_scalar_dot_products() {
                 for (i, row) in out.chunks_exact(n_out).enumerate() {
                     let xs = &x[i * k..(i + 1) * k];
                     for (j, &v) in row.iter().enumerate() {
-                        let want = match &lin.weights {
-                            Weights::Q4_1(_) | Weights::Q4_1x8(_) | Weights::Q4_1x16(_) => {
-                                let mut a = vec![BlockQ8_1::default(); k / QK];
-                                quantize_q8_1(xs, &mut a);
-                                let w = lin.q4_1_row(j).unwrap();
-                                dot_q4_1_q8_1_scalar(&w, &a)
-                            }
-                            Weights::Q8_0(_) | Weights::Q8_0x8(_) | Weights::Q8_0x16(_) => {
-                                let mut a = vec![BlockQ8_0::default(); k / QK];
-                                quantize_q8_0(xs, &mut a);
-                                let w = lin.q8_0_row(j).unwrap();
-                                dot_q8_0_q8_0_scalar(&w, &a)
-                            }
-                        };
+                        let want = lin.reference(j, xs);
                         assert!(
                             (v - want).abs() <= 1e-4 * want.abs().max(1.0),
                             "{dtype:?} {isa:?} m={m} ({i}, {j}): {v} vs {want}"
@@ -232,6 +225,7 @@ fn a_row_gives_the_same_bits(r: &mut Lcg, n_out: usize) {
     let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
     for dtype in [
         GgmlDType::Q4_1,
+        GgmlDType::Q4_0,
         GgmlDType::Q8_0,
         GgmlDType::Q4K,
         GgmlDType::Q6K,
@@ -269,7 +263,7 @@ fn every_panel_kernel_gives_the_same_bits() {
     // sixteen (the last task short).
     for n_out in [8, 136, 144] {
         let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
-        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q4_0, GgmlDType::Q8_0] {
             let q = QTensor::quantize(&wt, dtype).unwrap();
             let panels: Vec<(Isa, QLinear)> = Isa::available()
                 .into_iter()
@@ -307,8 +301,12 @@ fn every_panel_kernel_gives_the_same_bits() {
 fn layout(l: &QLinear) -> &'static str {
     match l.weights {
         Weights::Q4_1(_) | Weights::Q8_0(_) => "rows",
-        Weights::Q4_1x8(_) | Weights::Q8_0x8(_) => "panels of 8",
-        Weights::Q4_1x16(_) | Weights::Q8_0x16(_) => "panels of 16",
+        Weights::Q4_1x8(_)
+        | Weights::Q4_0x8(_)
+        | Weights::Q4Kx8(_)
+        | Weights::Q6Kx8(_)
+        | Weights::Q8_0x8(_) => "panels of 8",
+        _ => "panels of 16",
     }
 }
 
@@ -340,10 +338,12 @@ fn every_kernel_gives_the_exact_integer_product() {
             .collect()
     };
     for n_out in [8, 16, 136, 144] {
-        // Q8_0: weights in [-127, 127] (scale 1); Q4_1: in [-8, 7] (scale 1, minimum -8).
+        // Q8_0: weights in [-127, 127] (scale 1); Q4_1: in [-8, 7] (scale 1, minimum -8); Q4_0
+        // the same (its scale is the largest magnitude over −8).
         for (dtype, lo, hi, top) in [
             (GgmlDType::Q8_0, -127, 127, 127),
             (GgmlDType::Q4_1, -8, 7, -8),
+            (GgmlDType::Q4_0, -8, 7, -8),
         ] {
             let mut w = ints(&mut r, n_out * k, lo, hi, top);
             if dtype == GgmlDType::Q4_1 {

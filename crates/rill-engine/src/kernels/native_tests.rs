@@ -1,0 +1,159 @@
+//! The formats that run as the file holds them, in panels (Q4_0, Q4_K and Q6_K): their layout
+//! gives back the file's blocks, takes no more memory than the file (plus Q4_K's unpacked
+//! scales), and their kernels agree with the scalar reference and with each other on every
+//! instruction set this CPU has.
+
+use super::tests::Lcg;
+use super::*;
+
+fn quantized(r: &mut Lcg, n_out: usize, k: usize, dtype: GgmlDType) -> QTensor {
+    let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
+    QTensor::quantize(&wt, dtype).unwrap()
+}
+
+/// Whether `isa` puts a matrix of `n_out` rows in panels.
+fn in_panels(isa: Isa, n_out: usize) -> bool {
+    isa.avx2() && n_out.is_multiple_of(8)
+}
+
+#[test]
+fn panels_give_back_the_files_blocks() {
+    let mut r = Lcg(51);
+    let (n_out, k) = (16, 512);
+    let q = quantized(&mut r, n_out, k, GgmlDType::Q4_0);
+    let b: Vec<BlockQ4_0> = blocks(&q.data().unwrap()).unwrap();
+    let p: Vec<PanelQ4_0<8>> = to_panels(&b, k / QK);
+    for j in 0..n_out {
+        let row: Vec<_> = panel_row(&p, k / QK, j).collect();
+        assert!(row == b[j * k / QK..(j + 1) * k / QK], "Q4_0 row {j}");
+    }
+    let q = quantized(&mut r, n_out, k, GgmlDType::Q4K);
+    let b: Vec<BlockQ4K> = blocks(&q.data().unwrap()).unwrap();
+    let p: Vec<PanelQ4K<16>> = to_panels(&b, k / 256);
+    for j in 0..n_out {
+        let row: Vec<_> = panel_row(&p, k / 256, j).collect();
+        assert!(row == b[j * k / 256..(j + 1) * k / 256], "Q4_K row {j}");
+    }
+    let q = quantized(&mut r, n_out, k, GgmlDType::Q6K);
+    let b: Vec<BlockQ6K> = blocks(&q.data().unwrap()).unwrap();
+    let p: Vec<PanelQ6K<8>> = to_panels(&b, k / 256);
+    for j in 0..n_out {
+        let row: Vec<_> = panel_row(&p, k / 256, j).collect();
+        assert!(row == b[j * k / 256..(j + 1) * k / 256], "Q6_K row {j}");
+    }
+}
+
+/// Memory is the file's: Q4_0 and Q6_K exactly, Q4_K within 3% (its unpacked sub-block
+/// scales).
+#[test]
+fn native_panels_hold_what_the_file_holds() {
+    let mut r = Lcg(53);
+    for (dtype, most) in [
+        (GgmlDType::Q4_0, 1.0),
+        (GgmlDType::Q4K, 1.03),
+        (GgmlDType::Q6K, 1.0),
+    ] {
+        let q = quantized(&mut r, 144, 512, dtype);
+        for isa in Isa::available() {
+            let lin = QLinear::from_qtensor(&q, isa).unwrap();
+            let ratio = lin.bytes() as f64 / lin.file_bytes() as f64;
+            if in_panels(isa, 144) {
+                assert!(ratio <= most, "{dtype:?} {isa:?}: {ratio}");
+            } else {
+                // Without AVX2 these still run as Q4_1 or Q8_0.
+                assert!(ratio > 1.0, "{dtype:?} {isa:?}: {ratio}");
+            }
+        }
+    }
+}
+
+/// Every output of the K-quant kernels (every shape of tile, both splits of the work) against
+/// the scalar reference of its pair, and their rows dequantised exactly as candle does.
+#[test]
+fn k_quants_equal_the_scalar_reference() {
+    let mut r = Lcg(57);
+    // Three super-blocks a row; 7 rows (no panels: Q4_1 or Q8_0), 8, 136 (panels of 8), 144
+    // (of 16 with AVX-512).
+    let k = 768;
+    for (n_out, dtype) in [7, 8, 136, 144]
+        .into_iter()
+        .flat_map(|n| [(n, GgmlDType::Q4K), (n, GgmlDType::Q6K)])
+    {
+        let q = quantized(&mut r, n_out, k, dtype);
+        let theirs = q
+            .dequantize(&Device::Cpu)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        for m in [1, 2, 3, 4, 5, 9, 70] {
+            let x: Vec<f32> = r.vec(m * k).iter().map(|v| v * 2.0).collect();
+            for isa in Isa::available() {
+                let lin = QLinear::from_qtensor(&q, isa).unwrap();
+                let mut out = vec![0f32; m * n_out];
+                lin.matmul(&x, m, &mut out);
+                for (i, row) in out.chunks_exact(n_out).enumerate() {
+                    for (j, &v) in row.iter().enumerate() {
+                        let want = lin.reference(j, &x[i * k..(i + 1) * k]);
+                        assert!(
+                            (v - want).abs() <= 1e-4 * want.abs().max(1.0),
+                            "{dtype:?} {isa:?} n_out={n_out} m={m} ({i}, {j}): {v} vs {want}"
+                        );
+                    }
+                }
+                if m == 1 && in_panels(isa, n_out) {
+                    let ids: Vec<u32> = (0..n_out as u32).collect();
+                    let ours = lin.rows(&ids).unwrap().unwrap().to_vec2::<f32>().unwrap();
+                    assert!(
+                        ours == theirs,
+                        "{isa:?} n_out={n_out}: rows differ from candle's"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The K-quant panels of every instruction set give the same bits (AVX2's `maddubs`,
+/// AVX-VNNI's and AVX-512's sixteen rows), and a row's output is the same alone and in a batch.
+#[test]
+fn k_quant_panels_agree_bit_for_bit() {
+    let mut r = Lcg(59);
+    let k = 512;
+    for (n_out, dtype) in [8, 136, 144]
+        .into_iter()
+        .flat_map(|n| [(n, GgmlDType::Q4K), (n, GgmlDType::Q6K)])
+    {
+        let q = quantized(&mut r, n_out, k, dtype);
+        let lins: Vec<(Isa, QLinear)> = Isa::available()
+            .into_iter()
+            .filter(|&isa| in_panels(isa, n_out))
+            .map(|isa| (isa, QLinear::from_qtensor(&q, isa).unwrap()))
+            .collect();
+        for m in [1, 3, 4, 5, 70] {
+            let x = r.vec(m * k);
+            let run = |l: &QLinear, x: &[f32], m: usize| {
+                let mut out = vec![0f32; m * n_out];
+                l.matmul(x, m, &mut out);
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            let Some(((first, reference), _)) = lins.split_first() else {
+                eprintln!("no panels on this CPU: skipped");
+                return;
+            };
+            let want = run(reference, &x, m);
+            for (isa, l) in &lins {
+                assert!(
+                    run(l, &x, m) == want,
+                    "{dtype:?} n_out={n_out} m={m}: {isa:?} differs from {first:?}"
+                );
+                for i in [0, m - 1] {
+                    let alone = run(l, &x[i * k..(i + 1) * k], 1);
+                    assert!(
+                        alone == want[i * n_out..(i + 1) * n_out],
+                        "{dtype:?} {isa:?} m={m} row {i}"
+                    );
+                }
+            }
+        }
+    }
+}
