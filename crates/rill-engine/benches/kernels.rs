@@ -45,7 +45,8 @@ fn dots(c: &mut Criterion) {
 fn matmuls(c: &mut Criterion) {
     // SmolLM2's FFN up projection (1536 × 576, Q4_1) and tied output (49152 × 576, Q8_0); a
     // 1B model's up projection (8192 × 2048) in each format the kernels run: Q4_0, Q4_K and
-    // Q6_K as the file holds them, Q4_1 and Q8_0 as they ran before.
+    // Q6_K as the file holds them, Q4_1 and Q8_0 as they ran before; and four times as many
+    // rows ("big": 39–71 MB, more than the cache holds, as in a real decode step).
     for (name, n_out, k, dtype) in [
         ("ffn_up q4_1", 1536, 576, GgmlDType::Q4_1),
         ("output q8_0", 49152, 576, GgmlDType::Q8_0),
