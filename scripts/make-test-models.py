@@ -8,7 +8,7 @@ writes them; `scripts/fetch-llama-cpp-assets.sh` provides the vocabularies and t
 Each family gets, in DIR (default: `models/test-models/` in the repository):
 - `<family>-test.F16.gguf`, `.Q8_0.gguf`, `.Q4_0.gguf` and `.Q4_1.gguf`: the same weights,
   written by gguf-py;
-- `<family>-test.Q4_K_M.gguf`: llama.cpp's own quantiser (`llama-quantize`, built portable by
+- `<family>-test.Q4_K_M.gguf` and `.Q5_K_M.gguf`: llama.cpp's own quantiser (`llama-quantize`, built portable by
   `scripts/build-llama-quantize.sh`) run on an F16 file of rows K-quants can hold (width 256,
   feed-forward 768; a narrower tensor gets llama.cpp's fallback type, as in a real file).
 The same seed gives the same bytes, so the reference logits recorded from llama.cpp
@@ -235,8 +235,8 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
 
 
 def quantize_k(family: str, out: Path, models: Path, name: str = "Q4_K_M") -> Path:
-    """`<family>-test.Q4_K_M.gguf`, as llama.cpp's quantiser makes it from F16 weights of
-    K-quant widths."""
+    """`<family>-test.<name>.gguf` (Q4_K_M, Q5_K_M), as llama.cpp's quantiser makes it from
+    F16 weights of K-quant widths."""
     path = out / f"{family}-test.{name}.gguf"
     # A family may change a scale at these widths (`k`), to keep its text from echoing.
     spec = {**FAMILIES[family], **FAMILIES[family].get("k", {})}
@@ -264,7 +264,8 @@ def main():
     models = assets()
     for family in a.families:
         for qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0,
-                      gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q4_1, "Q4_K_M"):
+                      gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q4_1, "Q4_K_M",
+                      "Q5_K_M"):
             label = getattr(qtype, "name", qtype)
             path = a.out / f"{family}-test.{label}.gguf"
             # Written once: the same seed gives the same bytes (the parity test checks them).

@@ -7,8 +7,8 @@
 use std::arch::x86_64::*;
 
 use super::{
-    BlockQ8_0, BlockQ8_1, Nibbles, Panel, PanelActs, PanelQ4K, PanelQ4_0, PanelQ4_1, PanelQ6K,
-    PanelQ8_0, SixBits, TILE_A,
+    BlockQ8_0, BlockQ8_1, FiveBits, Nibbles, Panel, PanelActs, PanelQ4K, PanelQ4_0, PanelQ4_1,
+    PanelQ5K, PanelQ6K, PanelQ8_0, SixBits, TILE_A,
 };
 
 /// A panel's sixteen f16 scales as floats.
@@ -108,36 +108,83 @@ unsafe fn byte_lanes(b: &[u8; 16]) -> __m512 {
     )))
 }
 
-/// One Q4_K panel (`kb / 8` super-blocks) × `C` activation rows, as
-/// `avx2::panel_tile_q4_k` computes it.
+/// One block's integer sums for sixteen rows' 5-bit Q5_K values × `C` activation rows, as
+/// `avx2::five_bit_sums` computes them (with `vpdpbusd`).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile_q4_k<const C: usize>(
-    w: *const PanelQ4K<16>,
-    kb: usize,
+unsafe fn five_bit_sums<const C: usize>(
+    bits: &FiveBits<16>,
     a: *const BlockQ8_1,
-    ad: *const f32,
-    s: *const f32,
-) -> [__m512; C] {
-    let mut acc = [_mm512_setzero_ps(); C];
-    for sb in 0..kb / 8 {
-        let p = &*w.add(sb);
-        let (dw, mw) = (scales(&p.d), scales(&p.dmin));
-        for j in 0..8 {
-            let b = 8 * sb + j;
-            super::prefetch_part(p, j);
-            let isum = nibble_sums::<C>(&p.qs[j], a.add(b), kb);
-            let ds = _mm512_mul_ps(dw, byte_lanes(&p.sc[j]));
-            let dm = _mm512_mul_ps(mw, byte_lanes(&p.m[j]));
-            for (c, (acc, sum)) in acc.iter_mut().zip(isum).enumerate() {
-                let dd = _mm512_mul_ps(ds, _mm512_set1_ps(*ad.add(c * kb + b)));
-                *acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sum), *acc);
-                *acc = _mm512_fnmadd_ps(dm, _mm512_set1_ps(*s.add(c * kb + b)), *acc);
-            }
+    kb: usize,
+) -> [__m512i; C] {
+    let (low, five) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x10));
+    let h = _mm512_loadu_si512(bits.qh.as_ptr() as *const __m512i);
+    let high = [
+        _mm512_slli_epi16::<4>(h),
+        _mm512_slli_epi16::<3>(h),
+        _mm512_slli_epi16::<2>(h),
+        _mm512_slli_epi16::<1>(h),
+        h,
+        _mm512_srli_epi16::<1>(h),
+        _mm512_srli_epi16::<2>(h),
+        _mm512_srli_epi16::<3>(h),
+    ];
+    let mut w = [_mm512_setzero_si512(); 8];
+    for (c4, chunk) in bits.ql.iter().enumerate() {
+        let chunk = _mm512_loadu_si512(chunk.as_ptr() as *const __m512i);
+        w[c4] = _mm512_and_si512(chunk, low);
+        w[c4 + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(chunk), low);
+    }
+    for (w, high) in w.iter_mut().zip(high) {
+        *w = _mm512_or_si512(*w, _mm512_and_si512(high, five));
+    }
+    let mut isum = [_mm512_setzero_si512(); C];
+    for (c, sum) in isum.iter_mut().enumerate() {
+        let ap = (*a.add(c * kb)).qs.as_ptr() as *const i32;
+        for (g, wq) in w.iter().enumerate() {
+            let av = _mm512_set1_epi32(ap.add(g).read_unaligned());
+            *sum = _mm512_dpbusd_epi32(*sum, *wq, av);
         }
     }
-    acc
+    isum
 }
+
+/// A tile of a K-quant panel with 6-bit scales and mins (Q4_K, Q5_K): sixteen rows, `kb / 8`
+/// super-blocks, × `C` activation rows, as `avx2`'s `k_tile!` computes it.
+macro_rules! k_tile {
+    ($name:ident, $panel:ty, $sums:ident, $bits:ident) => {
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+        unsafe fn $name<const C: usize>(
+            w: *const $panel,
+            kb: usize,
+            a: *const BlockQ8_1,
+            ad: *const f32,
+            s: *const f32,
+        ) -> [__m512; C] {
+            let mut acc = [_mm512_setzero_ps(); C];
+            for sb in 0..kb / 8 {
+                let p = &*w.add(sb);
+                let (dw, mw) = (scales(&p.d), scales(&p.dmin));
+                for j in 0..8 {
+                    let b = 8 * sb + j;
+                    super::prefetch_part(p, j);
+                    let isum = $sums::<C>(&p.$bits[j], a.add(b), kb);
+                    let ds = _mm512_mul_ps(dw, byte_lanes(&p.sc[j]));
+                    let dm = _mm512_mul_ps(mw, byte_lanes(&p.m[j]));
+                    for (c, (acc, sum)) in acc.iter_mut().zip(isum).enumerate() {
+                        let dd = _mm512_mul_ps(ds, _mm512_set1_ps(*ad.add(c * kb + b)));
+                        *acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sum), *acc);
+                        *acc = _mm512_fnmadd_ps(dm, _mm512_set1_ps(*s.add(c * kb + b)), *acc);
+                    }
+                }
+            }
+            acc
+        }
+    };
+}
+k_tile!(tile_q4_k, PanelQ4K<16>, nibble_sums, qs);
+k_tile!(tile_q5_k, PanelQ5K<16>, five_bit_sums, sub);
 
 /// One block's half sums for sixteen rows' 6-bit Q6_K values × `C` activation rows, as
 /// `avx2::six_bit_sums` computes them (with `vpdpbusd`).
@@ -281,6 +328,15 @@ panels!(
     "avx512f,avx512bw,avx512vnni",
     tile_q4_k,
     PanelQ4K<16>,
+    BlockQ8_1,
+    _mm512_storeu_ps
+);
+panels!(
+    panels_q5_k,
+    [],
+    "avx512f,avx512bw,avx512vnni",
+    tile_q5_k,
+    PanelQ5K<16>,
     BlockQ8_1,
     _mm512_storeu_ps
 );

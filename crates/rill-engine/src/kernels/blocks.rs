@@ -1,4 +1,4 @@
-//! The GGUF block formats the kernels read (Q4_1, Q8_0, Q4_0, Q4_K, Q6_K and the Q8_1
+//! The GGUF block formats the kernels read (Q4_1, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and the Q8_1
 //! activations), the repacking of Q4_0, Q5_0 and Q4_K into Q4_1 or Q8_0 where there are no
 //! panels for them, and the f16 table and byte reader they share.
 
@@ -68,6 +68,36 @@ pub struct BlockQ5_0 {
     pub qs: [u8; QK / 2],
 }
 
+/// 256 weights in 8 sub-blocks of 32: `d·sc_j·q − dmin·m_j`, q in 0..32: Q4_K's scales and
+/// nibbles, and bit 4 of sub-block j's element e in bit j of `qh[e]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockQ5K {
+    pub d: u16,
+    pub dmin: u16,
+    pub scales: [u8; 12],
+    pub qh: [u8; 32],
+    pub qs: [u8; 128],
+}
+
+impl Default for BlockQ5K {
+    fn default() -> Self {
+        BlockQ5K {
+            d: 0,
+            dmin: 0,
+            scales: [0; 12],
+            qh: [0; 32],
+            qs: [0; 128],
+        }
+    }
+}
+
+/// Element `e` (0..32) of sub-block `j` of a Q5_K block: 0..32.
+pub(crate) fn q5_k_value(b: &BlockQ5K, j: usize, e: usize) -> u8 {
+    let low = (b.qs[32 * (j / 2) + e] >> (4 * (j % 2))) & 0x0F;
+    low | (((b.qh[e] >> j) & 1) << 4)
+}
+
 /// 256 weights in 16 groups of 16: `d·sc_g·(q − 32)`, q in 0..64 (6 bits), `sc_g` a signed
 /// byte. Element e's low 4 bits and high 2 bits lie as [`q6_k_value`] reads them.
 #[repr(C)]
@@ -115,6 +145,7 @@ pub(crate) fn set_q6_k_value(b: &mut BlockQ6K, e: usize, v: u8) {
 
 const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
 const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
+const _: () = assert!(std::mem::size_of::<BlockQ5K>() == 176);
 const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);
 const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
 

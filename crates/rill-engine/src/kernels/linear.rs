@@ -15,6 +15,9 @@ pub(crate) enum Weights {
     /// Q4_K in panels of super-blocks (elsewhere it runs as Q4_1).
     Q4Kx8(Vec<PanelQ4K<8>>),
     Q4Kx16(Vec<PanelQ4K<16>>),
+    /// Q5_K in panels of super-blocks (elsewhere candle runs it).
+    Q5Kx8(Vec<PanelQ5K<8>>),
+    Q5Kx16(Vec<PanelQ5K<16>>),
     /// Q6_K in panels of super-blocks (elsewhere it runs as Q8_0).
     Q6Kx8(Vec<PanelQ6K<8>>),
     Q6Kx16(Vec<PanelQ6K<16>>),
@@ -36,6 +39,8 @@ macro_rules! each_layout {
             Weights::Q4_0x16($w) => $body,
             Weights::Q4Kx8($w) => $body,
             Weights::Q4Kx16($w) => $body,
+            Weights::Q5Kx8($w) => $body,
+            Weights::Q5Kx16($w) => $body,
             Weights::Q6Kx8($w) => $body,
             Weights::Q6Kx16($w) => $body,
             Weights::Q8_0($w) => $body,
@@ -56,6 +61,8 @@ impl Weights {
             Weights::Q4_0x16(w) => 16 * w.len(),
             Weights::Q4Kx8(w) => 64 * w.len(),
             Weights::Q4Kx16(w) => 128 * w.len(),
+            Weights::Q5Kx8(w) => 64 * w.len(),
+            Weights::Q5Kx16(w) => 128 * w.len(),
             Weights::Q6Kx8(w) => 64 * w.len(),
             Weights::Q6Kx16(w) => 128 * w.len(),
             Weights::Q8_0(w) => w.len(),
@@ -74,6 +81,8 @@ impl Weights {
             (Weights::Q4_0x16(w), Weights::Q4_0x16(m)) => w.extend(m),
             (Weights::Q4Kx8(w), Weights::Q4Kx8(m)) => w.extend(m),
             (Weights::Q4Kx16(w), Weights::Q4Kx16(m)) => w.extend(m),
+            (Weights::Q5Kx8(w), Weights::Q5Kx8(m)) => w.extend(m),
+            (Weights::Q5Kx16(w), Weights::Q5Kx16(m)) => w.extend(m),
             (Weights::Q6Kx8(w), Weights::Q6Kx8(m)) => w.extend(m),
             (Weights::Q6Kx16(w), Weights::Q6Kx16(m)) => w.extend(m),
             (Weights::Q8_0(w), Weights::Q8_0(m)) => w.extend(m),
@@ -152,6 +161,8 @@ impl QLinear {
             GgmlDType::Q4_0 if eights => Weights::Q4_0x8(to_panels(&blocks(&bytes)?, kb)),
             GgmlDType::Q4K if wide => Weights::Q4Kx16(to_panels(&blocks(&bytes)?, kb / 8)),
             GgmlDType::Q4K if eights => Weights::Q4Kx8(to_panels(&blocks(&bytes)?, kb / 8)),
+            GgmlDType::Q5K if wide => Weights::Q5Kx16(to_panels(&blocks(&bytes)?, kb / 8)),
+            GgmlDType::Q5K if eights => Weights::Q5Kx8(to_panels(&blocks(&bytes)?, kb / 8)),
             GgmlDType::Q6K if wide => Weights::Q6Kx16(to_panels(&blocks(&bytes)?, kb / 8)),
             GgmlDType::Q6K if eights => Weights::Q6Kx8(to_panels(&blocks(&bytes)?, kb / 8)),
             GgmlDType::Q4_1 => Weights::Q4_1(blocks(&bytes)?),
@@ -193,6 +204,7 @@ impl QLinear {
                     | GgmlDType::Q4_0
                     | GgmlDType::Q5_0
                     | GgmlDType::Q4K
+                    | GgmlDType::Q5K
                     | GgmlDType::Q6K
             )
     }
@@ -216,10 +228,11 @@ impl QLinear {
     pub fn dequantize_row(&self, j: usize, out: &mut [f32]) {
         let kb = self.k / QK;
         let row = j * kb..(j + 1) * kb;
-        let (q4_1, q4_0, q4_k, q6_k, q8_0) = (
+        let (q4_1, q4_0, q4_k, q5_k, q6_k, q8_0) = (
             dequantize_q4_1 as fn(&[f32], &BlockQ4_1, &mut [f32]),
             dequantize_q4_0 as fn(&[f32], &BlockQ4_0, &mut [f32]),
             dequantize_q4_k as fn(&[f32], &BlockQ4K, &mut [f32]),
+            dequantize_q5_k as fn(&[f32], &BlockQ5K, &mut [f32]),
             dequantize_q6_k as fn(&[f32], &BlockQ6K, &mut [f32]),
             dequantize_q8_0 as fn(&[f32], &BlockQ8_0, &mut [f32]),
         );
@@ -231,6 +244,8 @@ impl QLinear {
             Weights::Q4_0x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_0),
             Weights::Q4Kx8(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q4_k),
             Weights::Q4Kx16(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q4_k),
+            Weights::Q5Kx8(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q5_k),
+            Weights::Q5Kx16(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q5_k),
             Weights::Q6Kx8(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q6_k),
             Weights::Q6Kx16(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q6_k),
             Weights::Q8_0(w) => dequantize_blocks(w[row].iter().copied(), out, QK, q8_0),
@@ -265,6 +280,8 @@ impl QLinear {
             Weights::Q4_0x16(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::Q4Kx8(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::Q4Kx16(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Weights::Q5Kx8(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Weights::Q5Kx16(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::Q6Kx8(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::Q6Kx16(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::Q8_0x8(w) => panels_times(self.isa, w, x, m, self.k, out),

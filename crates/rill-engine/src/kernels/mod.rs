@@ -11,13 +11,17 @@
 //! signed bytes), and Q8_0 (`d` as f16, 32 signed bytes) against Q8_0. Activations are
 //! quantised exactly as ggml does, once per row per matmul.
 //!
-//! Q4_0 and Q4_K run as the file holds them wherever panels are made (AVX2, rows in eights):
-//! [`PanelQ4_0`] is Q4_1's panel without `m`, which the kernel takes as `−8·d`; [`PanelQ4K`]
-//! keeps each super-block's `d` and `dmin` and unpacks its 6-bit sub-block scales and mins
-//! to a byte each (2.8% more than the file), and the kernel makes each sub-block's `d·sc`
-//! and `dmin·m` as it goes. Both are dotted with the Q8_1 activations of Q4_1.
+//! Q4_0, Q4_K, Q5_K and Q6_K run as the file holds them wherever panels are made (AVX2, rows
+//! in eights): [`PanelQ4_0`] is Q4_1's panel without `m`, which the kernel takes as `−8·d`;
+//! [`PanelQ4K`] and [`PanelQ5K`] keep each super-block's `d` and `dmin` and unpack its 6-bit
+//! sub-block scales and mins to a byte each (2–3% more than the file), and the kernel makes
+//! each sub-block's `d·sc` and `dmin·m` as it goes (Q5_K adds each weight's fifth bit from a
+//! plane of its own); [`PanelQ6K`] keeps the file's bytes exactly, assembles each 6-bit
+//! weight from its nibble and 2-bit plane, and takes the offset of 32 out with each
+//! activation half's sum. All are dotted with the Q8_1 activations of Q4_1. The K-quant
+//! kernels prefetch two super-blocks ahead.
 //!
-//! Elsewhere, and for two more formats, a matrix is repacked into Q4_1 or Q8_0 when a model
+//! Elsewhere (Q5_K: with candle), and for Q5_0, a matrix is repacked into Q4_1 or Q8_0 when a model
 //! loads, so the same kernels run it: Q4_0 as Q4_1 with `m = −8·d` (exact, the bits of its
 //! panels); Q5_0 as Q8_0 with bytes `q − 16` (exact); Q4_K as Q4_1 blocks of 32 with the same
 //! nibbles and each sub-block's scale and min rounded to f16 (relative error ≤ 2⁻¹¹; 5 bits per
@@ -40,9 +44,10 @@
 //! them.
 //!
 //! The files: `blocks.rs` (the formats, and the repacking of the other four), `panels.rs` (the
-//! interleaved layouts), `quants.rs` (activation quantisers, the scalar reference dots),
+//! interleaved layouts; `kpanels.rs` the K-quants'), `quants.rs` (activation quantisers, the scalar reference dots),
 //! `isa.rs` (the run-time choice), `linear.rs` ([`QLinear`]), `driver.rs` (how a product is
-//! split across the threads), and one per instruction set: `avx2.rs`, `avx512.rs`, `neon.rs`.
+//! split across the threads), one per instruction set: `avx2.rs`, `avx512.rs`, `neon.rs`, and
+//! the tests (`tests.rs`, and `native_tests.rs` for the formats run as the file holds them).
 
 // Panels, and what feeds them, are made only for x86-64's SIMD; elsewhere they go unused.
 #![cfg_attr(
@@ -60,6 +65,7 @@ use rayon::prelude::*;
 mod blocks;
 mod driver;
 mod isa;
+mod kpanels;
 mod linear;
 mod panels;
 mod quants;
@@ -67,6 +73,7 @@ mod quants;
 pub use blocks::*;
 use driver::*;
 pub use isa::*;
+pub use kpanels::*;
 pub use linear::*;
 pub use panels::*;
 pub use quants::*;

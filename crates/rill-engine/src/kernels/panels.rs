@@ -59,57 +59,7 @@ pub struct PanelQ4_0<const R: usize> {
     pub qs: [[[u8; 4]; R]; 4],
 }
 
-/// `R` weight rows' Q4_K super-blocks (256 weights each) at the same position: the rows' `d`
-/// and `dmin` (f16), each sub-block's 6-bit scale and min unpacked to a byte (`sc[j][k]`: row
-/// k's sub-block j), and each sub-block's nibbles interleaved as [`PanelQ4_1`]'s (`qs[j]`).
-/// 1,184 bytes for eight rows' 1,152: the unpacked scales take 2.8% more than the file.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PanelQ4K<const R: usize> {
-    pub d: [u16; R],
-    pub dmin: [u16; R],
-    pub sc: [[u8; R]; 8],
-    pub m: [[u8; R]; 8],
-    pub qs: [[[[u8; 4]; R]; 4]; 8],
-}
-
-/// `R` weight rows' Q6_K super-blocks at the same position: the rows' `d` (f16) and 16 group
-/// scales (`sc[g][k]`: row k's group g), and per sub-block j of 32 weights the low nibbles
-/// interleaved as [`PanelQ4_1`]'s (`sub[j].ql`) and the high two bits in two vectors
-/// (`sub[j].qh[v]`):
-/// lane k's byte i holds, in bits 2t..2t+2, the high bits of element 4·(4v + t) + i. As many
-/// bytes as the `R` blocks were.
-/// Each sub-block's bits lie together, so a panel is read as one stream.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PanelQ6K<const R: usize> {
-    pub d: [u16; R],
-    pub sc: [[i8; R]; 16],
-    pub sub: [SixBits<R>; 8],
-}
-
-/// One sub-block of 32 weights of [`PanelQ6K`]: `R` rows' low nibbles and high bits.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SixBits<const R: usize> {
-    pub ql: [[[u8; 4]; R]; 4],
-    pub qh: [[[u8; 4]; R]; 2],
-}
-
-const _: () = assert!(
-    std::mem::size_of::<PanelQ6K<8>>() == 8 * std::mem::size_of::<BlockQ6K>()
-        && std::mem::size_of::<PanelQ6K<16>>() == 16 * std::mem::size_of::<BlockQ6K>()
-);
-
-const _: () = assert!(
-    std::mem::size_of::<PanelQ4_0<8>>() == 8 * std::mem::size_of::<BlockQ4_0>()
-        && std::mem::size_of::<PanelQ4K<8>>() == 8 * (std::mem::size_of::<BlockQ4K>() + 4)
-);
-
-/// Element `e` (0..32) of sub-block `j` of a Q4_K block.
-pub(crate) fn q4_k_nibble(b: &BlockQ4K, j: usize, e: usize) -> u8 {
-    (b.qs[32 * (j / 2) + e] >> (4 * (j % 2))) & 0x0F
-}
+const _: () = assert!(std::mem::size_of::<PanelQ4_0<8>>() == 8 * std::mem::size_of::<BlockQ4_0>());
 
 /// The blocks of a panel's rows at one position, interleaved for a panel kernel.
 pub(crate) trait Panel: Copy + Send + Sync + Sized {
@@ -222,7 +172,7 @@ impl<const R: usize> Panel for PanelQ4_1<R> {
 }
 
 /// `R` rows' 32 nibbles (`nibble(k, e)`: row k's element e) in [`PanelQ4_1`]'s chunks.
-fn interleave<const R: usize>(nibble: impl Fn(usize, usize) -> u8) -> [[[u8; 4]; R]; 4] {
+pub(crate) fn interleave<const R: usize>(nibble: impl Fn(usize, usize) -> u8) -> [[[u8; 4]; R]; 4] {
     std::array::from_fn(|c| {
         std::array::from_fn(|k| {
             std::array::from_fn(|i| nibble(k, 4 * c + i) | (nibble(k, 4 * (c + 4) + i) << 4))
@@ -231,7 +181,7 @@ fn interleave<const R: usize>(nibble: impl Fn(usize, usize) -> u8) -> [[[u8; 4];
 }
 
 /// Row `k`'s nibbles out of [`interleave`]'s chunks, as a Q4_0 or Q4_1 block holds them.
-fn deinterleave<const R: usize>(qs: &[[[u8; 4]; R]; 4], k: usize) -> [u8; QK / 2] {
+pub(crate) fn deinterleave<const R: usize>(qs: &[[[u8; 4]; R]; 4], k: usize) -> [u8; QK / 2] {
     let element = |e: usize| {
         let (g, i) = (e / 4, e % 4);
         let byte = qs[g % 4][k][i];
@@ -266,104 +216,6 @@ impl<const R: usize> Panel for PanelQ4_0<R> {
 
     fn dot_ref(w: &[BlockQ4_0], a: &[BlockQ8_1]) -> f32 {
         dot_q4_1_q8_1_scalar(&q4_0_as_q4_1(w), a)
-    }
-}
-
-impl<const R: usize> Panel for PanelQ4K<R> {
-    type Block = BlockQ4K;
-    type Acts = BlockQ4_1;
-    const ROWS: usize = R;
-    const SUB: usize = 8;
-
-    fn new(rows: &[&BlockQ4K]) -> Self {
-        assert_eq!(rows.len(), R);
-        let scale_min = |j: usize, k: usize| scale_min_k4(j, &rows[k].scales);
-        PanelQ4K {
-            d: std::array::from_fn(|k| rows[k].d),
-            dmin: std::array::from_fn(|k| rows[k].dmin),
-            sc: std::array::from_fn(|j| std::array::from_fn(|k| scale_min(j, k).0)),
-            m: std::array::from_fn(|j| std::array::from_fn(|k| scale_min(j, k).1)),
-            qs: std::array::from_fn(|j| interleave(|k, e| q4_k_nibble(rows[k], j, e))),
-        }
-    }
-
-    fn block(&self, k: usize) -> BlockQ4K {
-        let mut b = BlockQ4K {
-            d: self.d[k],
-            dmin: self.dmin[k],
-            ..Default::default()
-        };
-        for j in 0..8 {
-            let (sc, m) = (self.sc[j][k], self.m[j][k]);
-            // ggml's 6-bit packing, the inverse of `scale_min_k4`.
-            if j < 4 {
-                b.scales[j] |= sc;
-                b.scales[j + 4] |= m;
-            } else {
-                b.scales[j + 4] = (sc & 0x0F) | ((m & 0x0F) << 4);
-                b.scales[j - 4] |= (sc >> 4) << 6;
-                b.scales[j] |= (m >> 4) << 6;
-            }
-            let nibbles = deinterleave(&self.qs[j], k);
-            for e in 0..QK {
-                b.qs[32 * (j / 2) + e] |= nibble(&nibbles, e) << (4 * (j % 2));
-            }
-        }
-        b
-    }
-
-    fn dot_ref(w: &[BlockQ4K], a: &[BlockQ8_1]) -> f32 {
-        dot_q4_k_q8_1_scalar(w, a)
-    }
-}
-
-impl<const R: usize> Panel for PanelQ6K<R> {
-    type Block = BlockQ6K;
-    type Acts = BlockQ4_1;
-    const ROWS: usize = R;
-    const SUB: usize = 8;
-    const HALF_SUMS: bool = true;
-
-    fn new(rows: &[&BlockQ6K]) -> Self {
-        assert_eq!(rows.len(), R);
-        let v = |k: usize, e: usize| q6_k_value(rows[k], e);
-        PanelQ6K {
-            d: std::array::from_fn(|k| rows[k].d),
-            sc: std::array::from_fn(|g| std::array::from_fn(|k| rows[k].scales[g])),
-            sub: std::array::from_fn(|j| SixBits {
-                ql: interleave(|k, e| v(k, 32 * j + e) & 0x0F),
-                qh: std::array::from_fn(|h| {
-                    std::array::from_fn(|k| {
-                        std::array::from_fn(|i| {
-                            (0..4)
-                                .map(|t| (v(k, 32 * j + 4 * (4 * h + t) + i) >> 4) << (2 * t))
-                                .sum()
-                        })
-                    })
-                }),
-            }),
-        }
-    }
-
-    fn block(&self, k: usize) -> BlockQ6K {
-        let mut b = BlockQ6K {
-            d: self.d[k],
-            scales: std::array::from_fn(|g| self.sc[g][k]),
-            ..Default::default()
-        };
-        for j in 0..8 {
-            let low = deinterleave(&self.sub[j].ql, k);
-            for e in 0..QK {
-                let (g, i) = (e / 4, e % 4);
-                let high = (self.sub[j].qh[g / 4][k][i] >> (2 * (g % 4))) & 3;
-                set_q6_k_value(&mut b, 32 * j + e, nibble(&low, e) | (high << 4));
-            }
-        }
-        b
-    }
-
-    fn dot_ref(w: &[BlockQ6K], a: &[BlockQ8_1]) -> f32 {
-        dot_q6_k_q8_1_scalar(w, a)
     }
 }
 
@@ -426,44 +278,10 @@ impl Kernel for PanelQ4_0<8> {
     }
 }
 
-impl Kernel for PanelQ4K<8> {
-    #[cfg(target_arch = "x86_64")]
-    fn kernel(isa: Isa) -> KernelFn<Self, BlockQ8_1> {
-        match isa.avx_vnni() {
-            true => avx2::panels_q4_k::<true>,
-            false => avx2::panels_q4_k::<false>,
-        }
-    }
-}
-
 impl Kernel for PanelQ4_0<16> {
     #[cfg(target_arch = "x86_64")]
     fn kernel(_: Isa) -> KernelFn<Self, BlockQ8_1> {
         avx512::panels_q4_0
-    }
-}
-
-impl Kernel for PanelQ4K<16> {
-    #[cfg(target_arch = "x86_64")]
-    fn kernel(_: Isa) -> KernelFn<Self, BlockQ8_1> {
-        avx512::panels_q4_k
-    }
-}
-
-impl Kernel for PanelQ6K<8> {
-    #[cfg(target_arch = "x86_64")]
-    fn kernel(isa: Isa) -> KernelFn<Self, BlockQ8_1> {
-        match isa.avx_vnni() {
-            true => avx2::panels_q6_k::<true>,
-            false => avx2::panels_q6_k::<false>,
-        }
-    }
-}
-
-impl Kernel for PanelQ6K<16> {
-    #[cfg(target_arch = "x86_64")]
-    fn kernel(_: Isa) -> KernelFn<Self, BlockQ8_1> {
-        avx512::panels_q6_k
     }
 }
 

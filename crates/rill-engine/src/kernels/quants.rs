@@ -33,6 +33,18 @@ pub(crate) fn dequantize_q4_k(t: &[f32], b: &BlockQ4K, o: &mut [f32]) {
     }
 }
 
+/// A Q5_K block's 256 weights into `o`, as ggml computes them: `(d·sc)·q − dmin·m`.
+pub(crate) fn dequantize_q5_k(t: &[f32], b: &BlockQ5K, o: &mut [f32]) {
+    let (d, dmin) = (h(t, b.d), h(t, b.dmin));
+    for (j, o) in o.chunks_exact_mut(QK).enumerate() {
+        let (sc, m) = scale_min_k4(j, &b.scales);
+        let (ds, dm) = (d * sc as f32, dmin * m as f32);
+        for (e, v) in o.iter_mut().enumerate() {
+            *v = ds * q5_k_value(b, j, e) as f32 - dm;
+        }
+    }
+}
+
 /// A Q6_K block's 256 weights into `o`, as ggml computes them: `(d·sc)·(q − 32)`.
 pub(crate) fn dequantize_q6_k(t: &[f32], b: &BlockQ6K, o: &mut [f32]) {
     let d = h(t, b.d);
@@ -132,15 +144,32 @@ pub fn dot_q8_0_q8_0_scalar(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
 /// eight per super-block): Σ over sub-blocks of `(d·sc)·d_y·Σ(q_x·q_y) − (dmin·m)·s_y`. The
 /// activations are those of Q4_1, so a Q4_K matrix stacks and runs beside Q4_1 ones.
 pub fn dot_q4_k_q8_1_scalar(x: &[BlockQ4K], y: &[BlockQ8_1]) -> f32 {
-    assert_eq!(8 * x.len(), y.len());
+    let blocks = x.iter().map(|b| (b.d, b.dmin, &b.scales));
+    dot_scale_min_k(blocks, y, |n, j, e| q4_k_nibble(&x[n], j, e))
+}
+
+/// The scalar reference for Q5_K against Q8_1 activations, as [`dot_q4_k_q8_1_scalar`].
+pub fn dot_q5_k_q8_1_scalar(x: &[BlockQ5K], y: &[BlockQ8_1]) -> f32 {
+    let blocks = x.iter().map(|b| (b.d, b.dmin, &b.scales));
+    dot_scale_min_k(blocks, y, |n, j, e| q5_k_value(&x[n], j, e))
+}
+
+/// The K-quants with 6-bit scales and mins: super-blocks `(d, dmin, scales)` whose block n's
+/// sub-block j holds `value(n, j, e)`, dotted with Q8_1 activations (eight per super-block).
+fn dot_scale_min_k<'a>(
+    blocks: impl ExactSizeIterator<Item = (u16, u16, &'a [u8; 12])>,
+    y: &[BlockQ8_1],
+    value: impl Fn(usize, usize, usize) -> u8,
+) -> f32 {
+    assert_eq!(8 * blocks.len(), y.len());
     let t = f16_table();
     let mut sum = 0f32;
-    for (x, ys) in x.iter().zip(y.chunks_exact(8)) {
-        let (d, dmin) = (h(t, x.d), h(t, x.dmin));
+    for (n, ((d, dmin, scales), ys)) in blocks.zip(y.chunks_exact(8)).enumerate() {
+        let (d, dmin) = (h(t, d), h(t, dmin));
         for (j, y) in ys.iter().enumerate() {
-            let (sc, m) = scale_min_k4(j, &x.scales);
+            let (sc, m) = scale_min_k4(j, scales);
             let si: i32 = (0..QK)
-                .map(|e| q4_k_nibble(x, j, e) as i32 * y.qs[e] as i32)
+                .map(|e| value(n, j, e) as i32 * y.qs[e] as i32)
                 .sum();
             sum += si as f32 * (d * sc as f32) * h(t, y.d) - dmin * m as f32 * h(t, y.s);
         }

@@ -25,6 +25,8 @@ impl QLinear {
             Weights::Q4_0x16(w) => dot(w, kb, j, &a1),
             Weights::Q4Kx8(w) => dot(w, kb, j, &a1),
             Weights::Q4Kx16(w) => dot(w, kb, j, &a1),
+            Weights::Q5Kx8(w) => dot(w, kb, j, &a1),
+            Weights::Q5Kx16(w) => dot(w, kb, j, &a1),
             Weights::Q6Kx8(w) => dot(w, kb, j, &a1),
             Weights::Q6Kx16(w) => dot(w, kb, j, &a1),
             Weights::Q8_0x8(w) => dot(w, kb, j, &a8),
@@ -304,6 +306,7 @@ fn layout(l: &QLinear) -> &'static str {
         Weights::Q4_1x8(_)
         | Weights::Q4_0x8(_)
         | Weights::Q4Kx8(_)
+        | Weights::Q5Kx8(_)
         | Weights::Q6Kx8(_)
         | Weights::Q8_0x8(_) => "panels of 8",
         _ => "panels of 16",
