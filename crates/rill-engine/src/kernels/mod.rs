@@ -21,11 +21,11 @@
 //! activation half's sum. All are dotted with the Q8_1 activations of Q4_1. The K-quant
 //! kernels prefetch two super-blocks ahead.
 //!
-//! Elsewhere (Q5_K: with candle), and for Q5_0, a matrix is repacked into Q4_1 or Q8_0 when a model
-//! loads, so the same kernels run it: Q4_0 as Q4_1 with `m = −8·d` (exact, the bits of its
-//! panels); Q5_0 as Q8_0 with bytes `q − 16` (exact); Q4_K as Q4_1 blocks of 32 with the same
-//! nibbles and each sub-block's scale and min rounded to f16 (relative error ≤ 2⁻¹¹; 5 bits per
-//! weight instead of 4.5); Q6_K dequantised and quantised again as Q8_0, 64 rows at a time (each
+//! Elsewhere (Q5_K then stays with candle), and for Q5_0, a matrix is repacked into Q4_1 or
+//! Q8_0 when a model loads, so the same kernels run it: Q4_0 as Q4_1 with `m = −8·d` (exact,
+//! the bits of its panels); Q5_0 as Q8_0 with bytes `q − 16` (exact); Q4_K as Q4_1 blocks of
+//! 32 with the same nibbles and each sub-block's scale and min rounded to f16 (relative error
+//! ≤ 2⁻¹¹; 5 bits per weight instead of 4.5); Q6_K dequantised and quantised again as Q8_0, 64 rows at a time (each
 //! weight moves by at most half an 8-bit step of its block, about a quarter of its 6-bit step;
 //! 8.5 bits per weight instead of 6.56). Other formats stay with candle.
 //!
@@ -43,11 +43,12 @@
 //! each output in the same order whatever rows are beside it, so a row's output never depends on
 //! them.
 //!
-//! The files: `blocks.rs` (the formats, and the repacking of the other four), `panels.rs` (the
-//! interleaved layouts; `kpanels.rs` the K-quants'), `quants.rs` (activation quantisers, the scalar reference dots),
-//! `isa.rs` (the run-time choice), `linear.rs` ([`QLinear`]), `driver.rs` (how a product is
-//! split across the threads), one per instruction set: `avx2.rs`, `avx512.rs`, `neon.rs`, and
-//! the tests (`tests.rs`, and `native_tests.rs` for the formats run as the file holds them).
+//! The files: `blocks.rs` (the formats, and their repacking), `panels.rs` (the interleaved
+//! layouts; `kpanels.rs` the K-quants'), `quants.rs` (activation quantisers, the scalar
+//! reference dots), `isa.rs` (the run-time choice), `linear.rs` ([`QLinear`]), `driver.rs`
+//! (how a product is split across the threads), one per instruction set: `avx2.rs` (its
+//! K-quant tiles in `avx2/kquants.rs`), `avx512.rs`, `neon.rs`, and the tests (`tests.rs`, and
+//! `native_tests.rs` for the formats run as the file holds them).
 
 // Panels, and what feeds them, are made only for x86-64's SIMD; elsewhere they go unused.
 #![cfg_attr(

@@ -117,8 +117,8 @@ k_tile!(panel_tile_q4_k, PanelQ4K<8>, nibble_sums, qs);
 k_tile!(panel_tile_q5_k, PanelQ5K<8>, five_bit_sums, sub);
 
 /// One block's integer sums for a panel of eight rows' 6-bit Q6_K values (`bits`: the low
-/// nibbles as [`PanelQ4_1`]'s, the high bits as [`PanelQ6K`] lays them) × `C` activation rows: lane k
-/// of `[lo, hi][c]` is row k's Σ q_w·q_a over the block's elements 0..16 and 16..32, with q_w
+/// nibbles as [`PanelQ4_1`]'s, the high bits as [`PanelQ6K`] lays them) × `C` activation rows:
+/// lane k of `[lo, hi][c]` is row k's Σ q_w·q_a over the block's elements 0..16 and 16..32, with q_w
 /// unsigned (0..64). `maddubs` pairs are at most 2·63·127 = 16,002, so two add in i16.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
