@@ -46,10 +46,9 @@ const _: () =
 /// `R` weight rows' Q6_K super-blocks at the same position: the rows' `d` (f16) and 16 group
 /// scales (`sc[g][k]`: row k's group g), and per sub-block j of 32 weights the low nibbles
 /// interleaved as [`PanelQ4_1`]'s (`sub[j].ql`) and the high two bits in two vectors
-/// (`sub[j].qh[v]`):
-/// lane k's byte i holds, in bits 2t..2t+2, the high bits of element 4·(4v + t) + i. As many
-/// bytes as the `R` blocks were.
-/// Each sub-block's bits lie together, so a panel is read as one stream.
+/// (`sub[j].qh[v]`: lane k's byte i holds, in bits 2t..2t+2, the high bits of element
+/// 4·(4v + t) + i). As many bytes as the `R` blocks were; each sub-block's bits lie together,
+/// so a panel is read as one stream.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PanelQ6K<const R: usize> {
@@ -118,9 +117,9 @@ impl<const R: usize> Panel for PanelQ4K<R> {
         let mut b = BlockQ4K {
             d: self.d[k],
             dmin: self.dmin[k],
+            scales: pack_scales_k4(|j| (self.sc[j][k], self.m[j][k])),
             ..Default::default()
         };
-        b.scales = pack_scales_k4(|j| (self.sc[j][k], self.m[j][k]));
         for j in 0..8 {
             let nibbles = deinterleave(&self.qs[j], k);
             for e in 0..QK {

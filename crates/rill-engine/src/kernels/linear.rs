@@ -149,6 +149,11 @@ impl QLinear {
         let &[n_out, k] = t.shape().dims() else {
             return None;
         };
+        // K-quant rows are whole super-blocks of 256 (a file that says otherwise is not ours).
+        let k_quant = matches!(t.dtype(), GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K);
+        if k_quant && k % (8 * QK) != 0 {
+            return None;
+        }
         let bytes = t.data().ok()?;
         // Panels where the rows allow them: sixteen rows with AVX-512, else eight with AVX2 for
         // the 4-bit formats and with AVX-VNNI for Q8_0 (without, its byte products would
@@ -156,7 +161,8 @@ impl QLinear {
         let (kb, wide) = (k / QK, isa == Isa::Avx512Vnni && n_out % 16 == 0);
         let eights = isa.avx2() && n_out % 8 == 0;
         let weights = match t.dtype() {
-            // Q4_0, Q4_K and Q6_K in panels as the file holds them; elsewhere as Q4_1 or Q8_0.
+            // Q4_0 and the K-quants in panels as the file holds them; elsewhere as Q4_1 or Q8_0
+            // (Q5_K: left to candle).
             GgmlDType::Q4_0 if wide => Weights::Q4_0x16(to_panels(&blocks(&bytes)?, kb)),
             GgmlDType::Q4_0 if eights => Weights::Q4_0x8(to_panels(&blocks(&bytes)?, kb)),
             GgmlDType::Q4K if wide => Weights::Q4Kx16(to_panels(&blocks(&bytes)?, kb / 8)),
