@@ -12,6 +12,9 @@ use rill_engine::{
     StopReason,
 };
 
+/// SmolLM2's KV cache per position: K and V, 30 layers, 3 KV heads of 64, in f16.
+const KV_PER_TOKEN: usize = 2 * 30 * 3 * 64 * 2;
+
 #[test]
 fn a_follow_up_turn_reuses_the_cache_of_the_first() {
     let e = engine(|c| c);
@@ -72,9 +75,8 @@ fn a_follow_up_turn_reuses_the_cache_of_the_first() {
 #[test]
 fn a_full_budget_queues_new_requests_and_evicts_paused_caches() {
     // Room for about one sequence of this size: 300 positions of this model's KV cache.
-    let per_token = 2 * 30 * 3 * 64 * 2; // K and V, 30 layers, 3 KV heads of 64, in f16
     let e = engine(|c| EngineConfig {
-        kv_budget: Some(300 * per_token),
+        kv_budget: Some(300 * KV_PER_TOKEN),
         ..c
     });
     let h = e.handle();
@@ -190,9 +192,8 @@ fn a_conversation_longer_than_the_context_drops_its_oldest_turns_or_stops() {
 /// inference thread.)
 #[test]
 fn an_answer_readmitted_over_an_identical_finished_one_ends_whole() {
-    let per_token = 2 * 30 * 3 * 64 * 2; // K and V, 30 layers, 3 KV heads of 64, in f16
     let e = engine(|c| EngineConfig {
-        kv_budget: Some(700 * per_token),
+        kv_budget: Some(700 * KV_PER_TOKEN),
         ..c
     });
     let h = e.handle();
@@ -241,8 +242,7 @@ fn an_answer_readmitted_over_an_identical_finished_one_ends_whole() {
 /// and is recomputed; both finish whole, and memory stays within the budget plus one answer.
 #[test]
 fn answers_that_outgrow_the_budget_are_preempted_and_recomputed_not_aborted() {
-    let per_token = 2 * 30 * 3 * 64 * 2; // K and V, 30 layers, 3 KV heads of 64, in f16
-    let budget = 700 * per_token;
+    let budget = 700 * KV_PER_TOKEN;
     let e = engine(|c| EngineConfig {
         kv_budget: Some(budget),
         ..c
@@ -284,6 +284,6 @@ fn answers_that_outgrow_the_budget_are_preempted_and_recomputed_not_aborted() {
         (300, Some(StopReason::Length))
     );
     assert_eq!((tokens, reason), (300, Some(StopReason::Length)));
-    let one_answer = 512 * per_token;
+    let one_answer = 512 * KV_PER_TOKEN;
     assert!(peak.load(std::sync::atomic::Ordering::Relaxed) <= budget + one_answer);
 }

@@ -77,6 +77,18 @@ pub(crate) fn q4_k_nibble(b: &BlockQ4K, j: usize, e: usize) -> u8 {
     (b.qs[32 * (j / 2) + e] >> (4 * (j % 2))) & 0x0F
 }
 
+/// `R` rows' packed 6-bit scales and mins (`scales(k)`: row k's 12 bytes) unpacked to a byte
+/// each, sub-block-major (`[j][k]`), as the Q4_K and Q5_K panels hold them.
+fn unpack_scales_k4<'a, const R: usize>(
+    scales: impl Fn(usize) -> &'a [u8; 12],
+) -> ([[u8; R]; 8], [[u8; R]; 8]) {
+    let part = |j: usize, k: usize| scale_min_k4(j, scales(k));
+    (
+        std::array::from_fn(|j| std::array::from_fn(|k| part(j, k).0)),
+        std::array::from_fn(|j| std::array::from_fn(|k| part(j, k).1)),
+    )
+}
+
 /// Eight sub-blocks' 6-bit scales and mins (`scale_min(j)`) packed as ggml packs them: the
 /// inverse of `scale_min_k4`.
 fn pack_scales_k4(scale_min: impl Fn(usize) -> (u8, u8)) -> [u8; 12] {
@@ -103,12 +115,12 @@ impl<const R: usize> Panel for PanelQ4K<R> {
 
     fn new(rows: &[&BlockQ4K]) -> Self {
         assert_eq!(rows.len(), R);
-        let scale_min = |j: usize, k: usize| scale_min_k4(j, &rows[k].scales);
+        let (sc, m) = unpack_scales_k4(|k| &rows[k].scales);
         PanelQ4K {
             d: std::array::from_fn(|k| rows[k].d),
             dmin: std::array::from_fn(|k| rows[k].dmin),
-            sc: std::array::from_fn(|j| std::array::from_fn(|k| scale_min(j, k).0)),
-            m: std::array::from_fn(|j| std::array::from_fn(|k| scale_min(j, k).1)),
+            sc,
+            m,
             qs: std::array::from_fn(|j| interleave(|k, e| q4_k_nibble(rows[k], j, e))),
         }
     }
@@ -142,13 +154,13 @@ impl<const R: usize> Panel for PanelQ5K<R> {
 
     fn new(rows: &[&BlockQ5K]) -> Self {
         assert_eq!(rows.len(), R);
-        let scale_min = |j: usize, k: usize| scale_min_k4(j, &rows[k].scales);
+        let (sc, m) = unpack_scales_k4(|k| &rows[k].scales);
         let v = |k: usize, j: usize, e: usize| q5_k_value(rows[k], j, e);
         PanelQ5K {
             d: std::array::from_fn(|k| rows[k].d),
             dmin: std::array::from_fn(|k| rows[k].dmin),
-            sc: std::array::from_fn(|j| std::array::from_fn(|k| scale_min(j, k).0)),
-            m: std::array::from_fn(|j| std::array::from_fn(|k| scale_min(j, k).1)),
+            sc,
+            m,
             sub: std::array::from_fn(|j| FiveBits {
                 ql: interleave(|k, e| v(k, j, e) & 0x0F),
                 qh: std::array::from_fn(|k| {
