@@ -1,7 +1,7 @@
 //! The model families against llama.cpp (issue 14), on test models with seeded random weights
 //! (`scripts/make-test-models.py`, which `make test` runs) and llama.cpp's logits recorded on
 //! the same files (`tests/fixtures/reference/`, by `scripts/record-reference-logits.py`, tied
-//! to each file by its SHA-256). For each family, in F16, Q8_0, Q4_0, Q4_1 and Q4_K_M, on
+//! to each file by its SHA-256). For each family, in F16, Q8_0, Q4_0, Q4_1, Q4_K_M and Q5_K_M, on
 //! Rill's CPU fast path:
 //! - teacher-forced over every position of a chat text (69 to 92 tokens): the normalised MSE
 //!   of the logits (over llama.cpp's 64 likeliest tokens at each position) at most 1e-3, and
@@ -9,7 +9,9 @@
 //! - greedy: llama.cpp's greedy path step by step, our top token its token wherever its top
 //!   two are 0.1 or more apart.
 //!
-//! Known gaps are allowed by format and count, each named where it is used.
+//! Known gaps are allowed by format and count, each named where it is used; the counts are
+//! those of the AVX2 kernels (every x86-64 CI machine), whose bits every wider instruction set
+//! gives too.
 //!
 //! And the candle path (what runs on GPUs), on candle's CPU device, against the fast path.
 
@@ -26,19 +28,18 @@ use sha2::Digest;
 /// and Q6_K, and Q5_0 where a row is narrower than a K block) and Q5_K_M (Q5_K and Q6_K).
 const FORMATS: &[&str] = &["F16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M"];
 
-/// Known gap of the Q4_K_M files. With AVX2, Q4_K and Q6_K run as the file holds them, but
-/// their activations are quantised in blocks of 32 (Q8_1, as for Q4_1) where ggml's K-quant
-/// dot products quantise them in blocks of 256 (Q8_K); elsewhere they are repacked (Q4_K's
-/// sub-block scales rounded to f16, Q6_K requantised as Q8_0). The logits stay close
-/// (normalised MSE 2e-5 to 2e-4), but up to three clear choices of 60 to 111 per file (top
-/// two 0.10 to 0.42 apart) go another way: repacked, up to three; natively, up to two (qwen2),
-/// one (qwen3, phi3, gemma3) and none (gemma2).
+/// Known gap of the Q4_K_M files. With AVX2, Q4_K and Q6_K run as the file holds them against
+/// Q8_K activations (one scale per 256), as ggml's K-quant dot products do, and the logits are
+/// within normalised MSE 2e-6 to 5e-5 of llama.cpp's. One clear choice of 58 to 79 per file
+/// goes another way: phi3's position 51, whose top two are 0.118 apart; the repacked path
+/// (without AVX2) flips it too, so it lies outside the K-quant products.
 const K_QUANTS: &str = "Q4_K_M";
 
-/// Known gap of the Q5_K_M files, for the reason of [`K_QUANTS`]'s (activations in blocks of 32
-/// against ggml's 256), which weighs more beside the finer 5-bit weights: normalised MSE 2e-5 to
-/// 1.4e-4, and up to four clear choices of 62 to 86 per file (top two 0.10 to 0.25 apart).
-/// Without AVX2, candle runs Q5_K with ggml's own arithmetic.
+/// Known gap of the Q5_K_M files, run as Q4_K_M's are (Q5_K and Q6_K against Q8_K): normalised
+/// MSE 7e-6 to 7e-5, and two clear choices in two files (qwen3's positions 45 and 57, top two
+/// 0.101 and 0.195 apart; gemma3's 45 and 83, 0.115 and 0.211). qwen3's two flip as well
+/// where candle runs Q5_K with ggml's own arithmetic (without AVX2), so they lie outside the
+/// K-quant products.
 const K5: &str = "Q5_K_M";
 
 /// Known gap of two Q4_1 files, which run as they lie (no repacking): one clear choice each
@@ -195,12 +196,12 @@ fn parity_but(name: &str, flips: usize) {
 
 #[test]
 fn qwen2_matches_llama_cpp() {
-    family_parity("qwen2", &[(Q4_1, 1), (K_QUANTS, 3), (K5, 4)]);
+    family_parity("qwen2", &[(Q4_1, 1)]);
 }
 
 #[test]
 fn qwen3_matches_llama_cpp() {
-    family_parity("qwen3", &[(K_QUANTS, 1), (K5, 4)]);
+    family_parity("qwen3", &[(K5, 2)]);
 }
 
 /// Post-norms, GELU, √hidden embeddings, soft-capped scores and logits, a window of 8 on
@@ -214,7 +215,7 @@ fn gemma2_matches_llama_cpp() {
 /// linearly scaled positions.
 #[test]
 fn gemma3_matches_llama_cpp() {
-    family_parity("gemma3", &[(Q4_1, 1), (K_QUANTS, 2), (K5, 2)]);
+    family_parity("gemma3", &[(Q4_1, 1), (K5, 2)]);
 }
 
 /// Fused qkv and gate-up tensors, RoPE over 24 of each head's 32 dimensions, the long RoPE
@@ -226,7 +227,7 @@ fn phi3_matches_llama_cpp() {
     // about 0.06 and flips two of its 60 clear positions, whose top two are 0.123 apart. The
     // native Q4_0 kernel of the speed issue (15) removes the rounding.
     // Its Q4_1 file, which runs as it lies, agrees at every clear position and step.
-    family_parity("phi3", &[("Q4_0", 2), (K_QUANTS, 2)]);
+    family_parity("phi3", &[("Q4_0", 2), (K_QUANTS, 1)]);
 }
 
 /// The candle path (the GPU's) on candle's CPU device gives the fast path's logits, for every

@@ -1,14 +1,15 @@
 //! The panel kernels on 512-bit registers (AVX-512F, BW and VNNI): panels of sixteen weight
 //! rows, one per vector lane, read as one stream. Each lane does what a lane of the 256-bit
-//! kernels does — the block's exact integer sum by `vpdpbusd`, then the same float multiply
-//! and fused multiply-adds in the same order — so the outputs are theirs bit for bit; only the
-//! number of instructions per weight halves.
+//! kernels does — the block's exact integer sums by `vpdpbusd` (and the K-quants' scales
+//! applied in integers), then the same float multiplies and fused multiply-adds in the same
+//! order — so the outputs are theirs bit for bit; only the number of instructions per weight
+//! halves.
 
 use std::arch::x86_64::*;
 
 use super::{
-    BlockQ8_0, BlockQ8_1, FiveBits, Nibbles, Panel, PanelActs, PanelQ4K, PanelQ4_0, PanelQ4_1,
-    PanelQ5K, PanelQ6K, PanelQ8_0, SixBits, TILE_A,
+    BlockQ8K, BlockQ8_0, BlockQ8_1, FiveBits, Nibbles, Panel, PanelActs, PanelQ4K, PanelQ4_0,
+    PanelQ4_1, PanelQ5K, PanelQ6K, PanelQ8_0, SixBits, QK, TILE_A,
 };
 
 /// A panel's sixteen f16 scales as floats.
@@ -99,25 +100,39 @@ unsafe fn tile_q4_0<const C: usize>(
     nibble_tile::<_, C>(w, kb, a, ad, s)
 }
 
-/// Sixteen sub-block bytes (one per row) as f32 lanes.
+/// Sixteen row bytes (one per row) as unsigned i32 lanes.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn byte_lanes(b: &[u8; 16]) -> __m512 {
-    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
-        b.as_ptr() as *const __m128i
-    )))
+unsafe fn u8_lanes(b: &[u8; 16]) -> __m512i {
+    _mm512_cvtepu8_epi32(_mm_loadu_si128(b.as_ptr() as *const __m128i))
 }
 
-/// One block's integer sums for sixteen rows' 5-bit Q5_K values × `C` activation rows, as
-/// `avx2::five_bit_sums` computes them (with `vpdpbusd`).
+/// Sixteen signed row bytes as i32 lanes.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn five_bit_sums<const C: usize>(
-    bits: &FiveBits<16>,
-    a: *const BlockQ8_1,
-    kb: usize,
-) -> [__m512i; C] {
-    let (low, five) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x10));
+unsafe fn i8_lanes(b: &[i8; 16]) -> __m512i {
+    _mm512_cvtepi8_epi32(_mm_loadu_si128(b.as_ptr() as *const __m128i))
+}
+
+/// A sub-block's nibbles for sixteen rows as eight vectors, as `avx2`'s `nibbles`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn nibbles(qs: &[[[u8; 4]; 16]; 4]) -> [__m512i; 8] {
+    let low = _mm512_set1_epi8(0x0F);
+    let mut w = [_mm512_setzero_si512(); 8];
+    for (c4, chunk) in qs.iter().enumerate() {
+        let chunk = _mm512_loadu_si512(chunk.as_ptr() as *const __m512i);
+        w[c4] = _mm512_and_si512(chunk, low);
+        w[c4 + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(chunk), low);
+    }
+    w
+}
+
+/// A Q5_K sub-block's 5-bit values for sixteen rows, as `avx2`'s `five_bits`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn five_bits(bits: &FiveBits<16>) -> [__m512i; 8] {
+    let five = _mm512_set1_epi8(0x10);
     let h = _mm512_loadu_si512(bits.qh.as_ptr() as *const __m512i);
     let high = [
         _mm512_slli_epi16::<4>(h),
@@ -129,79 +144,19 @@ unsafe fn five_bit_sums<const C: usize>(
         _mm512_srli_epi16::<2>(h),
         _mm512_srli_epi16::<3>(h),
     ];
-    let mut w = [_mm512_setzero_si512(); 8];
-    for (c4, chunk) in bits.ql.iter().enumerate() {
-        let chunk = _mm512_loadu_si512(chunk.as_ptr() as *const __m512i);
-        w[c4] = _mm512_and_si512(chunk, low);
-        w[c4 + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(chunk), low);
-    }
+    let mut w = nibbles(&bits.ql);
     for (w, high) in w.iter_mut().zip(high) {
         *w = _mm512_or_si512(*w, _mm512_and_si512(high, five));
     }
-    let mut isum = [_mm512_setzero_si512(); C];
-    for (c, sum) in isum.iter_mut().enumerate() {
-        let ap = (*a.add(c * kb)).qs.as_ptr() as *const i32;
-        for (g, wq) in w.iter().enumerate() {
-            let av = _mm512_set1_epi32(ap.add(g).read_unaligned());
-            *sum = _mm512_dpbusd_epi32(*sum, *wq, av);
-        }
-    }
-    isum
+    w
 }
 
-/// A tile of a K-quant panel with 6-bit scales and mins (Q4_K, Q5_K): sixteen rows, `kb / 8`
-/// super-blocks, × `C` activation rows, as `avx2`'s `k_tile!` computes it.
-macro_rules! k_tile {
-    ($name:ident, $panel:ty, $sums:ident, $bits:ident) => {
-        #[inline]
-        #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-        unsafe fn $name<const C: usize>(
-            w: *const $panel,
-            kb: usize,
-            a: *const BlockQ8_1,
-            ad: *const f32,
-            s: *const f32,
-        ) -> [__m512; C] {
-            let mut acc = [_mm512_setzero_ps(); C];
-            for sb in 0..kb / 8 {
-                let p = &*w.add(sb);
-                let (dw, mw) = (scales(&p.d), scales(&p.dmin));
-                for j in 0..8 {
-                    let b = 8 * sb + j;
-                    super::prefetch_part(p, j);
-                    let isum = $sums::<C>(&p.$bits[j], a.add(b), kb);
-                    let ds = _mm512_mul_ps(dw, byte_lanes(&p.sc[j]));
-                    let dm = _mm512_mul_ps(mw, byte_lanes(&p.m[j]));
-                    for (c, (acc, sum)) in acc.iter_mut().zip(isum).enumerate() {
-                        let dd = _mm512_mul_ps(ds, _mm512_set1_ps(*ad.add(c * kb + b)));
-                        *acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sum), *acc);
-                        *acc = _mm512_fnmadd_ps(dm, _mm512_set1_ps(*s.add(c * kb + b)), *acc);
-                    }
-                }
-            }
-            acc
-        }
-    };
-}
-k_tile!(tile_q4_k, PanelQ4K<16>, nibble_sums, qs);
-k_tile!(tile_q5_k, PanelQ5K<16>, five_bit_sums, sub);
-
-/// One block's half sums for sixteen rows' 6-bit Q6_K values × `C` activation rows, as
-/// `avx2::six_bit_sums` computes them (with `vpdpbusd`).
+/// A Q6_K sub-block's 6-bit values for sixteen rows, as `avx2`'s `six_bits`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn six_bit_sums<const C: usize>(
-    bits: &SixBits<16>,
-    a: *const BlockQ8_1,
-    kb: usize,
-) -> [[__m512i; C]; 2] {
-    let (low, three) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
-    let mut w = [_mm512_setzero_si512(); 8];
-    for (c4, chunk) in bits.ql.iter().enumerate() {
-        let chunk = _mm512_loadu_si512(chunk.as_ptr() as *const __m512i);
-        w[c4] = _mm512_and_si512(chunk, low);
-        w[c4 + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(chunk), low);
-    }
+unsafe fn six_bits(bits: &SixBits<16>) -> [__m512i; 8] {
+    let three = _mm512_set1_epi8(3);
+    let mut w = nibbles(&bits.ql);
     for (v, high) in bits.qh.iter().enumerate() {
         let h = _mm512_loadu_si512(high.as_ptr() as *const __m512i);
         let hs = [
@@ -215,56 +170,100 @@ unsafe fn six_bit_sums<const C: usize>(
             w[4 * v + t] = _mm512_or_si512(w[4 * v + t], bits);
         }
     }
-    let mut sums = [[_mm512_setzero_si512(); C]; 2];
-    for (half, sums) in sums.iter_mut().enumerate() {
-        for (c, sum) in sums.iter_mut().enumerate() {
-            let ap = (*a.add(c * kb)).qs.as_ptr() as *const i32;
-            for (g, wq) in w.iter().enumerate().skip(4 * half).take(4) {
-                let av = _mm512_set1_epi32(ap.add(g).read_unaligned());
-                *sum = _mm512_dpbusd_epi32(*sum, *wq, av);
-            }
-        }
-    }
-    sums
+    w
 }
 
-/// Sixteen signed sub-block bytes (one per row) as f32 lanes.
+/// Per lane, the exact Σ over the groups `w` of `w[g]·a[4g..4g+4]`, by `vpdpbusd`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn signed_lanes(b: &[i8; 16]) -> __m512 {
-    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-        b.as_ptr() as *const __m128i
-    )))
+unsafe fn dot_groups(w: &[__m512i], a: *const i8) -> __m512i {
+    let ap = a as *const i32;
+    let mut sum = _mm512_setzero_si512();
+    for (g, w) in w.iter().enumerate() {
+        let av = _mm512_set1_epi32(ap.add(g).read_unaligned());
+        sum = _mm512_dpbusd_epi32(sum, *w, av);
+    }
+    sum
 }
 
-/// One Q6_K panel (`kb / 8` super-blocks) × `C` activation rows, as
+/// A tile of a K-quant panel with 6-bit scales and mins (Q4_K, Q5_K): sixteen rows, `kb`
+/// super-blocks, × `C` Q8_K activation rows, as `avx2`'s `k_tile!` computes it.
+macro_rules! k_tile {
+    ($name:ident, $panel:ty, $weights:ident, $bits:ident) => {
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+        unsafe fn $name<const C: usize>(
+            w: *const $panel,
+            kb: usize,
+            a: *const BlockQ8K,
+            _ad: *const f32,
+            _s: *const f32,
+        ) -> [__m512; C] {
+            let mut acc = [_mm512_setzero_ps(); C];
+            for sb in 0..kb {
+                let p = &*w.add(sb);
+                let mut t = [_mm512_setzero_si512(); C];
+                let mut mins = [_mm512_setzero_si512(); C];
+                for j in 0..8 {
+                    super::prefetch_part(p, j);
+                    let wv = $weights(&p.$bits[j]);
+                    let (sc, m) = (u8_lanes(&p.sc[j]), u8_lanes(&p.m[j]));
+                    for c in 0..C {
+                        let y = &*a.add(c * kb + sb);
+                        let sum = dot_groups(&wv, y.qs.as_ptr().add(QK * j));
+                        t[c] = _mm512_add_epi32(t[c], _mm512_mullo_epi32(sum, sc));
+                        let s = _mm512_set1_epi32(y.sum32(j));
+                        mins[c] = _mm512_add_epi32(mins[c], _mm512_mullo_epi32(m, s));
+                    }
+                }
+                let (dw, mw) = (scales(&p.d), scales(&p.dmin));
+                for c in 0..C {
+                    let da = _mm512_set1_ps((*a.add(c * kb + sb)).d);
+                    let (tf, mf) = (_mm512_cvtepi32_ps(t[c]), _mm512_cvtepi32_ps(mins[c]));
+                    acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), tf, acc[c]);
+                    acc[c] = _mm512_fnmadd_ps(_mm512_mul_ps(mw, da), mf, acc[c]);
+                }
+            }
+            acc
+        }
+    };
+}
+k_tile!(tile_q4_k, PanelQ4K<16>, nibbles, qs);
+k_tile!(tile_q5_k, PanelQ5K<16>, five_bits, sub);
+
+/// One Q6_K panel (`kb` super-blocks) × `C` Q8_K activation rows, as
 /// `avx2::panel_tile_q6_k` computes it.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tile_q6_k<const C: usize>(
     w: *const PanelQ6K<16>,
     kb: usize,
-    a: *const BlockQ8_1,
-    ad: *const f32,
-    s: *const f32,
+    a: *const BlockQ8K,
+    _ad: *const f32,
+    _s: *const f32,
 ) -> [__m512; C] {
     let mut acc = [_mm512_setzero_ps(); C];
-    for sb in 0..kb / 8 {
+    for sb in 0..kb {
         let p = &*w.add(sb);
-        let dw = scales(&p.d);
+        let mut t = [_mm512_setzero_si512(); C];
         for j in 0..8 {
-            let b = 8 * sb + j;
             super::prefetch_part(p, j);
-            let [lo, hi] = six_bit_sums::<C>(&p.sub[j], a.add(b), kb);
-            let (sl, sh) = (signed_lanes(&p.sc[2 * j]), signed_lanes(&p.sc[2 * j + 1]));
-            for (c, acc) in acc.iter_mut().enumerate() {
-                let at = 2 * (c * kb + b);
-                let xl = _mm512_sub_ps(_mm512_cvtepi32_ps(lo[c]), _mm512_set1_ps(*s.add(at)));
-                let xh = _mm512_sub_ps(_mm512_cvtepi32_ps(hi[c]), _mm512_set1_ps(*s.add(at + 1)));
-                let t = _mm512_fmadd_ps(sh, xh, _mm512_mul_ps(sl, xl));
-                let dd = _mm512_mul_ps(dw, _mm512_set1_ps(*ad.add(c * kb + b)));
-                *acc = _mm512_fmadd_ps(dd, t, *acc);
+            let wv = six_bits(&p.sub[j]);
+            let sc = [i8_lanes(&p.sc[2 * j]), i8_lanes(&p.sc[2 * j + 1])];
+            for (c, t) in t.iter_mut().enumerate() {
+                let y = &*a.add(c * kb + sb);
+                for (half, sc) in sc.iter().enumerate() {
+                    let g = 2 * j + half;
+                    let sum = dot_groups(&wv[4 * half..4 * half + 4], y.qs.as_ptr().add(16 * g));
+                    let x = _mm512_sub_epi32(sum, _mm512_set1_epi32(32 * y.bsums[g] as i32));
+                    *t = _mm512_add_epi32(*t, _mm512_mullo_epi32(x, *sc));
+                }
             }
+        }
+        let dw = scales(&p.d);
+        for (c, (acc, t)) in acc.iter_mut().zip(t).enumerate() {
+            let da = _mm512_set1_ps((*a.add(c * kb + sb)).d);
+            *acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(t), *acc);
         }
     }
     acc
@@ -328,7 +327,7 @@ panels!(
     "avx512f,avx512bw,avx512vnni",
     tile_q4_k,
     PanelQ4K<16>,
-    BlockQ8_1,
+    BlockQ8K,
     _mm512_storeu_ps
 );
 panels!(
@@ -337,7 +336,7 @@ panels!(
     "avx512f,avx512bw,avx512vnni",
     tile_q5_k,
     PanelQ5K<16>,
-    BlockQ8_1,
+    BlockQ8K,
     _mm512_storeu_ps
 );
 panels!(
@@ -346,7 +345,7 @@ panels!(
     "avx512f,avx512bw,avx512vnni",
     tile_q6_k,
     PanelQ6K<16>,
-    BlockQ8_1,
+    BlockQ8K,
     _mm512_storeu_ps
 );
 panels!(

@@ -1,6 +1,6 @@
-//! The GGUF block formats the kernels read (Q4_1, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and the Q8_1
-//! activations), the repacking of Q4_0, Q5_0 and Q4_K into Q4_1 or Q8_0 where there are no
-//! panels for them, and the f16 table and byte reader they share.
+//! The GGUF block formats the kernels read (Q4_1, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, and the Q8_1
+//! and Q8_K activations), the repacking of Q4_0, Q5_0 and Q4_K into Q4_1 or Q8_0 where there
+//! are no panels for them, and the f16 table and byte reader they share.
 
 use super::*;
 
@@ -31,6 +31,37 @@ pub struct BlockQ8_1 {
     pub d: u16,
     pub s: u16,
     pub qs: [i8; QK],
+}
+
+/// Weights (and activations) per K-quant super-block.
+pub(crate) const QK_K: usize = 256;
+
+/// 256 activations for the K-quants (ggml's Q8_K): `d·q` with one f32 `d`, q in -127..=127,
+/// and the sums of each 16 of them (`bsums`) for the K-quants' mins and offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockQ8K {
+    pub d: f32,
+    pub qs: [i8; QK_K],
+    pub bsums: [i16; QK_K / 16],
+}
+
+impl Default for BlockQ8K {
+    fn default() -> Self {
+        BlockQ8K {
+            d: 0.0,
+            qs: [0; QK_K],
+            bsums: [0; QK_K / 16],
+        }
+    }
+}
+
+impl BlockQ8K {
+    /// The sum of sub-block `j`'s 32 activations.
+    #[inline(always)]
+    pub(crate) fn sum32(&self, j: usize) -> i32 {
+        self.bsums[2 * j] as i32 + self.bsums[2 * j + 1] as i32
+    }
 }
 
 // The blocks are read straight from GGUF bytes: no padding allowed.

@@ -12,17 +12,17 @@ use super::*;
 pub(crate) type RowsFn<F, A> =
     unsafe fn(&[F], &Acts<A>, std::ops::Range<usize>, &mut [f32], usize, usize);
 
-/// A weight block format the kernels run, and the activation blocks it is dotted with.
-pub(crate) trait Format: Copy + Sync {
+/// How activation rows are quantised for a weight format: the blocks they become, and their
+/// scales.
+pub(crate) trait Quantise: Copy + Sync {
     type Act: Copy + Default + Send + Sync;
+    /// Activations per block: 32, or 256 for the K-quants' Q8_K.
+    const ACT_QK: usize = QK;
     /// ggml's quantisation of an activation row, the scalar reference.
     const QUANTIZE: fn(&[f32], &mut [Self::Act]);
     /// The same with AVX2, bit for bit (needs AVX2, FMA and F16C).
     #[cfg(target_arch = "x86_64")]
     const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [Self::Act]);
-    /// The tiles of [`rows`](Self::rows) on AVX2: without AVX-VNNI, and with it.
-    #[cfg(target_arch = "x86_64")]
-    const ROWS_AVX2: [RowsFn<Self, Self::Act>; 2];
     /// An activation row quantised with the best of `isa`.
     fn quantize(isa: Isa, x: &[f32], out: &mut [Self::Act]) {
         #[cfg(target_arch = "x86_64")]
@@ -35,8 +35,14 @@ pub(crate) trait Format: Copy + Sync {
     }
     /// `(d, s)` of an activation block (`s` = d·Σq, or 0 when the format needs none).
     fn act_scales(a: &Self::Act, t: &[f32]) -> (f32, f32);
-    /// The integer sums of an activation block's two halves of 16.
-    fn half_sums(a: &Self::Act) -> [i32; 2];
+}
+
+/// A weight block format the kernels run row by row (Q4_1, Q8_0), dotted with the activation
+/// blocks of [`Quantise`].
+pub(crate) trait Format: Quantise {
+    /// The tiles of [`rows`](Self::rows) on AVX2: without AVX-VNNI, and with it.
+    #[cfg(target_arch = "x86_64")]
+    const ROWS_AVX2: [RowsFn<Self, Self::Act>; 2];
     /// With an `isa` already [`checked`](Isa::checked) (the matrix's).
     fn dot(isa: Isa, w: &[Self], a: &[Self::Act]) -> f32;
     /// Every weight row `j` of `w` (whole rows of `acts.kb` blocks) dotted with every
@@ -76,41 +82,53 @@ pub(crate) trait Format: Copy + Sync {
     }
 }
 
-impl Format for BlockQ4_1 {
+impl Quantise for BlockQ4_1 {
     type Act = BlockQ8_1;
     const QUANTIZE: fn(&[f32], &mut [BlockQ8_1]) = quantize_q8_1;
     #[cfg(target_arch = "x86_64")]
     const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8_1]) = avx2::quantize_q8_1;
-    #[cfg(target_arch = "x86_64")]
-    const ROWS_AVX2: [RowsFn<Self, BlockQ8_1>; 2] =
-        [avx2::rows_q4_1::<false>, avx2::rows_q4_1::<true>];
     fn act_scales(a: &BlockQ8_1, t: &[f32]) -> (f32, f32) {
         (h(t, a.d), h(t, a.s))
     }
-    fn half_sums(a: &BlockQ8_1) -> [i32; 2] {
-        half_sums(&a.qs)
-    }
+}
+
+impl Format for BlockQ4_1 {
+    #[cfg(target_arch = "x86_64")]
+    const ROWS_AVX2: [RowsFn<Self, BlockQ8_1>; 2] =
+        [avx2::rows_q4_1::<false>, avx2::rows_q4_1::<true>];
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_1]) -> f32 {
         isa.dot_q4_1_q8_1_checked(w, a)
     }
 }
 
-impl Format for BlockQ8_0 {
+impl Quantise for BlockQ8_0 {
     type Act = BlockQ8_0;
     const QUANTIZE: fn(&[f32], &mut [BlockQ8_0]) = quantize_q8_0;
     #[cfg(target_arch = "x86_64")]
     const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8_0]) = avx2::quantize_q8_0;
-    #[cfg(target_arch = "x86_64")]
-    const ROWS_AVX2: [RowsFn<Self, BlockQ8_0>; 2] =
-        [avx2::rows_q8_0::<false>, avx2::rows_q8_0::<true>];
     fn act_scales(a: &BlockQ8_0, t: &[f32]) -> (f32, f32) {
         (h(t, a.d), 0.0)
     }
-    fn half_sums(a: &BlockQ8_0) -> [i32; 2] {
-        half_sums(&a.qs)
-    }
+}
+
+impl Format for BlockQ8_0 {
+    #[cfg(target_arch = "x86_64")]
+    const ROWS_AVX2: [RowsFn<Self, BlockQ8_0>; 2] =
+        [avx2::rows_q8_0::<false>, avx2::rows_q8_0::<true>];
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_0]) -> f32 {
         isa.dot_q8_0_q8_0_checked(w, a)
+    }
+}
+
+/// The K-quants' activations: Q8_K, one scale per 256.
+impl Quantise for BlockQ8K {
+    type Act = BlockQ8K;
+    const ACT_QK: usize = QK_K;
+    const QUANTIZE: fn(&[f32], &mut [BlockQ8K]) = quantize_q8_k;
+    #[cfg(target_arch = "x86_64")]
+    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8K]) = quantize_q8_k_avx2;
+    fn act_scales(a: &BlockQ8K, _: &[f32]) -> (f32, f32) {
+        (a.d, 0.0)
     }
 }
 
@@ -132,8 +150,8 @@ pub(crate) const ACT_ROWS_PER_TASK: usize = 32;
 
 /// The `m` rows of `x` (`k` wide) quantised for format `F`; across the threads when there are
 /// many.
-pub(crate) fn quantize_rows<F: Format>(isa: Isa, x: &[f32], m: usize, k: usize) -> Vec<F::Act> {
-    let kb = k / QK;
+pub(crate) fn quantize_rows<F: Quantise>(isa: Isa, x: &[f32], m: usize, k: usize) -> Vec<F::Act> {
+    let kb = k / F::ACT_QK;
     let mut q = vec![F::Act::default(); m * kb];
     if m < ACT_ROWS_PER_TASK {
         for (row, q) in x.chunks_exact(k).zip(q.chunks_exact_mut(kb)) {
@@ -165,19 +183,12 @@ pub(crate) fn panels_times<P: Kernel>(
     k: usize,
     out: &mut [f32],
 ) {
-    let kb = k / QK;
-    let n_out = w.len() / (kb / P::SUB) * P::ROWS;
+    // A panel's block is as wide as an activation block (32, or 256 for the K-quants).
+    let kb = k / P::Acts::ACT_QK;
+    let n_out = w.len() / kb * P::ROWS;
     let q = quantize_rows::<P::Acts>(isa, x, m, k);
     let t = f16_table();
     let (d, s): (Vec<f32>, Vec<f32>) = q.iter().map(|a| P::Acts::act_scales(a, t)).unzip();
-    // Q6_K's kernel reads, in place of `s`, `32·Σq` of each half of each block.
-    let s = match P::HALF_SUMS {
-        true => q
-            .iter()
-            .flat_map(|a| P::Acts::half_sums(a).map(|h| (32 * h) as f32))
-            .collect(),
-        false => s,
-    };
     let mut acts = PanelActs { q, d, s, kb };
     let panels = n_out / P::ROWS;
     // Panels per task when a call splits the weight rows: `ROWS_PER_TASK` rows.
@@ -222,7 +233,7 @@ pub(crate) fn panels_times<P: Kernel>(
     for (i, row) in out.chunks_exact_mut(n_out).enumerate() {
         let a = &acts.q[i * kb..(i + 1) * kb];
         for (j, o) in row.iter_mut().enumerate() {
-            let blocks: Vec<P::Block> = panel_row(w, kb / P::SUB, j).collect();
+            let blocks: Vec<P::Block> = panel_row(w, kb, j).collect();
             *o = P::dot_ref(&blocks, a);
         }
     }

@@ -109,9 +109,8 @@ fn pack_scales_k4(scale_min: impl Fn(usize) -> (u8, u8)) -> [u8; 12] {
 
 impl<const R: usize> Panel for PanelQ4K<R> {
     type Block = BlockQ4K;
-    type Acts = BlockQ4_1;
+    type Acts = BlockQ8K;
     const ROWS: usize = R;
-    const SUB: usize = 8;
 
     fn new(rows: &[&BlockQ4K]) -> Self {
         assert_eq!(rows.len(), R);
@@ -141,16 +140,15 @@ impl<const R: usize> Panel for PanelQ4K<R> {
         b
     }
 
-    fn dot_ref(w: &[BlockQ4K], a: &[BlockQ8_1]) -> f32 {
-        dot_q4_k_q8_1_scalar(w, a)
+    fn dot_ref(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+        dot_q4_k_q8_k_scalar(w, a)
     }
 }
 
 impl<const R: usize> Panel for PanelQ5K<R> {
     type Block = BlockQ5K;
-    type Acts = BlockQ4_1;
+    type Acts = BlockQ8K;
     const ROWS: usize = R;
-    const SUB: usize = 8;
 
     fn new(rows: &[&BlockQ5K]) -> Self {
         assert_eq!(rows.len(), R);
@@ -187,17 +185,15 @@ impl<const R: usize> Panel for PanelQ5K<R> {
         b
     }
 
-    fn dot_ref(w: &[BlockQ5K], a: &[BlockQ8_1]) -> f32 {
-        dot_q5_k_q8_1_scalar(w, a)
+    fn dot_ref(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
+        dot_q5_k_q8_k_scalar(w, a)
     }
 }
 
 impl<const R: usize> Panel for PanelQ6K<R> {
     type Block = BlockQ6K;
-    type Acts = BlockQ4_1;
+    type Acts = BlockQ8K;
     const ROWS: usize = R;
-    const SUB: usize = 8;
-    const HALF_SUMS: bool = true;
 
     fn new(rows: &[&BlockQ6K]) -> Self {
         assert_eq!(rows.len(), R);
@@ -237,14 +233,14 @@ impl<const R: usize> Panel for PanelQ6K<R> {
         b
     }
 
-    fn dot_ref(w: &[BlockQ6K], a: &[BlockQ8_1]) -> f32 {
-        dot_q6_k_q8_1_scalar(w, a)
+    fn dot_ref(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
+        dot_q6_k_q8_k_scalar(w, a)
     }
 }
 
 impl Kernel for PanelQ4K<8> {
     #[cfg(target_arch = "x86_64")]
-    fn kernel(isa: Isa) -> KernelFn<Self, BlockQ8_1> {
+    fn kernel(isa: Isa) -> KernelFn<Self, BlockQ8K> {
         match isa.avx_vnni() {
             true => avx2::panels_q4_k::<true>,
             false => avx2::panels_q4_k::<false>,
@@ -254,14 +250,14 @@ impl Kernel for PanelQ4K<8> {
 
 impl Kernel for PanelQ4K<16> {
     #[cfg(target_arch = "x86_64")]
-    fn kernel(_: Isa) -> KernelFn<Self, BlockQ8_1> {
+    fn kernel(_: Isa) -> KernelFn<Self, BlockQ8K> {
         avx512::panels_q4_k
     }
 }
 
 impl Kernel for PanelQ5K<8> {
     #[cfg(target_arch = "x86_64")]
-    fn kernel(isa: Isa) -> KernelFn<Self, BlockQ8_1> {
+    fn kernel(isa: Isa) -> KernelFn<Self, BlockQ8K> {
         match isa.avx_vnni() {
             true => avx2::panels_q5_k::<true>,
             false => avx2::panels_q5_k::<false>,
@@ -271,14 +267,14 @@ impl Kernel for PanelQ5K<8> {
 
 impl Kernel for PanelQ5K<16> {
     #[cfg(target_arch = "x86_64")]
-    fn kernel(_: Isa) -> KernelFn<Self, BlockQ8_1> {
+    fn kernel(_: Isa) -> KernelFn<Self, BlockQ8K> {
         avx512::panels_q5_k
     }
 }
 
 impl Kernel for PanelQ6K<8> {
     #[cfg(target_arch = "x86_64")]
-    fn kernel(isa: Isa) -> KernelFn<Self, BlockQ8_1> {
+    fn kernel(isa: Isa) -> KernelFn<Self, BlockQ8K> {
         match isa.avx_vnni() {
             true => avx2::panels_q6_k::<true>,
             false => avx2::panels_q6_k::<false>,
@@ -288,7 +284,7 @@ impl Kernel for PanelQ6K<8> {
 
 impl Kernel for PanelQ6K<16> {
     #[cfg(target_arch = "x86_64")]
-    fn kernel(_: Isa) -> KernelFn<Self, BlockQ8_1> {
+    fn kernel(_: Isa) -> KernelFn<Self, BlockQ8K> {
         avx512::panels_q6_k
     }
 }

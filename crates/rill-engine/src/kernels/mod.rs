@@ -14,20 +14,22 @@
 //! Q4_0, Q4_K, Q5_K and Q6_K run as the file holds them wherever panels are made (AVX2, rows
 //! in eights): [`PanelQ4_0`] is Q4_1's panel without `m`, which the kernel takes as `−8·d`;
 //! [`PanelQ4K`] and [`PanelQ5K`] keep each super-block's `d` and `dmin` and unpack its 6-bit
-//! sub-block scales and mins to a byte each (2–3% more than the file), and the kernel makes
-//! each sub-block's `d·sc` and `dmin·m` as it goes (Q5_K adds each weight's fifth bit from a
-//! plane of its own); [`PanelQ6K`] keeps the file's bytes exactly, assembles each 6-bit
-//! weight from its nibble and 2-bit plane, and takes the offset of 32 out with each
-//! activation half's sum. All are dotted with the Q8_1 activations of Q4_1. The K-quant
-//! kernels prefetch two super-blocks ahead.
+//! sub-block scales and mins to a byte each (2–3% more than the file); Q5_K adds each
+//! weight's fifth bit from a plane of its own; [`PanelQ6K`] keeps the file's bytes exactly and
+//! assembles each 6-bit weight from its nibble and 2-bit plane. The K-quants are dotted with
+//! activations quantised as ggml's Q8_K ([`BlockQ8K`]: one f32 scale per 256, and the sums of
+//! each 16), so each sub-block's scale, min and Q6_K's offset of 32 apply in integers and a
+//! super-block is converted and scaled once, with ggml's numbers. Their kernels prefetch two
+//! super-blocks ahead.
 //!
 //! Elsewhere (Q5_K then stays with candle), and for Q5_0, a matrix is repacked into Q4_1 or
 //! Q8_0 when a model loads, so the same kernels run it: Q4_0 as Q4_1 with `m = −8·d` (exact,
 //! the bits of its panels); Q5_0 as Q8_0 with bytes `q − 16` (exact); Q4_K as Q4_1 blocks of
 //! 32 with the same nibbles and each sub-block's scale and min rounded to f16 (relative error
-//! ≤ 2⁻¹¹; 5 bits per weight instead of 4.5); Q6_K dequantised and quantised again as Q8_0, 64 rows at a time (each
-//! weight moves by at most half an 8-bit step of its block, about a quarter of its 6-bit step;
-//! 8.5 bits per weight instead of 6.56). Other formats stay with candle.
+//! ≤ 2⁻¹¹; 5 bits per weight instead of 4.5); Q6_K dequantised and quantised again as Q8_0,
+//! 64 rows at a time (each weight moves by at most half an 8-bit step of its block, about a
+//! quarter of its 6-bit step; 8.5 bits per weight instead of 6.56). Other formats stay with
+//! candle.
 //!
 //! With AVX2, a matrix whose rows come in eights is stored as panels ([`PanelQ4_1`], and
 //! [`PanelQ8_0`] with AVX-VNNI or AVX-512): eight rows' blocks interleaved so that one vector
@@ -98,19 +100,17 @@ macro_rules! panels {
             o: *mut f32,
             n_out: usize,
         ) {
+            // Blocks per row: one panel block per activation block.
             let kb = acts.kb;
-            let per_panel = kb / <$p as Panel>::SUB;
-            // Q6_K's half sums: two per block in place of `s`.
-            let s_per_block = 1 + usize::from(<$p as Panel>::HALF_SUMS);
-            assert!(acts.s.len() >= acts.q.len() * s_per_block);
-            assert!(ps.end * per_panel <= w.len() && is.end * kb <= acts.q.len());
+            assert!(acts.d.len() == acts.q.len() && acts.s.len() == acts.q.len());
+            assert!(ps.end * kb <= w.len() && is.end * kb <= acts.q.len());
             for p in ps {
-                let wp = w.as_ptr().add(p * per_panel);
+                let wp = w.as_ptr().add(p * kb);
                 for i in is.clone().step_by(TILE_A) {
                     let (a, ad, s) = (
                         acts.q.as_ptr().add(i * kb),
                         acts.d.as_ptr().add(i * kb),
-                        acts.s.as_ptr().add(i * kb * s_per_block),
+                        acts.s.as_ptr().add(i * kb),
                     );
                     let at = o.add((i - is.start) * n_out + <$p as Panel>::ROWS * p);
                     macro_rules! go {

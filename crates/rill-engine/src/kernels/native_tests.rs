@@ -83,7 +83,8 @@ fn native_panels_hold_what_the_file_holds() {
 }
 
 /// Every output of the K-quant kernels (every shape of tile, both splits of the work) against
-/// the scalar reference of its pair, and their rows dequantised exactly as candle does.
+/// the scalar reference of its pair (in panels, bit for bit), and their rows dequantised
+/// exactly as candle does.
 #[test]
 fn k_quants_equal_the_scalar_reference() {
     let mut r = Lcg(57);
@@ -112,8 +113,13 @@ fn k_quants_equal_the_scalar_reference() {
                 for (i, row) in out.chunks_exact(n_out).enumerate() {
                     for (j, &v) in row.iter().enumerate() {
                         let want = lin.reference(j, &x[i * k..(i + 1) * k]);
+                        // In panels, the kernels' integers and fused multiply-adds are the
+                        // reference's, so the bits are too.
+                        let exact = in_panels(isa, n_out) && v.to_bits() == want.to_bits();
                         assert!(
-                            (v - want).abs() <= 1e-4 * want.abs().max(1.0),
+                            exact
+                                || !in_panels(isa, n_out)
+                                    && (v - want).abs() <= 1e-4 * want.abs().max(1.0),
                             "{dtype:?} {isa:?} n_out={n_out} m={m} ({i}, {j}): {v} vs {want}"
                         );
                     }
@@ -174,4 +180,35 @@ fn k_quant_panels_agree_bit_for_bit() {
             }
         }
     }
+}
+
+/// The K-quants' activations are quantised as ggml's `quantize_row_q8_K`: the first value of
+/// largest magnitude maps to −127 (its sign flips the scale), halves round to even, each 16's
+/// sum is kept, and a block of zeros is all zeros.
+#[test]
+fn q8_k_quantises_as_ggml() {
+    let mut x = vec![0f32; 2 * QK_K];
+    // Block 0: −127 first, then +127 (the same magnitude): iscale = −127/−127 = 1 exactly.
+    x[0] = -127.0;
+    x[1] = 127.0;
+    x[2] = 2.5;
+    x[3] = 3.5;
+    x[4] = -2.5;
+    x[17] = 10.0;
+    let mut out = vec![BlockQ8K::default(); 2];
+    for isa in Isa::available() {
+        BlockQ8K::quantize(isa.checked(), &x, &mut out);
+        let b = &out[0];
+        assert_eq!(b.d, 1.0, "{isa:?}");
+        assert_eq!(&b.qs[..5], &[-127, 127, 2, 4, -2], "{isa:?}");
+        assert_eq!((b.bsums[0], b.bsums[1], b.bsums[2]), (4, 10, 0), "{isa:?}");
+        assert_eq!(b.sum32(0), 14);
+        assert!(out[1] == BlockQ8K::default(), "{isa:?}");
+    }
+    // +3 before −3: the scale is negative, so +3 maps to −127.
+    let mut y = vec![0f32; QK_K];
+    (y[5], y[9], y[11]) = (3.0, -3.0, 1.0);
+    quantize_q8_k(&y, &mut out[..1]);
+    assert_eq!((out[0].qs[5], out[0].qs[9], out[0].qs[11]), (-127, 127, -42));
+    assert_eq!(out[0].d, 1.0 / (-127.0f32 / 3.0));
 }

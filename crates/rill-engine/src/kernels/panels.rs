@@ -65,19 +65,14 @@ const _: () = assert!(std::mem::size_of::<PanelQ4_0<8>>() == 8 * std::mem::size_
 pub(crate) trait Panel: Copy + Send + Sync + Sized {
     /// The format of one row's block.
     type Block: Copy;
-    /// The format whose activations the panel is dotted with.
-    type Acts: Format;
+    /// The format whose activations the panel is dotted with, a block of them per block.
+    type Acts: Quantise;
     /// Weight rows per panel.
     const ROWS: usize;
-    /// Activation blocks (of 32) per block: 1, or 8 for the super-blocks of 256 of Q4_K.
-    const SUB: usize = 1;
     /// A panel of `rows` (`ROWS` of them).
     fn new(rows: &[&Self::Block]) -> Self;
     /// Row `k`'s block.
     fn block(&self, k: usize) -> Self::Block;
-    /// Whether the kernel reads `32·Σq` of each half of each activation block (two per
-    /// block, in place of the `s` of Q8_1): Q6_K's offset of 32.
-    const HALF_SUMS: bool = false;
     /// Quantised activations as the kernel reads them.
     fn prepare(_acts: &mut [Act<Self>]) {}
     /// The scalar reference: one row's blocks dotted with an activation row.
@@ -85,7 +80,7 @@ pub(crate) trait Panel: Copy + Send + Sync + Sized {
 }
 
 /// The activation blocks a panel is dotted with.
-pub(crate) type Act<P> = <<P as Panel>::Acts as Format>::Act;
+pub(crate) type Act<P> = <<P as Panel>::Acts as Quantise>::Act;
 
 /// The 4-bit panels of 32-weight blocks, read by the same kernels: Q4_1's, and Q4_0's, whose
 /// offset `m` is `−8·d`.

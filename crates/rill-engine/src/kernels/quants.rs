@@ -53,12 +53,6 @@ pub(crate) fn dequantize_q6_k(t: &[f32], b: &BlockQ6K, o: &mut [f32]) {
     }
 }
 
-/// The two sums of 16 of a block of 32 signed bytes.
-pub(crate) fn half_sums(qs: &[i8; QK]) -> [i32; 2] {
-    let sum = |h: &[i8]| h.iter().map(|&q| q as i32).sum();
-    [sum(&qs[..QK / 2]), sum(&qs[QK / 2..])]
-}
-
 /// One row's `blocks` into `out`, `size` weights each, by the format's `dequantize`.
 pub(crate) fn dequantize_blocks<B>(
     blocks: impl Iterator<Item = B>,
@@ -140,60 +134,103 @@ pub fn dot_q8_0_q8_0_scalar(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     sum
 }
 
-/// The scalar reference for Q4_K (super-blocks of 256) against Q8_1 activations (blocks of 32,
-/// eight per super-block): Σ over sub-blocks of `(d·sc)·d_y·Σ(q_x·q_y) − (dmin·m)·s_y`. The
-/// activations are those of Q4_1, so a Q4_K matrix stacks and runs beside Q4_1 ones.
-pub fn dot_q4_k_q8_1_scalar(x: &[BlockQ4K], y: &[BlockQ8_1]) -> f32 {
+/// ggml's `quantize_row_q8_K` (what it runs on x86 too): per 256, the value of largest
+/// magnitude (the first of them) maps to −127, `d = 1/iscale` in f32, and each 16's sum.
+#[inline(always)]
+pub fn quantize_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
+    for (xs, b) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
+        let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+        if amax == 0.0 {
+            *b = BlockQ8K::default();
+            continue;
+        }
+        // The first element of largest magnitude, with its sign (ggml's `max`).
+        let max = *xs.iter().find(|v| v.abs() == amax).unwrap_or(&amax);
+        let iscale = -127.0 / max;
+        for (q, &v) in b.qs.iter_mut().zip(xs) {
+            *q = nearest_int(iscale * v).min(127) as i8;
+        }
+        for (s, qs) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
+            *s = qs.iter().map(|&q| q as i16).sum();
+        }
+        b.d = 1.0 / iscale;
+    }
+}
+
+/// [`quantize_q8_k`] compiled for AVX2 (the same operations, so the same bits).
+///
+/// # Safety
+/// Needs AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn quantize_q8_k_avx2(x: &[f32], out: &mut [BlockQ8K]) {
+    quantize_q8_k(x, out)
+}
+
+/// ggml's `nearest_int`: round half to even, by the float trick it uses (|v| < 2²²).
+#[inline(always)]
+fn nearest_int(v: f32) -> i32 {
+    ((v + 12_582_912.0).to_bits() & 0x007F_FFFF) as i32 - 0x0040_0000
+}
+
+/// The scalar reference for Q4_K (super-blocks of 256) against Q8_K activations, as the
+/// kernels compute it: per super-block the exact integers `t = Σ_j sc_j·Σ(q_x·q_y)` and
+/// `s = Σ_j m_j·Σq_y`, then `sum += (d·d_y)·t` and `sum −= (dmin·d_y)·s`, each one fused
+/// multiply-add.
+pub fn dot_q4_k_q8_k_scalar(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let blocks = x.iter().map(|b| (b.d, b.dmin, &b.scales));
     dot_scale_min_k(blocks, y, |n, j, e| q4_k_nibble(&x[n], j, e))
 }
 
-/// The scalar reference for Q5_K against Q8_1 activations, as [`dot_q4_k_q8_1_scalar`].
-pub fn dot_q5_k_q8_1_scalar(x: &[BlockQ5K], y: &[BlockQ8_1]) -> f32 {
+/// The scalar reference for Q5_K against Q8_K activations, as [`dot_q4_k_q8_k_scalar`].
+pub fn dot_q5_k_q8_k_scalar(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     let blocks = x.iter().map(|b| (b.d, b.dmin, &b.scales));
     dot_scale_min_k(blocks, y, |n, j, e| q5_k_value(&x[n], j, e))
 }
 
 /// The K-quants with 6-bit scales and mins: super-blocks `(d, dmin, scales)` whose block n's
-/// sub-block j holds `value(n, j, e)`, dotted with Q8_1 activations (eight per super-block).
+/// sub-block j holds `value(n, j, e)`, dotted with Q8_K activations.
 fn dot_scale_min_k<'a>(
     blocks: impl ExactSizeIterator<Item = (u16, u16, &'a [u8; 12])>,
-    y: &[BlockQ8_1],
+    y: &[BlockQ8K],
     value: impl Fn(usize, usize, usize) -> u8,
 ) -> f32 {
-    assert_eq!(8 * blocks.len(), y.len());
+    assert_eq!(blocks.len(), y.len());
     let t = f16_table();
     let mut sum = 0f32;
-    for (n, ((d, dmin, scales), ys)) in blocks.zip(y.chunks_exact(8)).enumerate() {
-        let (d, dmin) = (h(t, d), h(t, dmin));
-        for (j, y) in ys.iter().enumerate() {
+    for (n, ((d, dmin, scales), y)) in blocks.zip(y).enumerate() {
+        let (mut ts, mut ms) = (0i32, 0i32);
+        for j in 0..8 {
             let (sc, m) = scale_min_k4(j, scales);
-            let si: i32 = (0..QK)
-                .map(|e| value(n, j, e) as i32 * y.qs[e] as i32)
+            let p: i32 = (0..QK)
+                .map(|e| value(n, j, e) as i32 * y.qs[QK * j + e] as i32)
                 .sum();
-            sum += si as f32 * (d * sc as f32) * h(t, y.d) - dmin * m as f32 * h(t, y.s);
+            ts += sc as i32 * p;
+            ms += m as i32 * y.sum32(j);
         }
+        sum = (h(t, d) * y.d).mul_add(ts as f32, sum);
+        sum = (-(h(t, dmin) * y.d)).mul_add(ms as f32, sum);
     }
     sum
 }
 
-/// The scalar reference for Q6_K (super-blocks of 256, groups of 16) against Q8_1
-/// activations: Σ over sub-blocks of 32 of `(d·d_y)·Σ_g sc_g·Σ(q_x − 32)·q_y`, the inner sums
-/// exact integers.
-pub fn dot_q6_k_q8_1_scalar(x: &[BlockQ6K], y: &[BlockQ8_1]) -> f32 {
-    assert_eq!(8 * x.len(), y.len());
+/// The scalar reference for Q6_K (super-blocks of 256, groups of 16) against Q8_K
+/// activations, as the kernels compute it: per super-block the exact integer
+/// `t = Σ_g sc_g·(Σ q_x·q_y − 32·Σq_y)` (q_x in 0..64), then `sum += (d·d_y)·t`.
+pub fn dot_q6_k_q8_k_scalar(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
+    assert_eq!(x.len(), y.len());
     let t = f16_table();
     let mut sum = 0f32;
-    for (x, ys) in x.iter().zip(y.chunks_exact(8)) {
-        for (j, y) in ys.iter().enumerate() {
-            let group = |g: usize| -> i32 {
-                (16 * g..16 * g + 16)
-                    .map(|e| (q6_k_value(x, 32 * j + e) as i32 - 32) * y.qs[e] as i32)
-                    .sum()
-            };
-            let si = x.scales[2 * j] as i32 * group(0) + x.scales[2 * j + 1] as i32 * group(1);
-            sum += (h(t, x.d) * h(t, y.d)) * si as f32;
-        }
+    for (x, y) in x.iter().zip(y) {
+        let ts: i32 = (0..16)
+            .map(|g| {
+                let p: i32 = (16 * g..16 * g + 16)
+                    .map(|e| q6_k_value(x, e) as i32 * y.qs[e] as i32)
+                    .sum();
+                x.scales[g] as i32 * (p - 32 * y.bsums[g] as i32)
+            })
+            .sum();
+        sum = (h(t, x.d) * y.d).mul_add(ts as f32, sum);
     }
     sum
 }
