@@ -76,6 +76,9 @@ struct Report {
     ttft_ms: Percentiles,
     itl_ms: Percentiles,
     peak_rss_mb: f64,
+    /// From the engine's start to its model loaded, tokenizer and weights (warm page cache
+    /// when the file was read recently).
+    load_ms: f64,
     per_stream_decode_tps: Vec<f64>,
     /// All streams' tokens over the wall time from the first token of any to the last of all.
     aggregate_tps: f64,
@@ -128,6 +131,7 @@ impl Report {
                     .collect(),
             ),
             peak_rss_mb: peak_rss_mb(),
+            load_ms: 0.0,
             per_stream_decode_tps: results.iter().map(|r| r.decode_tps).collect(),
             aggregate_tps: aggregate_tps(results),
             read_gbps: None,
@@ -200,7 +204,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     if a.depth > 0 && (a.streams > 1 || a.background > 0) {
         bail!("--depth measures one stream alone: leave --streams and --background out");
     }
+    let started = Instant::now();
     let engine = a.model.start()?;
+    let load_ms = started.elapsed().as_secs_f64() * 1e3;
     let handle = engine.handle();
     let base = handle.tokenize_prompt(&Prompt::Text(TEXT.repeat(4)))?;
     let request = |ids: Vec<u32>, n: usize| GenerateRequest {
@@ -297,6 +303,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         );
     }
     let mut report = Report::new(&a, a.prompt_tokens, &results);
+    report.load_ms = load_ms;
     report.depth = a.depth;
     if a.background > 0 {
         let (during, after) = background_gaps(&results, &background_tokens);
@@ -410,6 +417,9 @@ fn print_report(a: &BenchArgs, m: &rill_engine::ModelInfo, report: &Report) -> R
             );
         }
         println!("peak rss     {:.0} MB", report.peak_rss_mb);
+        if report.load_ms > 0.0 {
+            println!("load         {:.0} ms", report.load_ms);
+        }
         if let (Some(gbps), Some(held), Some(file), Some(bound), Some(of)) = (
             report.read_gbps,
             report.step_weight_mb,

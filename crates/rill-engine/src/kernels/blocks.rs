@@ -305,3 +305,20 @@ pub(crate) fn blocks<T: Copy + Default>(bytes: &[u8]) -> Option<Vec<T>> {
     }
     Some(out)
 }
+
+/// GGUF block bytes as typed blocks, in place where they are aligned for `T` (candle's tensors
+/// hold their blocks as such, so a panel is made straight from them), else copied ([`blocks`]).
+pub(crate) fn block_slice<T: Copy + Default>(bytes: &[u8]) -> Option<std::borrow::Cow<'_, [T]>> {
+    let size = std::mem::size_of::<T>();
+    if !bytes.len().is_multiple_of(size) {
+        return None;
+    }
+    if !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
+        return blocks(bytes).map(std::borrow::Cow::Owned);
+    }
+    // SAFETY: the pointer is aligned for `T` (checked above), the slice holds exactly
+    // `len / size` values' bytes, and `T` is plain old data (see [`blocks`]); the result
+    // borrows `bytes`, so it lives no longer than they do.
+    let t = unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const T, bytes.len() / size) };
+    Some(std::borrow::Cow::Borrowed(t))
+}

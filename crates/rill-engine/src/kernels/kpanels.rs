@@ -77,16 +77,81 @@ pub(crate) fn q4_k_nibble(b: &BlockQ4K, j: usize, e: usize) -> u8 {
     (b.qs[32 * (j / 2) + e] >> (4 * (j % 2))) & 0x0F
 }
 
+/// Byte `b` (0..16) of sub-block `j`'s nibbles as Q4_0 pairs them (element b low, b + 16
+/// high), from Q4_K's and Q5_K's `qs`, where the 32 bytes from 32·(j/2) hold sub-block j in
+/// their low nibbles (j even) or high ones (j odd).
+#[inline(always)]
+fn k4_pair(qs: &[u8; 128], j: usize, b: usize) -> u8 {
+    let (lo, hi) = (qs[32 * (j / 2) + b], qs[32 * (j / 2) + b + 16]);
+    match j % 2 {
+        0 => (lo & 0x0F) | (hi << 4),
+        _ => (lo >> 4) | (hi & 0xF0),
+    }
+}
+
+/// The same from a Q6_K block's low nibbles: sub-block j (of 32) lies in the low (j % 4 < 2)
+/// or high nibbles of `ql` from 64·(j/4) + 32·(j % 2), as [`q6_k_value`] reads them.
+#[inline(always)]
+fn q6_k_pair(x: &BlockQ6K, j: usize, b: usize) -> u8 {
+    let base = 64 * (j / 4) + 32 * (j % 2);
+    let (lo, hi) = (x.ql[base + b], x.ql[base + b + 16]);
+    match (j % 4) / 2 {
+        0 => (lo & 0x0F) | (hi << 4),
+        _ => (lo >> 4) | (hi & 0xF0),
+    }
+}
+
+/// Sub-block `j`'s fifth bits of `R` rows' Q5_K blocks (`qh(k)`: row k's, element e's in bit
+/// j of byte e) as [`FiveBits`] holds them: lane k's byte i has element 4g + i's in bit g.
+#[inline(always)]
+fn fifth_bits<'a, const R: usize>(qh: impl Fn(usize) -> &'a [u8; 32], j: usize) -> [[u8; 4]; R] {
+    let mut out = [[0u8; 4]; R];
+    for (k, lane) in out.iter_mut().enumerate() {
+        let qh = qh(k);
+        for (i, v) in lane.iter_mut().enumerate() {
+            for g in 0..8 {
+                *v |= ((qh[4 * g + i] >> j) & 1) << g;
+            }
+        }
+    }
+    out
+}
+
+/// Sub-block `j`'s high two bits of `R` rows' Q6_K blocks (`qh(k)`: row k's; element e of the
+/// sub-block has its in bits 2·(j % 4) of byte 32·(j/4) + e) as [`SixBits`] holds them: lane
+/// k's byte i of vector h has element 4·(4h + t) + i's in bits 2t..2t+2.
+#[inline(always)]
+fn high_pairs<'a, const R: usize>(
+    qh: impl Fn(usize) -> &'a [u8; 64],
+    j: usize,
+) -> [[[u8; 4]; R]; 2] {
+    let (base, shift) = (32 * (j / 4), 2 * (j % 4));
+    let mut out = [[[0u8; 4]; R]; 2];
+    for k in 0..R {
+        let qh = qh(k);
+        for (h, vector) in out.iter_mut().enumerate() {
+            for (i, v) in vector[k].iter_mut().enumerate() {
+                for t in 0..4 {
+                    *v |= ((qh[base + 4 * (4 * h + t) + i] >> shift) & 3) << (2 * t);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// `R` rows' packed 6-bit scales and mins (`scales(k)`: row k's 12 bytes) unpacked to a byte
 /// each, sub-block-major (`[j][k]`), as the Q4_K and Q5_K panels hold them.
 fn unpack_scales_k4<'a, const R: usize>(
     scales: impl Fn(usize) -> &'a [u8; 12],
 ) -> ([[u8; R]; 8], [[u8; R]; 8]) {
-    let part = |j: usize, k: usize| scale_min_k4(j, scales(k));
-    (
-        std::array::from_fn(|j| std::array::from_fn(|k| part(j, k).0)),
-        std::array::from_fn(|j| std::array::from_fn(|k| part(j, k).1)),
-    )
+    let (mut sc, mut m) = ([[0u8; R]; 8], [[0u8; R]; 8]);
+    for k in 0..R {
+        for j in 0..8 {
+            (sc[j][k], m[j][k]) = scale_min_k4(j, scales(k));
+        }
+    }
+    (sc, m)
 }
 
 /// Eight sub-blocks' 6-bit scales and mins (`scale_min(j)`) packed as ggml packs them: the
@@ -120,7 +185,7 @@ impl<const R: usize> Panel for PanelQ4K<R> {
             dmin: std::array::from_fn(|k| rows[k].dmin),
             sc,
             m,
-            qs: std::array::from_fn(|j| interleave(|k, e| q4_k_nibble(rows[k], j, e))),
+            qs: std::array::from_fn(|j| interleave(|k, b| k4_pair(&rows[k].qs, j, b))),
         }
     }
 
@@ -153,17 +218,14 @@ impl<const R: usize> Panel for PanelQ5K<R> {
     fn new(rows: &[&BlockQ5K]) -> Self {
         assert_eq!(rows.len(), R);
         let (sc, m) = unpack_scales_k4(|k| &rows[k].scales);
-        let v = |k: usize, j: usize, e: usize| q5_k_value(rows[k], j, e);
         PanelQ5K {
             d: std::array::from_fn(|k| rows[k].d),
             dmin: std::array::from_fn(|k| rows[k].dmin),
             sc,
             m,
             sub: std::array::from_fn(|j| FiveBits {
-                ql: interleave(|k, e| v(k, j, e) & 0x0F),
-                qh: std::array::from_fn(|k| {
-                    std::array::from_fn(|i| (0..8).map(|g| (v(k, j, 4 * g + i) >> 4) << g).sum())
-                }),
+                ql: interleave(|k, b| k4_pair(&rows[k].qs, j, b)),
+                qh: fifth_bits(|k| &rows[k].qh, j),
             }),
         }
     }
@@ -197,21 +259,12 @@ impl<const R: usize> Panel for PanelQ6K<R> {
 
     fn new(rows: &[&BlockQ6K]) -> Self {
         assert_eq!(rows.len(), R);
-        let v = |k: usize, e: usize| q6_k_value(rows[k], e);
         PanelQ6K {
             d: std::array::from_fn(|k| rows[k].d),
             sc: std::array::from_fn(|g| std::array::from_fn(|k| rows[k].scales[g])),
             sub: std::array::from_fn(|j| SixBits {
-                ql: interleave(|k, e| v(k, 32 * j + e) & 0x0F),
-                qh: std::array::from_fn(|h| {
-                    std::array::from_fn(|k| {
-                        std::array::from_fn(|i| {
-                            (0..4)
-                                .map(|t| (v(k, 32 * j + 4 * (4 * h + t) + i) >> 4) << (2 * t))
-                                .sum()
-                        })
-                    })
-                }),
+                ql: interleave(|k, b| q6_k_pair(rows[k], j, b)),
+                qh: high_pairs(|k| &rows[k].qh, j),
             }),
         }
     }

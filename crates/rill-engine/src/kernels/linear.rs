@@ -163,14 +163,14 @@ impl QLinear {
         let weights = match t.dtype() {
             // Q4_0 and the K-quants in panels as the file holds them; elsewhere as Q4_1 or Q8_0
             // (Q5_K: left to candle).
-            GgmlDType::Q4_0 if wide => Weights::Q4_0x16(to_panels(&blocks(&bytes)?, kb)),
-            GgmlDType::Q4_0 if eights => Weights::Q4_0x8(to_panels(&blocks(&bytes)?, kb)),
-            GgmlDType::Q4K if wide => Weights::Q4Kx16(to_panels(&blocks(&bytes)?, kb / 8)),
-            GgmlDType::Q4K if eights => Weights::Q4Kx8(to_panels(&blocks(&bytes)?, kb / 8)),
-            GgmlDType::Q5K if wide => Weights::Q5Kx16(to_panels(&blocks(&bytes)?, kb / 8)),
-            GgmlDType::Q5K if eights => Weights::Q5Kx8(to_panels(&blocks(&bytes)?, kb / 8)),
-            GgmlDType::Q6K if wide => Weights::Q6Kx16(to_panels(&blocks(&bytes)?, kb / 8)),
-            GgmlDType::Q6K if eights => Weights::Q6Kx8(to_panels(&blocks(&bytes)?, kb / 8)),
+            GgmlDType::Q4_0 if wide => Weights::Q4_0x16(to_panels(&block_slice(&bytes)?, kb)),
+            GgmlDType::Q4_0 if eights => Weights::Q4_0x8(to_panels(&block_slice(&bytes)?, kb)),
+            GgmlDType::Q4K if wide => Weights::Q4Kx16(to_panels(&block_slice(&bytes)?, kb / 8)),
+            GgmlDType::Q4K if eights => Weights::Q4Kx8(to_panels(&block_slice(&bytes)?, kb / 8)),
+            GgmlDType::Q5K if wide => Weights::Q5Kx16(to_panels(&block_slice(&bytes)?, kb / 8)),
+            GgmlDType::Q5K if eights => Weights::Q5Kx8(to_panels(&block_slice(&bytes)?, kb / 8)),
+            GgmlDType::Q6K if wide => Weights::Q6Kx16(to_panels(&block_slice(&bytes)?, kb / 8)),
+            GgmlDType::Q6K if eights => Weights::Q6Kx8(to_panels(&block_slice(&bytes)?, kb / 8)),
             GgmlDType::Q4_1 => Weights::Q4_1(blocks(&bytes)?),
             GgmlDType::Q8_0 => Weights::Q8_0(blocks(&bytes)?),
             GgmlDType::Q4_0 => Weights::Q4_1(q4_0_as_q4_1(&blocks(&bytes)?)),

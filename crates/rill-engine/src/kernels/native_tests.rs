@@ -18,36 +18,42 @@ fn in_panels(isa: Isa, n_out: usize) -> bool {
 
 #[test]
 fn panels_give_back_the_files_blocks() {
+    /// Every row of `q` in panels of type `P` (of both widths) gives back the file's blocks.
+    fn check<P: Panel<Block: Default>>(q: &QTensor, k: usize, width: usize) {
+        let b: Vec<P::Block> = blocks(&q.data().unwrap()).unwrap();
+        let kb = k / width;
+        let p: Vec<P> = to_panels(&b, kb);
+        for j in 0..q.shape().dims()[0] {
+            let row: Vec<_> = panel_row(&p, kb, j).collect();
+            let bytes = |r: &[P::Block]| {
+                // SAFETY: plain-old-data blocks (see `blocks`), read as bytes to compare.
+                unsafe { std::slice::from_raw_parts(r.as_ptr() as *const u8, size_of_val(r)) }
+                    .to_vec()
+            };
+            assert!(
+                bytes(&row) == bytes(&b[j * kb..(j + 1) * kb]),
+                "{:?} row {j}",
+                q.dtype()
+            );
+        }
+    }
     let mut r = Lcg(51);
     let (n_out, k) = (16, 512);
+    let q = quantized(&mut r, n_out, k, GgmlDType::Q4_1);
+    check::<PanelQ4_1<8>>(&q, k, QK);
+    check::<PanelQ4_1<16>>(&q, k, QK);
     let q = quantized(&mut r, n_out, k, GgmlDType::Q4_0);
-    let b: Vec<BlockQ4_0> = blocks(&q.data().unwrap()).unwrap();
-    let p: Vec<PanelQ4_0<8>> = to_panels(&b, k / QK);
-    for j in 0..n_out {
-        let row: Vec<_> = panel_row(&p, k / QK, j).collect();
-        assert!(row == b[j * k / QK..(j + 1) * k / QK], "Q4_0 row {j}");
-    }
+    check::<PanelQ4_0<8>>(&q, k, QK);
+    check::<PanelQ4_0<16>>(&q, k, QK);
     let q = quantized(&mut r, n_out, k, GgmlDType::Q4K);
-    let b: Vec<BlockQ4K> = blocks(&q.data().unwrap()).unwrap();
-    let p: Vec<PanelQ4K<16>> = to_panels(&b, k / 256);
-    for j in 0..n_out {
-        let row: Vec<_> = panel_row(&p, k / 256, j).collect();
-        assert!(row == b[j * k / 256..(j + 1) * k / 256], "Q4_K row {j}");
-    }
+    check::<PanelQ4K<8>>(&q, k, QK_K);
+    check::<PanelQ4K<16>>(&q, k, QK_K);
     let q = quantized(&mut r, n_out, k, GgmlDType::Q5K);
-    let b: Vec<BlockQ5K> = blocks(&q.data().unwrap()).unwrap();
-    let p: Vec<PanelQ5K<8>> = to_panels(&b, k / 256);
-    for j in 0..n_out {
-        let row: Vec<_> = panel_row(&p, k / 256, j).collect();
-        assert!(row == b[j * k / 256..(j + 1) * k / 256], "Q5_K row {j}");
-    }
+    check::<PanelQ5K<8>>(&q, k, QK_K);
+    check::<PanelQ5K<16>>(&q, k, QK_K);
     let q = quantized(&mut r, n_out, k, GgmlDType::Q6K);
-    let b: Vec<BlockQ6K> = blocks(&q.data().unwrap()).unwrap();
-    let p: Vec<PanelQ6K<8>> = to_panels(&b, k / 256);
-    for j in 0..n_out {
-        let row: Vec<_> = panel_row(&p, k / 256, j).collect();
-        assert!(row == b[j * k / 256..(j + 1) * k / 256], "Q6_K row {j}");
-    }
+    check::<PanelQ6K<8>>(&q, k, QK_K);
+    check::<PanelQ6K<16>>(&q, k, QK_K);
 }
 
 /// Memory is the file's: Q4_0 and Q6_K exactly, Q4_K within 3% (its unpacked sub-block
@@ -209,6 +215,9 @@ fn q8_k_quantises_as_ggml() {
     let mut y = vec![0f32; QK_K];
     (y[5], y[9], y[11]) = (3.0, -3.0, 1.0);
     quantize_q8_k(&y, &mut out[..1]);
-    assert_eq!((out[0].qs[5], out[0].qs[9], out[0].qs[11]), (-127, 127, -42));
+    assert_eq!(
+        (out[0].qs[5], out[0].qs[9], out[0].qs[11]),
+        (-127, 127, -42)
+    );
     assert_eq!(out[0].d, 1.0 / (-127.0f32 / 3.0));
 }

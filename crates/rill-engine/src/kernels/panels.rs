@@ -24,11 +24,6 @@ const _: () = assert!(
         && std::mem::size_of::<PanelQ4_1<16>>() == 16 * std::mem::size_of::<BlockQ4_1>()
 );
 
-/// Element `e` (0..32) of a Q4_1 block.
-pub(crate) fn q4_1_nibble(b: &BlockQ4_1, e: usize) -> u8 {
-    nibble(&b.qs, e)
-}
-
 /// Element `e` (0..32) of 16 bytes of nibbles laid out as Q4_0's and Q4_1's: element j in
 /// the low nibble of byte j, element j + 16 in its high nibble.
 pub(crate) fn nibble(qs: &[u8; QK / 2], e: usize) -> u8 {
@@ -64,7 +59,7 @@ const _: () = assert!(std::mem::size_of::<PanelQ4_0<8>>() == 8 * std::mem::size_
 /// The blocks of a panel's rows at one position, interleaved for a panel kernel.
 pub(crate) trait Panel: Copy + Send + Sync + Sized {
     /// The format of one row's block.
-    type Block: Copy;
+    type Block: Copy + Sync;
     /// The format whose activations the panel is dotted with, a block of them per block.
     type Acts: Quantise;
     /// Weight rows per panel.
@@ -149,7 +144,7 @@ impl<const R: usize> Panel for PanelQ4_1<R> {
         PanelQ4_1 {
             d: std::array::from_fn(|k| rows[k].d),
             m: std::array::from_fn(|k| rows[k].m),
-            qs: interleave(|k, e| q4_1_nibble(rows[k], e)),
+            qs: interleave(|k, b| rows[k].qs[b]),
         }
     }
 
@@ -166,13 +161,22 @@ impl<const R: usize> Panel for PanelQ4_1<R> {
     }
 }
 
-/// `R` rows' 32 nibbles (`nibble(k, e)`: row k's element e) in [`PanelQ4_1`]'s chunks.
-pub(crate) fn interleave<const R: usize>(nibble: impl Fn(usize, usize) -> u8) -> [[[u8; 4]; R]; 4] {
-    std::array::from_fn(|c| {
-        std::array::from_fn(|k| {
-            std::array::from_fn(|i| nibble(k, 4 * c + i) | (nibble(k, 4 * (c + 4) + i) << 4))
-        })
-    })
+/// `R` rows' 32 nibbles in [`PanelQ4_1`]'s chunks, from their bytes as Q4_0 and Q4_1 pair
+/// them (`byte(k, b)`: row k's byte b of 16, element b in its low nibble and b + 16 in its
+/// high one): chunk c's lane k is row k's bytes `4c..4c+4`, so this is a copy.
+/// (Plain loops: nested `array::from_fn` calls were not inlined, and loading a model is
+/// mostly making panels.)
+#[inline(always)]
+pub(crate) fn interleave<const R: usize>(byte: impl Fn(usize, usize) -> u8) -> [[[u8; 4]; R]; 4] {
+    let mut out = [[[0u8; 4]; R]; 4];
+    for k in 0..R {
+        for (c, chunk) in out.iter_mut().enumerate() {
+            for (i, v) in chunk[k].iter_mut().enumerate() {
+                *v = byte(k, 4 * c + i);
+            }
+        }
+    }
+    out
 }
 
 /// Row `k`'s nibbles out of [`interleave`]'s chunks, as a Q4_0 or Q4_1 block holds them.
@@ -198,7 +202,7 @@ impl<const R: usize> Panel for PanelQ4_0<R> {
         assert_eq!(rows.len(), R);
         PanelQ4_0 {
             d: std::array::from_fn(|k| rows[k].d),
-            qs: interleave(|k, e| nibble(&rows[k].qs, e)),
+            qs: interleave(|k, b| rows[k].qs[b]),
         }
     }
 
@@ -302,19 +306,24 @@ impl Kernel for PanelQ8_0<16> {
 }
 
 /// A matrix of `kb` blocks per row (rows a multiple of `P::ROWS`) as panels: panel `p` (rows
-/// `ROWS·p..ROWS·(p+1)`) holds its `kb` blocks one after another.
+/// `ROWS·p..ROWS·(p+1)`) holds its `kb` blocks one after another. Made across rayon's threads
+/// (each panel block on its own, so the result does not depend on how they split): loading a
+/// model is mostly this.
 pub(crate) fn to_panels<P: Panel>(w: &[P::Block], kb: usize) -> Vec<P> {
     let panels = w.len() / kb / P::ROWS;
-    let mut out = Vec::with_capacity(panels * kb);
-    let mut rows = Vec::with_capacity(P::ROWS);
-    for p in 0..panels {
-        for b in 0..kb {
-            rows.clear();
-            rows.extend((0..P::ROWS).map(|k| &w[(P::ROWS * p + k) * kb + b]));
-            out.push(P::new(&rows));
-        }
-    }
-    out
+    (0..panels * kb)
+        .into_par_iter()
+        .with_min_len(256)
+        .map_init(
+            || Vec::with_capacity(P::ROWS),
+            |rows, n| {
+                let (p, b) = (n / kb, n % kb);
+                rows.clear();
+                rows.extend((0..P::ROWS).map(|k| &w[(P::ROWS * p + k) * kb + b]));
+                P::new(rows)
+            },
+        )
+        .collect()
 }
 
 /// Row `j`'s blocks out of a matrix in panels (`kb` blocks per row).

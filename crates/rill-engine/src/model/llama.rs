@@ -117,12 +117,61 @@ fn rope_table(
     Ok(RopeTable { cos, sin, host })
 }
 
+/// Where the weights' bytes come from: a map of the whole file, or the file read.
+pub(crate) enum TensorSource<'a, R> {
+    Mapped(&'a memmap2::Mmap),
+    Read(&'a mut R),
+}
+
+/// Tensor `name` of `ct` out of a map of the whole file, with candle's checks
+/// (`TensorInfo::read`), without reading it into a buffer first. Its pages then leave the map
+/// (they stay in the page cache), so the map never adds a file's worth to the process's RSS.
+fn mapped_tensor(
+    ct: &gguf_file::Content,
+    map: &memmap2::Mmap,
+    name: &str,
+    device: &Device,
+) -> candle_core::Result<QTensor> {
+    let Some(info) = ct.tensor_infos.get(name) else {
+        candle_core::bail!("cannot find tensor info for {name}")
+    };
+    let (elems, block) = (info.shape.elem_count(), info.ggml_dtype.block_size());
+    if !elems.is_multiple_of(block) {
+        candle_core::bail!(
+            "the number of elements {elems} is not divisible by the block size {block}"
+        )
+    }
+    let size = elems / block * info.ggml_dtype.type_size();
+    let start = ct.tensor_data_offset.saturating_add(info.offset);
+    let at = usize::try_from(start)
+        .ok()
+        .filter(|&at| at.checked_add(size).is_some_and(|end| end <= map.len()));
+    let Some(at) = at else {
+        candle_core::bail!(
+            "tensor needs {size} bytes at offset {start}, beyond the end of the file"
+        )
+    };
+    let t = candle_core::quantized::ggml_file::qtensor_from_ggml(
+        info.ggml_dtype,
+        &map[at..at + size],
+        info.shape.dims().to_vec(),
+        device,
+    );
+    #[cfg(unix)]
+    // SAFETY: a read-only map of a file: `MADV_DONTNEED` only drops the range's pages from
+    // this mapping, and a later read of them reads the file again, so nothing is lost (the
+    // advice is unsafe for private or anonymous maps, whose pages would come back zeroed).
+    // The range is inside the map (checked above). Failing, it only leaves the pages mapped.
+    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, size) };
+    t
+}
+
 impl Llama {
     /// Reads the weights of a llama-family GGUF. `context_length` caps the positions (and so
     /// the RoPE tables and the largest cache).
     pub(crate) fn from_gguf<R: std::io::Read + std::io::Seek>(
         ct: &gguf_file::Content,
-        reader: &mut R,
+        source: TensorSource<'_, R>,
         device: &Device,
         family: super::family::Family,
         context_cap: Option<usize>,
@@ -136,8 +185,13 @@ impl Llama {
             && compute == super::Compute::Ours
             && rope_dim <= cfg.head_dim
             && rope_dim % 2 == 0;
+        let mut source = source;
         let mut tensor = |name: &str| -> Result<QTensor> {
-            ct.tensor(reader, name, device).map_err(|e| {
+            let read = match &mut source {
+                TensorSource::Mapped(map) => mapped_tensor(ct, map, name, device),
+                TensorSource::Read(reader) => ct.tensor(*reader, name, device),
+            };
+            read.map_err(|e| {
                 Error::model_file(path, format!("tensor `{name}`: {}", candle_message(&e)))
             })
         };

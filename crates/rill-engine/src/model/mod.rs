@@ -237,22 +237,39 @@ impl Model {
     ) -> Result<Model> {
         let (content, mut reader, len) = read_header(path)?;
         let info = info_of(path, &content, len)?;
+        let family = family::of(&info.architecture)
+            .ok_or_else(|| Error::UnsupportedArchitecture(info.architecture.clone()))?;
+        // On Unix the weights are copied out of a map of the file, not read into a buffer
+        // first and copied again (elsewhere, or where mapping fails, they are read). The map
+        // lives only while the model loads, and each tensor's pages leave it once copied.
+        #[cfg(unix)]
+        // SAFETY: the map is only read, and only here; every tensor is copied out of it. A
+        // file another program shrinks during these seconds could fault (SIGBUS), as with any
+        // mapped model file (llama.cpp's too); one it rewrites gives wrong weights, as a read
+        // would.
+        let map = unsafe { memmap2::Mmap::map(reader.get_ref()) }.ok();
+        #[cfg(not(unix))]
+        let map: Option<memmap2::Mmap> = None;
+        // The tokenizer (a BPE of up to 280,000 merges) is built beside the weights.
+        let (text, weights) = std::thread::scope(|s| {
+            let text = s.spawn(|| check_content(path, &content, &info, path.parent()));
+            let source = match &map {
+                Some(map) => llama::TensorSource::Mapped(map),
+                None => llama::TensorSource::Read(&mut reader),
+            };
+            let weights =
+                Llama::from_gguf(&content, source, device, family, context_cap, path, compute);
+            let text = text
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (text, weights)
+        });
+        drop(map);
         let TextSide {
             tokenizer,
             template,
-        } = check_content(path, &content, &info, path.parent())?;
-        // check_content found the family.
-        let family = family::of(&info.architecture)
-            .ok_or_else(|| Error::UnsupportedArchitecture(info.architecture.clone()))?;
-        let weights = Llama::from_gguf(
-            &content,
-            &mut reader,
-            device,
-            family,
-            context_cap,
-            path,
-            compute,
-        )?;
+        } = text?;
+        let weights = weights?;
         tracing::info!(name = %info.name, quant = %info.quantization, ctx = weights.config().context_length, "model loaded");
         Ok(Model {
             info,
