@@ -142,41 +142,46 @@ impl QLinear {
     /// The matrix, when its format is one the kernels run (Q4_1, Q8_0) and its rows are whole
     /// blocks; `None` leaves it to candle.
     pub fn from_qtensor(t: &QTensor, isa: Isa) -> Option<QLinear> {
-        if !Self::supports(t) {
+        Self::from_raw(t.dtype(), t.shape().dims(), &t.data().ok()?, isa)
+    }
+
+    /// [`from_qtensor`](Self::from_qtensor) from a tensor's format, shape (`[n_out, k]`) and
+    /// bytes as the file holds them (a model's weights come straight from a map of the file).
+    pub fn from_raw(dtype: GgmlDType, dims: &[usize], bytes: &[u8], isa: Isa) -> Option<QLinear> {
+        if !Self::supports_raw(dtype, dims) {
             return None;
         }
         let isa = isa.checked();
-        let &[n_out, k] = t.shape().dims() else {
+        let &[n_out, k] = dims else {
             return None;
         };
         // K-quant rows are whole super-blocks of 256 (a file that says otherwise is not ours).
-        let k_quant = matches!(t.dtype(), GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K);
+        let k_quant = matches!(dtype, GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K);
         if k_quant && k % (8 * QK) != 0 {
             return None;
         }
-        let bytes = t.data().ok()?;
         // Panels where the rows allow them: sixteen rows with AVX-512, else eight with AVX2 for
         // the 4-bit formats and with AVX-VNNI for Q8_0 (without, its byte products would
         // overflow the 256-bit panel kernel's i16).
         let (kb, wide) = (k / QK, isa == Isa::Avx512Vnni && n_out % 16 == 0);
         let eights = isa.avx2() && n_out % 8 == 0;
-        let weights = match t.dtype() {
+        let weights = match dtype {
             // Q4_0 and the K-quants in panels as the file holds them; elsewhere as Q4_1 or Q8_0
             // (Q5_K: left to candle).
-            GgmlDType::Q4_0 if wide => Weights::Q4_0x16(to_panels(&block_slice(&bytes)?, kb)),
-            GgmlDType::Q4_0 if eights => Weights::Q4_0x8(to_panels(&block_slice(&bytes)?, kb)),
-            GgmlDType::Q4K if wide => Weights::Q4Kx16(to_panels(&block_slice(&bytes)?, kb / 8)),
-            GgmlDType::Q4K if eights => Weights::Q4Kx8(to_panels(&block_slice(&bytes)?, kb / 8)),
-            GgmlDType::Q5K if wide => Weights::Q5Kx16(to_panels(&block_slice(&bytes)?, kb / 8)),
-            GgmlDType::Q5K if eights => Weights::Q5Kx8(to_panels(&block_slice(&bytes)?, kb / 8)),
-            GgmlDType::Q6K if wide => Weights::Q6Kx16(to_panels(&block_slice(&bytes)?, kb / 8)),
-            GgmlDType::Q6K if eights => Weights::Q6Kx8(to_panels(&block_slice(&bytes)?, kb / 8)),
-            GgmlDType::Q4_1 => Weights::Q4_1(blocks(&bytes)?),
-            GgmlDType::Q8_0 => Weights::Q8_0(blocks(&bytes)?),
-            GgmlDType::Q4_0 => Weights::Q4_1(q4_0_as_q4_1(&blocks(&bytes)?)),
-            GgmlDType::Q5_0 => Weights::Q8_0(q5_0_as_q8_0(&blocks(&bytes)?)),
-            GgmlDType::Q4K => Weights::Q4_1(q4_k_as_q4_1(&blocks(&bytes)?)),
-            GgmlDType::Q6K => Weights::Q8_0(q6_k_as_q8_0(&bytes, n_out, k)?),
+            GgmlDType::Q4_0 if wide => Weights::Q4_0x16(to_panels(&block_slice(bytes)?, kb)),
+            GgmlDType::Q4_0 if eights => Weights::Q4_0x8(to_panels(&block_slice(bytes)?, kb)),
+            GgmlDType::Q4K if wide => Weights::Q4Kx16(to_panels(&block_slice(bytes)?, kb / 8)),
+            GgmlDType::Q4K if eights => Weights::Q4Kx8(to_panels(&block_slice(bytes)?, kb / 8)),
+            GgmlDType::Q5K if wide => Weights::Q5Kx16(to_panels(&block_slice(bytes)?, kb / 8)),
+            GgmlDType::Q5K if eights => Weights::Q5Kx8(to_panels(&block_slice(bytes)?, kb / 8)),
+            GgmlDType::Q6K if wide => Weights::Q6Kx16(to_panels(&block_slice(bytes)?, kb / 8)),
+            GgmlDType::Q6K if eights => Weights::Q6Kx8(to_panels(&block_slice(bytes)?, kb / 8)),
+            GgmlDType::Q4_1 => Weights::Q4_1(blocks(bytes)?),
+            GgmlDType::Q8_0 => Weights::Q8_0(blocks(bytes)?),
+            GgmlDType::Q4_0 => Weights::Q4_1(q4_0_as_q4_1(&blocks(bytes)?)),
+            GgmlDType::Q5_0 => Weights::Q8_0(q5_0_as_q8_0(&blocks(bytes)?)),
+            GgmlDType::Q4K => Weights::Q4_1(q4_k_as_q4_1(&blocks(bytes)?)),
+            GgmlDType::Q6K => Weights::Q8_0(q6_k_as_q8_0(bytes, n_out, k)?),
             _ => return None,
         };
         if weights.n_blocks() != n_out * kb {
@@ -196,15 +201,20 @@ impl QLinear {
             n_out,
             k,
             isa,
-            file_bytes: t.storage_size_in_bytes(),
+            file_bytes: bytes.len(),
         })
     }
 
     /// Whether [`from_qtensor`](Self::from_qtensor) takes this tensor (without copying it).
     pub fn supports(t: &QTensor) -> bool {
-        matches!(t.shape().dims(), &[_, k] if k > 0 && k % QK == 0)
+        Self::supports_raw(t.dtype(), t.shape().dims())
+    }
+
+    /// [`supports`](Self::supports) by format and shape.
+    pub fn supports_raw(dtype: GgmlDType, dims: &[usize]) -> bool {
+        matches!(dims, &[_, k] if k > 0 && k % QK == 0)
             && matches!(
-                t.dtype(),
+                dtype,
                 GgmlDType::Q4_1
                     | GgmlDType::Q8_0
                     | GgmlDType::Q4_0

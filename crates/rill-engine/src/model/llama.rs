@@ -10,7 +10,7 @@
 //! preallocated tensors written with `slice_set`, and grouped-query attention reshapes the
 //! queries of a KV group into one matrix instead of repeating K and V per head.
 
-use candle_core::quantized::{gguf_file, QTensor};
+use candle_core::quantized::gguf_file;
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
@@ -21,6 +21,7 @@ pub use super::config::LlamaConfig;
 use super::family::Activation;
 pub use super::kv::{KvCache, KV_MIN_CAPACITY};
 use super::parts::{Bias, Embedding, Group, Linear, Norm};
+use super::tensors::{raw_tensor, RawTensor, TensorSource};
 use crate::error::{candle_message, Error, Result};
 
 pub(super) struct Layer {
@@ -117,55 +118,6 @@ fn rope_table(
     Ok(RopeTable { cos, sin, host })
 }
 
-/// Where the weights' bytes come from: a map of the whole file, or the file read.
-pub(crate) enum TensorSource<'a, R> {
-    Mapped(&'a memmap2::Mmap),
-    Read(&'a mut R),
-}
-
-/// Tensor `name` of `ct` out of a map of the whole file, with candle's checks
-/// (`TensorInfo::read`), without reading it into a buffer first. Its pages then leave the map
-/// (they stay in the page cache), so the map never adds a file's worth to the process's RSS.
-fn mapped_tensor(
-    ct: &gguf_file::Content,
-    map: &memmap2::Mmap,
-    name: &str,
-    device: &Device,
-) -> candle_core::Result<QTensor> {
-    let Some(info) = ct.tensor_infos.get(name) else {
-        candle_core::bail!("cannot find tensor info for {name}")
-    };
-    let (elems, block) = (info.shape.elem_count(), info.ggml_dtype.block_size());
-    if !elems.is_multiple_of(block) {
-        candle_core::bail!(
-            "the number of elements {elems} is not divisible by the block size {block}"
-        )
-    }
-    let size = elems / block * info.ggml_dtype.type_size();
-    let start = ct.tensor_data_offset.saturating_add(info.offset);
-    let at = usize::try_from(start)
-        .ok()
-        .filter(|&at| at.checked_add(size).is_some_and(|end| end <= map.len()));
-    let Some(at) = at else {
-        candle_core::bail!(
-            "tensor needs {size} bytes at offset {start}, beyond the end of the file"
-        )
-    };
-    let t = candle_core::quantized::ggml_file::qtensor_from_ggml(
-        info.ggml_dtype,
-        &map[at..at + size],
-        info.shape.dims().to_vec(),
-        device,
-    );
-    #[cfg(unix)]
-    // SAFETY: a read-only map of a file: `MADV_DONTNEED` only drops the range's pages from
-    // this mapping, and a later read of them reads the file again, so nothing is lost (the
-    // advice is unsafe for private or anonymous maps, whose pages would come back zeroed).
-    // The range is inside the map (checked above). Failing, it only leaves the pages mapped.
-    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, size) };
-    t
-}
-
 impl Llama {
     /// Reads the weights of a llama-family GGUF. `context_length` caps the positions (and so
     /// the RoPE tables and the largest cache).
@@ -186,18 +138,17 @@ impl Llama {
             && rope_dim <= cfg.head_dim
             && rope_dim % 2 == 0;
         let mut source = source;
-        let mut tensor = |name: &str| -> Result<QTensor> {
-            let read = match &mut source {
-                TensorSource::Mapped(map) => mapped_tensor(ct, map, name, device),
-                TensorSource::Read(reader) => ct.tensor(*reader, name, device),
-            };
-            read.map_err(|e| {
-                Error::model_file(path, format!("tensor `{name}`: {}", candle_message(&e)))
-            })
+        let failed = |name: &str, e: candle_core::Error| {
+            Error::model_file(path, format!("tensor `{name}`: {}", candle_message(&e)))
         };
+        // A tensor as the file holds it: our kernels make their layout from its bytes, and
+        // what candle runs is made a candle tensor (`qtensor`).
+        let mut raw =
+            |name: &str| raw_tensor(ct, &mut source, name, device).map_err(|e| failed(name, e));
         let factors: Option<Vec<f32>> = match &cfg.rope_factors {
             Some(name) => Some(
-                tensor(name)?
+                raw(name)?
+                    .qtensor()?
                     .dequantize(&Device::Cpu)?
                     .flatten_all()?
                     .to_vec1()?,
@@ -220,33 +171,40 @@ impl Llama {
         if windowed != global && cfg.windows.iter().any(Option::is_some) {
             ropes.push(rope_table(&cfg, rope_dim, windowed, f, device, host)?);
         }
-        let embed_q = tensor("token_embd.weight")?;
+        let embed_raw = raw("token_embd.weight")?;
         let tied = !ct.tensor_infos.contains_key("output.weight");
         // The lookup table stays quantised where our kernels read its format: rows are
         // dequantised as tokens come. When the output projection is the same matrix (tied), the
         // output layer's copy serves both.
-        let ours = host && crate::kernels::QLinear::supports(&embed_q);
+        let ours = host && crate::kernels::QLinear::supports_raw(embed_raw.dtype, &embed_raw.dims);
+        let table = |t: &RawTensor| -> Result<Embedding> {
+            Ok(Embedding::Table(t.qtensor()?.dequantize(device)?))
+        };
         let embed = match (ours, tied) {
             (true, true) => Embedding::Tied,
             (true, false) => {
-                match crate::kernels::QLinear::from_qtensor(&embed_q, crate::kernels::Isa::detect())
-                {
+                let isa = crate::kernels::Isa::detect();
+                let t = &embed_raw;
+                match crate::kernels::QLinear::from_raw(t.dtype, &t.dims, &t.bytes, isa) {
                     Some(q) => Embedding::Quantized(q),
-                    None => Embedding::Table(embed_q.dequantize(device)?),
+                    None => table(t)?,
                 }
             }
-            (false, _) => Embedding::Table(embed_q.dequantize(device)?),
+            (false, _) => table(&embed_raw)?,
         };
         let norm = Norm::new(
-            tensor("output_norm.weight")?,
+            raw("output_norm.weight")?.qtensor()?,
             cfg.rms_eps,
             host,
             cfg.family.llama_cpp_rounding,
         )?;
         // Small models tie the output projection to the embedding.
         let output = match tied {
-            false => Linear::new(tensor("output.weight")?, host)?,
-            true => Linear::new(embed_q, host)?,
+            false => {
+                drop(embed_raw);
+                Linear::new(raw("output.weight")?, host)?
+            }
+            true => Linear::new(embed_raw, host)?,
         };
 
         let mut layers = Vec::with_capacity(cfg.n_layer);
@@ -254,7 +212,7 @@ impl Llama {
             let fused_qkv = ct
                 .tensor_infos
                 .contains_key(&format!("blk.{i}.attn_qkv.weight"));
-            let mut weight = |n: &str| tensor(&format!("blk.{i}.{n}.weight"));
+            let mut weight = |n: &str| raw(&format!("blk.{i}.{n}.weight"));
             let (qw, kw) = (cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim);
             let qkv = match fused_qkv {
                 true => Group::fused(weight("attn_qkv")?, vec![qw, kw, kw], host)?,
@@ -267,7 +225,7 @@ impl Llama {
                 true => {
                     let up = weight("ffn_up")?;
                     // `check_shapes` proved it `[2·ff, hidden]`.
-                    let ff = up.shape().dims()[0] / 2;
+                    let ff = up.dims[0] / 2;
                     Group::fused(up, vec![ff, ff], host)?
                 }
                 false => Group::new(vec![weight("ffn_gate")?, weight("ffn_up")?], host)?,
@@ -278,7 +236,8 @@ impl Llama {
                 false => None,
                 true => {
                     let mut b = |n: &str| -> Result<Tensor> {
-                        Ok(tensor(&format!("blk.{i}.{n}.bias"))?.dequantize(device)?)
+                        let t = raw(&format!("blk.{i}.{n}.bias"))?.qtensor()?;
+                        Ok(t.dequantize(device)?)
                     };
                     let (q, k, v) = (b("attn_q")?, b("attn_k")?, b("attn_v")?);
                     let on_host = match host {
@@ -296,7 +255,7 @@ impl Llama {
             // Every norm of the layer, by its tensor's name.
             let mut norm = |n: &str| -> Result<Norm> {
                 Norm::new(
-                    tensor(&format!("blk.{i}.{n}.weight"))?,
+                    raw(&format!("blk.{i}.{n}.weight"))?.qtensor()?,
                     cfg.rms_eps,
                     host,
                     cfg.family.llama_cpp_rounding,

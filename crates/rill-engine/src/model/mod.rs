@@ -16,6 +16,7 @@ mod kv;
 pub mod llama;
 mod ops;
 mod parts;
+mod tensors;
 
 use std::fs::File;
 use std::io::{BufReader, Read};
@@ -254,8 +255,8 @@ impl Model {
         let (text, weights) = std::thread::scope(|s| {
             let text = s.spawn(|| check_content(path, &content, &info, path.parent()));
             let source = match &map {
-                Some(map) => llama::TensorSource::Mapped(map),
-                None => llama::TensorSource::Read(&mut reader),
+                Some(map) => tensors::TensorSource::Mapped(map),
+                None => tensors::TensorSource::Read(&mut reader),
             };
             let weights =
                 Llama::from_gguf(&content, source, device, family, context_cap, path, compute);

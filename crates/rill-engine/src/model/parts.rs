@@ -7,6 +7,7 @@ use candle_core::{DType, Device, Module, Tensor};
 use candle_transformers::quantized_nn::RmsNorm;
 
 use super::ops;
+use super::tensors::RawTensor;
 use crate::error::Result;
 
 /// A linear layer: our kernels where they run the format (CPU; Q4_0, Q4_1, Q5_0, Q8_0, Q4_K,
@@ -18,15 +19,13 @@ pub(super) enum Linear {
 
 impl Linear {
     /// Our kernels when `host` (a CPU model on Rill's own path) and they read the format.
-    pub(super) fn new(t: QTensor, host: bool) -> Result<Linear> {
+    pub(super) fn new(t: RawTensor, host: bool) -> Result<Linear> {
         if host {
-            if let Some(l) =
-                crate::kernels::QLinear::from_qtensor(&t, crate::kernels::Isa::detect())
-            {
+            if let Some(l) = ours(&t) {
                 return Ok(Linear::Ours(l));
             }
         }
-        Ok(Linear::Candle(QMatMul::from_qtensor(t)?))
+        Ok(Linear::Candle(QMatMul::from_qtensor(t.qtensor()?)?))
     }
 
     /// Bytes of weights one product reads, and the bytes they take in the file.
@@ -60,6 +59,11 @@ impl Linear {
         }
         Ok(())
     }
+}
+
+/// The matrix on our kernels, made from the file's bytes, where they run its format.
+fn ours(t: &RawTensor) -> Option<crate::kernels::QLinear> {
+    crate::kernels::QLinear::from_raw(t.dtype, &t.dims, &t.bytes, crate::kernels::Isa::detect())
 }
 
 /// Bytes of a candle matrix's weights.
@@ -154,13 +158,9 @@ pub(super) enum Group {
 }
 
 impl Group {
-    pub(super) fn new(parts: Vec<QTensor>, host: bool) -> Result<Group> {
+    pub(super) fn new(parts: Vec<RawTensor>, host: bool) -> Result<Group> {
         if host {
-            let isa = crate::kernels::Isa::detect();
-            let ours: Option<Vec<_>> = parts
-                .iter()
-                .map(|t| crate::kernels::QLinear::from_qtensor(t, isa))
-                .collect();
+            let ours: Option<Vec<_>> = parts.iter().map(ours).collect();
             if let Some(ours) = ours {
                 let widths = ours.iter().map(|l| l.n_out()).collect();
                 if let Some(stacked) = crate::kernels::QLinear::stack(ours) {
@@ -178,15 +178,13 @@ impl Group {
 
     /// One tensor holding the parts (`widths` of output each, in order): Phi-3's `attn_qkv`
     /// and gate-up `ffn_up`. On our kernels it is a stacked group as it lies.
-    pub(super) fn fused(t: QTensor, widths: Vec<usize>, host: bool) -> Result<Group> {
+    pub(super) fn fused(t: RawTensor, widths: Vec<usize>, host: bool) -> Result<Group> {
         if host {
-            if let Some(l) =
-                crate::kernels::QLinear::from_qtensor(&t, crate::kernels::Isa::detect())
-            {
+            if let Some(l) = ours(&t) {
                 return Ok(Group::Stacked(l, widths));
             }
         }
-        Ok(Group::Fused(QMatMul::from_qtensor(t)?, widths))
+        Ok(Group::Fused(QMatMul::from_qtensor(t.qtensor()?)?, widths))
     }
 
     /// Bytes of weights one product of the group reads, and the bytes they take in the file.

@@ -1,0 +1,165 @@
+//! Where a model's tensors come from: a memory map of the file (on Unix), or the file read.
+//! A tensor is handed out as it lies in the file ([`RawTensor`]: format, shape, bytes), so our
+//! kernels make their panels straight from the mapped bytes, and only what candle runs
+//! becomes a candle tensor (one copy more).
+
+use std::borrow::Cow;
+use std::io::{Read, Seek, SeekFrom};
+
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use candle_core::Device;
+
+/// Where the weights' bytes come from: a map of the whole file, or the file read.
+pub(crate) enum TensorSource<'a, R> {
+    Mapped(&'a memmap2::Mmap),
+    Read(&'a mut R),
+}
+
+/// One tensor as the file holds it. Borrowed from a map, its pages leave the map when it is
+/// dropped (they stay in the page cache), so the map never adds a file's worth to the RSS.
+pub(crate) struct RawTensor<'a> {
+    pub(crate) dtype: GgmlDType,
+    pub(crate) dims: Vec<usize>,
+    pub(crate) bytes: Cow<'a, [u8]>,
+    device: Device,
+    /// The map and the tensor's offset in it, when borrowed from one.
+    mapped: Option<(&'a memmap2::Mmap, usize)>,
+}
+
+impl RawTensor<'_> {
+    /// As a candle tensor on the model's device (a copy of the bytes).
+    pub(crate) fn qtensor(&self) -> candle_core::Result<QTensor> {
+        candle_core::quantized::ggml_file::qtensor_from_ggml(
+            self.dtype,
+            &self.bytes,
+            self.dims.clone(),
+            &self.device,
+        )
+    }
+}
+
+impl Drop for RawTensor<'_> {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some((map, at)) = self.mapped {
+            // SAFETY: a read-only map of a file: `MADV_DONTNEED` only drops the range's pages
+            // from this mapping, and a later read of them reads the file again, so nothing is
+            // lost (the advice is unsafe for private or anonymous maps, whose pages would come
+            // back zeroed). The range is inside the map (checked when it was made), and the
+            // bytes borrowed from it end with this value. Failing, it only leaves the pages
+            // mapped.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, self.bytes.len())
+            };
+        }
+    }
+}
+
+/// Tensor `name` of `ct`, with candle's checks (`TensorInfo::read`): its size from its shape
+/// and format, and its bytes inside the file.
+pub(crate) fn raw_tensor<'a, R: Read + Seek>(
+    ct: &gguf_file::Content,
+    source: &mut TensorSource<'a, R>,
+    name: &str,
+    device: &Device,
+) -> candle_core::Result<RawTensor<'a>> {
+    let Some(info) = ct.tensor_infos.get(name) else {
+        candle_core::bail!("cannot find tensor info for {name}")
+    };
+    let (elems, block) = (info.shape.elem_count(), info.ggml_dtype.block_size());
+    if !elems.is_multiple_of(block) {
+        candle_core::bail!(
+            "the number of elements {elems} is not divisible by the block size {block}"
+        )
+    }
+    let size = elems / block * info.ggml_dtype.type_size();
+    let start = ct.tensor_data_offset.saturating_add(info.offset);
+    let beyond = || {
+        candle_core::Error::Msg(format!(
+            "tensor needs {size} bytes at offset {start}, beyond the end of the file"
+        ))
+    };
+    let (bytes, mapped) = match source {
+        TensorSource::Mapped(map) => {
+            let map: &'a memmap2::Mmap = map;
+            let at = usize::try_from(start)
+                .ok()
+                .filter(|&at| at.checked_add(size).is_some_and(|end| end <= map.len()))
+                .ok_or_else(beyond)?;
+            (Cow::Borrowed(&map[at..at + size]), Some((map, at)))
+        }
+        TensorSource::Read(reader) => {
+            let len = reader.seek(SeekFrom::End(0))?;
+            if (size as u64) > len.saturating_sub(start) {
+                return Err(beyond());
+            }
+            let mut bytes = vec![0u8; size];
+            reader.seek(SeekFrom::Start(start))?;
+            reader.read_exact(&mut bytes)?;
+            (Cow::Owned(bytes), None)
+        }
+    };
+    Ok(RawTensor {
+        dtype: info.ggml_dtype,
+        dims: info.shape.dims().to_vec(),
+        bytes,
+        device: device.clone(),
+        mapped,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A family's test model (`scripts/make-test-models.py`, which `make test` runs).
+    fn test_model(name: &str) -> std::path::PathBuf {
+        let dir = std::env::var_os("RILL_TEST_MODELS").map_or_else(
+            || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/test-models"),
+            Into::into,
+        );
+        dir.join(format!("{name}.gguf"))
+    }
+
+    /// Every tensor of a file whose formats are mixed (Q4_K, Q6_K, Q5_0, F32) comes out of the
+    /// map as the file read gives it, and one said to lie past the end is refused by both.
+    #[test]
+    fn mapped_and_read_tensors_are_the_same_bytes() {
+        let path = test_model("qwen2-test.Q4_K_M");
+        let mut file = std::fs::File::open(&path).expect("run scripts/make-test-models.py");
+        let mut ct = gguf_file::Content::read(&mut file).unwrap();
+        // SAFETY: a test's own file, only read.
+        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        let names: Vec<String> = ct.tensor_infos.keys().cloned().collect();
+        let mut dtypes = std::collections::BTreeSet::new();
+        for name in &names {
+            let a = raw_tensor(
+                &ct,
+                &mut TensorSource::<std::fs::File>::Mapped(&map),
+                name,
+                &Device::Cpu,
+            )
+            .unwrap();
+            let b =
+                raw_tensor(&ct, &mut TensorSource::Read(&mut file), name, &Device::Cpu).unwrap();
+            assert_eq!((a.dtype, &a.dims), (b.dtype, &b.dims), "{name}");
+            assert!(a.bytes == b.bytes, "{name}");
+            assert!(matches!(a.bytes, Cow::Borrowed(_)) && a.mapped.is_some());
+            dtypes.insert(format!("{:?}", a.dtype));
+        }
+        assert!(dtypes.len() >= 3, "{dtypes:?}");
+        let name = &names[0];
+        ct.tensor_infos.get_mut(name).unwrap().offset = map.len() as u64;
+        let mapped = raw_tensor(
+            &ct,
+            &mut TensorSource::<std::fs::File>::Mapped(&map),
+            name,
+            &Device::Cpu,
+        );
+        let read = raw_tensor(&ct, &mut TensorSource::Read(&mut file), name, &Device::Cpu);
+        for e in [mapped.err(), read.err()] {
+            let e = e.expect("refused").to_string();
+            assert!(e.contains("beyond the end of the file"), "{e}");
+        }
+    }
+}
