@@ -328,6 +328,15 @@ impl QLinear {
         out
     }
 
+    /// Whether [`stack`](Self::stack) takes these: the same input width, instruction set,
+    /// format and layout.
+    pub fn stackable(parts: &[QLinear]) -> bool {
+        parts.windows(2).all(|w| {
+            (w[0].k, w[0].isa) == (w[1].k, w[1].isa)
+                && std::mem::discriminant(&w[0].weights) == std::mem::discriminant(&w[1].weights)
+        })
+    }
+
     /// Stacks matrices that read the same input (q, k and v; gate and up) into one, so one call
     /// quantises the input once and hands the threads one job. `None` unless all share the
     /// format, the input width and the instruction set.

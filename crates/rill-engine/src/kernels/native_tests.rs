@@ -1,10 +1,46 @@
-//! The formats that run as the file holds them, in panels (Q4_0, Q4_K, Q5_K and Q6_K): their layout
-//! gives back the file's blocks, takes no more memory than the file (plus the K-quants' unpacked
-//! scales), and their kernels agree with the scalar reference and with each other on every
-//! instruction set this CPU has.
+//! The formats that run as the file holds them, in panels (Q4_0, Q4_K, Q5_K and Q6_K): their
+//! layout gives back the file's blocks, takes no more memory than the file (plus the K-quants'
+//! unpacked scales), and their kernels agree with the scalar reference and with each other on
+//! every instruction set this CPU has; the Q8_K quantiser; and `QLinear::reference`, the
+//! scalar reference of every layout, which the kernel tests of both files use.
 
 use super::tests::Lcg;
 use super::*;
+
+impl QLinear {
+    /// Row `j` · the activation row `xs`, by the scalar reference of whatever layout holds it.
+    pub(crate) fn reference(&self, j: usize, xs: &[f32]) -> f32 {
+        let kb = self.k / QK;
+        let (mut a1, mut a8, mut ak) = (
+            vec![BlockQ8_1::default(); kb],
+            vec![BlockQ8_0::default(); kb],
+            vec![BlockQ8K::default(); self.k / QK_K],
+        );
+        quantize_q8_1(xs, &mut a1);
+        quantize_q8_0(xs, &mut a8);
+        quantize_q8_k(xs, &mut ak);
+        fn dot<P: Panel>(w: &[P], kb: usize, j: usize, a: &[Act<P>]) -> f32 {
+            P::dot_ref(&panel_row(w, kb, j).collect::<Vec<_>>(), a)
+        }
+        let kbk = self.k / QK_K;
+        match &self.weights {
+            Weights::Q4_1(w) => dot_q4_1_q8_1_scalar(&w[j * kb..(j + 1) * kb], &a1),
+            Weights::Q8_0(w) => dot_q8_0_q8_0_scalar(&w[j * kb..(j + 1) * kb], &a8),
+            Weights::Q4_1x8(w) => dot(w, kb, j, &a1),
+            Weights::Q4_1x16(w) => dot(w, kb, j, &a1),
+            Weights::Q4_0x8(w) => dot(w, kb, j, &a1),
+            Weights::Q4_0x16(w) => dot(w, kb, j, &a1),
+            Weights::Q4Kx8(w) => dot(w, kbk, j, &ak),
+            Weights::Q4Kx16(w) => dot(w, kbk, j, &ak),
+            Weights::Q5Kx8(w) => dot(w, kbk, j, &ak),
+            Weights::Q5Kx16(w) => dot(w, kbk, j, &ak),
+            Weights::Q6Kx8(w) => dot(w, kbk, j, &ak),
+            Weights::Q6Kx16(w) => dot(w, kbk, j, &ak),
+            Weights::Q8_0x8(w) => dot(w, kb, j, &a8),
+            Weights::Q8_0x16(w) => dot(w, kb, j, &a8),
+        }
+    }
+}
 
 fn quantized(r: &mut Lcg, n_out: usize, k: usize, dtype: GgmlDType) -> QTensor {
     let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();

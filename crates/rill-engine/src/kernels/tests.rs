@@ -3,41 +3,6 @@
 
 use super::*;
 
-impl QLinear {
-    /// Row `j` · the activation row `xs`, by the scalar reference of whatever layout holds it.
-    pub(crate) fn reference(&self, j: usize, xs: &[f32]) -> f32 {
-        let kb = self.k / QK;
-        let (mut a1, mut a8, mut ak) = (
-            vec![BlockQ8_1::default(); kb],
-            vec![BlockQ8_0::default(); kb],
-            vec![BlockQ8K::default(); self.k / QK_K],
-        );
-        quantize_q8_1(xs, &mut a1);
-        quantize_q8_0(xs, &mut a8);
-        quantize_q8_k(xs, &mut ak);
-        fn dot<P: Panel>(w: &[P], kb: usize, j: usize, a: &[Act<P>]) -> f32 {
-            P::dot_ref(&panel_row(w, kb, j).collect::<Vec<_>>(), a)
-        }
-        let kbk = self.k / QK_K;
-        match &self.weights {
-            Weights::Q4_1(w) => dot_q4_1_q8_1_scalar(&w[j * kb..(j + 1) * kb], &a1),
-            Weights::Q8_0(w) => dot_q8_0_q8_0_scalar(&w[j * kb..(j + 1) * kb], &a8),
-            Weights::Q4_1x8(w) => dot(w, kb, j, &a1),
-            Weights::Q4_1x16(w) => dot(w, kb, j, &a1),
-            Weights::Q4_0x8(w) => dot(w, kb, j, &a1),
-            Weights::Q4_0x16(w) => dot(w, kb, j, &a1),
-            Weights::Q4Kx8(w) => dot(w, kbk, j, &ak),
-            Weights::Q4Kx16(w) => dot(w, kbk, j, &ak),
-            Weights::Q5Kx8(w) => dot(w, kbk, j, &ak),
-            Weights::Q5Kx16(w) => dot(w, kbk, j, &ak),
-            Weights::Q6Kx8(w) => dot(w, kbk, j, &ak),
-            Weights::Q6Kx16(w) => dot(w, kbk, j, &ak),
-            Weights::Q8_0x8(w) => dot(w, kb, j, &a8),
-            Weights::Q8_0x16(w) => dot(w, kb, j, &a8),
-        }
-    }
-}
-
 /// A small deterministic generator (the tests need no `rand`).
 pub(crate) struct Lcg(pub u64);
 impl Lcg {
@@ -470,7 +435,9 @@ fn a_stacked_matrix_gives_each_part(rows: [usize; 3]) {
         .iter()
         .map(|(_, t)| lin(t).forward(&x).unwrap().to_vec2().unwrap())
         .collect();
-    let stacked = QLinear::stack(parts.iter().map(|(_, t)| lin(t)).collect()).unwrap();
+    let same: Vec<QLinear> = parts.iter().map(|(_, t)| lin(t)).collect();
+    assert!(QLinear::stackable(&same));
+    let stacked = QLinear::stack(same).unwrap();
     let widths: Vec<usize> = parts.iter().map(|(n, _)| *n).collect();
     let outs = stacked.forward_parts(&x, &widths).unwrap();
     for (o, a) in outs.iter().zip(&alone) {
@@ -482,7 +449,8 @@ fn a_stacked_matrix_gives_each_part(rows: [usize; 3]) {
         Isa::detect(),
     )
     .unwrap();
-    assert!(QLinear::stack(vec![lin(&parts[0].1), q8]).is_none());
+    let mixed = vec![lin(&parts[0].1), q8];
+    assert!(!QLinear::stackable(&mixed) && QLinear::stack(mixed).is_none());
 }
 
 #[test]

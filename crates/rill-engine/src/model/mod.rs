@@ -197,7 +197,7 @@ fn check_content(
     })
 }
 
-/// Runs every check [`Model::load`] makes before reading weights on a GGUF file held in
+/// Runs every check [`Model::load`] makes besides reading the weights on a GGUF file held in
 /// `reader` (`len` bytes; `path` only names it in errors). For tests that feed the loader
 /// crafted and mutated headers: whatever the bytes, this returns, never panics.
 pub fn check<R: std::io::Read + std::io::Seek>(
@@ -240,11 +240,12 @@ impl Model {
         let info = info_of(path, &content, len)?;
         let family = family::of(&info.architecture)
             .ok_or_else(|| Error::UnsupportedArchitecture(info.architecture.clone()))?;
-        // On Unix the weights are copied out of a map of the file, not read into a buffer
-        // first and copied again (elsewhere, or where mapping fails, they are read). The map
-        // lives only while the model loads, and each tensor's pages leave it once copied.
+        // On Unix the weights come from a map of the file: our kernels' panels are made from
+        // its bytes, and what candle runs is copied out of it (elsewhere, or where mapping
+        // fails, the file is read). The map lives only while the model loads, and each
+        // tensor's pages leave it once that tensor is made.
         #[cfg(unix)]
-        // SAFETY: the map is only read, and only here; every tensor is copied out of it. A
+        // SAFETY: the map is only read, and only here; nothing made from it keeps it. A
         // file another program shrinks during these seconds could fault (SIGBUS), as with any
         // mapped model file (llama.cpp's too); one it rewrites gives wrong weights, as a read
         // would.

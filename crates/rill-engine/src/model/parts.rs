@@ -163,6 +163,11 @@ impl Group {
             let ours: Option<Vec<_>> = parts.iter().map(ours).collect();
             if let Some(ours) = ours {
                 let widths = ours.iter().map(|l| l.n_out()).collect();
+                if !crate::kernels::QLinear::stackable(&ours) {
+                    // Formats that differ (Q4_K_M's Q4_K q and k beside a Q6_K v): apart, as
+                    // made, not made again.
+                    return Ok(Group::Apart(ours.into_iter().map(Linear::Ours).collect()));
+                }
                 if let Some(stacked) = crate::kernels::QLinear::stack(ours) {
                     return Ok(Group::Stacked(stacked, widths));
                 }
