@@ -196,7 +196,7 @@ macro_rules! k_tile {
             w: *const $panel,
             kb: usize,
             a: *const BlockQ8K,
-            _ad: *const f32,
+            ad: *const f32,
             _s: *const f32,
         ) -> [__m512; C] {
             let mut acc = [_mm512_setzero_ps(); C];
@@ -218,7 +218,7 @@ macro_rules! k_tile {
                 }
                 let (dw, mw) = (scales(&p.d), scales(&p.dmin));
                 for c in 0..C {
-                    let da = _mm512_set1_ps((*a.add(c * kb + sb)).d);
+                    let da = _mm512_set1_ps(*ad.add(c * kb + sb));
                     let (tf, mf) = (_mm512_cvtepi32_ps(t[c]), _mm512_cvtepi32_ps(mins[c]));
                     acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), tf, acc[c]);
                     acc[c] = _mm512_fnmadd_ps(_mm512_mul_ps(mw, da), mf, acc[c]);
@@ -239,7 +239,7 @@ unsafe fn tile_q6_k<const C: usize>(
     w: *const PanelQ6K<16>,
     kb: usize,
     a: *const BlockQ8K,
-    _ad: *const f32,
+    ad: *const f32,
     _s: *const f32,
 ) -> [__m512; C] {
     let mut acc = [_mm512_setzero_ps(); C];
@@ -262,7 +262,7 @@ unsafe fn tile_q6_k<const C: usize>(
         }
         let dw = scales(&p.d);
         for (c, (acc, t)) in acc.iter_mut().zip(t).enumerate() {
-            let da = _mm512_set1_ps((*a.add(c * kb + sb)).d);
+            let da = _mm512_set1_ps(*ad.add(c * kb + sb));
             *acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(t), *acc);
         }
     }

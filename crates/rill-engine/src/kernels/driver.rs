@@ -120,7 +120,8 @@ impl Format for BlockQ8_0 {
     }
 }
 
-/// The K-quants' activations: Q8_K, one scale per 256.
+/// The K-quants' activations: Q8_K, one scale per 256 (its `d`, which the K-quant tiles read
+/// from the driver's `d`; they take no `s`).
 impl Quantise for BlockQ8K {
     type Act = BlockQ8K;
     const ACT_QK: usize = QK_K;

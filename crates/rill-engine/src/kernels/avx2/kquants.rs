@@ -125,7 +125,7 @@ macro_rules! k_tile {
             w: *const $panel,
             kb: usize,
             a: *const BlockQ8K,
-            _ad: *const f32,
+            ad: *const f32,
             _s: *const f32,
         ) -> [__m256; C] {
             let mut acc = [_mm256_setzero_ps(); C];
@@ -148,7 +148,7 @@ macro_rules! k_tile {
                 let dw = _mm256_cvtph_ps(_mm_loadu_si128(p.d.as_ptr() as *const __m128i));
                 let mw = _mm256_cvtph_ps(_mm_loadu_si128(p.dmin.as_ptr() as *const __m128i));
                 for c in 0..C {
-                    let da = _mm256_set1_ps((*a.add(c * kb + sb)).d);
+                    let da = _mm256_set1_ps(*ad.add(c * kb + sb));
                     let (tf, mf) = (_mm256_cvtepi32_ps(t[c]), _mm256_cvtepi32_ps(mins[c]));
                     acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), tf, acc[c]);
                     acc[c] = _mm256_fnmadd_ps(_mm256_mul_ps(mw, da), mf, acc[c]);
@@ -171,7 +171,7 @@ unsafe fn panel_tile_q6_k<const C: usize, const VNNI: bool>(
     w: *const PanelQ6K<8>,
     kb: usize,
     a: *const BlockQ8K,
-    _ad: *const f32,
+    ad: *const f32,
     _s: *const f32,
 ) -> [__m256; C] {
     let mut acc = [_mm256_setzero_ps(); C];
@@ -197,7 +197,7 @@ unsafe fn panel_tile_q6_k<const C: usize, const VNNI: bool>(
         }
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(p.d.as_ptr() as *const __m128i));
         for c in 0..C {
-            let da = _mm256_set1_ps((*a.add(c * kb + sb)).d);
+            let da = _mm256_set1_ps(*ad.add(c * kb + sb));
             acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(t[c]), acc[c]);
         }
     }
