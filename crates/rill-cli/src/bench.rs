@@ -69,6 +69,8 @@ struct Report {
     background: usize,
     /// Positions in the cache before the measured prompt (`--depth`).
     depth: usize,
+    /// How the KV cache stores keys and values (`--kv-cache`).
+    kv_cache: &'static str,
     prompt_tokens: usize,
     gen_tokens: usize,
     prefill_tps: f64,
@@ -118,6 +120,7 @@ impl Report {
             streams: a.streams,
             background: a.background,
             depth: 0,
+            kv_cache: a.model.kv_cache.name(),
             prompt_tokens,
             gen_tokens: a.gen_tokens,
             prefill_tps: results.iter().map(|r| r.prefill_tps).sum::<f64>()
@@ -391,8 +394,8 @@ fn print_report(a: &BenchArgs, m: &rill_engine::ModelInfo, report: &Report) -> R
             report.streams, report.background
         );
         println!(
-            "prefill      {:.1} tok/s  ({} prompt tokens after {} in the cache)",
-            report.prefill_tps, report.prompt_tokens, report.depth
+            "prefill      {:.1} tok/s  ({} prompt tokens after {} in the {} cache)",
+            report.prefill_tps, report.prompt_tokens, report.depth, report.kv_cache
         );
         println!(
             "decode       {:.1} tok/s  ({} tokens per stream, summed over streams)",

@@ -15,7 +15,8 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use rill_engine::{
-    DeviceKind, Engine, EngineConfig, Event, GenerateRequest, Message, Prompt, SamplingParams,
+    DeviceKind, Engine, EngineConfig, Event, GenerateRequest, KvType, Message, Prompt,
+    SamplingParams,
 };
 
 #[derive(Parser)]
@@ -77,6 +78,14 @@ pub(crate) struct ModelArgs {
     /// Cap on the context window, in tokens (default: the model's, at most 8192).
     #[arg(long)]
     ctx_size: Option<usize>,
+    /// How the KV cache stores keys and values: f16, or q8_0 (8-bit, about half the memory
+    /// for long contexts; CPU only), as llama.cpp's --cache-type-k/-v.
+    #[arg(long, default_value = "f16", value_parser = parse_kv_cache)]
+    kv_cache: KvType,
+}
+
+fn parse_kv_cache(s: &str) -> Result<KvType, String> {
+    KvType::parse(s).map_err(|e| e.to_string())
 }
 
 impl ModelArgs {
@@ -93,6 +102,7 @@ impl ModelArgs {
             device,
             threads: self.threads,
             context_size: self.ctx_size,
+            kv_cache: self.kv_cache,
             ..EngineConfig::new(model)
         };
         Ok(Engine::start(config)?)

@@ -50,7 +50,7 @@ pub use engine::{
     Generation, Handle, Overflow, PreviewRequest, Prompt, Timings, Usage, MAX_PRIORITY,
 };
 pub use error::{Error, Result};
-pub use model::{inspect, ModelInfo};
+pub use model::{inspect, KvType, ModelInfo};
 pub use sampler::{Candidate, Distribution, SamplingParams, Shaped};
 pub use scheduler::SequenceState;
 pub use stop::StopReason;

@@ -15,9 +15,10 @@
 
 use std::cell::RefCell;
 
-use half::{f16, slice::HalfFloatSliceExt};
+use half::f16;
 use rayon::prelude::*;
 
+use super::kv_rows::{KvRows, Q8_BLOCK};
 use crate::kernels::Isa;
 
 /// Heads and sizes of one attention layer.
@@ -106,12 +107,13 @@ impl Rope {
 }
 
 /// Keys and values of one layer for one sequence, `[position][kv head][head_dim]`, in f16 (as
-/// llama.cpp keeps them): half the memory and half the reads of f32. They start at position
-/// `start` (0 but in a windowed layer, which drops what its window no longer sees).
+/// llama.cpp keeps them: half the memory and half the reads of f32) or in 8-bit blocks
+/// (`kv_rows.rs`). They start at position `start` (0 but in a windowed layer, which drops what
+/// its window no longer sees).
 #[derive(Default)]
 pub struct LayerKv {
-    pub k: Vec<f16>,
-    pub v: Vec<f16>,
+    pub k: KvRows,
+    pub v: KvRows,
     pub start: usize,
 }
 
@@ -222,11 +224,10 @@ fn group(
     let (scale, cap) = (how.scale, (how.softcap, how.f16_weights));
     let n_keys = keys_at.len();
     let at = (keys_at.start - kv.start) * stride + g * hd;
-    let (keys, values) = (&kv.k[at..], &kv.v[at..]);
     #[cfg(target_arch = "x86_64")]
     if isa.avx2() && hd % 8 == 0 {
-        // Up to four heads at a time: each key and value row is converted from f16 once for
-        // all of them.
+        // Up to four heads at a time: each key and value row is converted once for all of
+        // them.
         let heads = q.len() / hd;
         let mut h = 0;
         while h < heads {
@@ -234,16 +235,27 @@ fn group(
             let (qs, ys) = (&q[h * hd..(h + n) * hd], &mut y[h * hd..(h + n) * hd]);
             scores.clear();
             scores.resize(n * n_keys, 0.0);
+            let rows = match (&kv.k, &kv.v) {
+                (KvRows::F16(k), KvRows::F16(v)) => avx2::Rows::F16(&k[at..], &v[at..]),
+                (KvRows::Q8 { q: kq, d: kd }, KvRows::Q8 { q: vq, d: vd }) => avx2::Rows::Q8(
+                    &kq[at..],
+                    &kd[at / Q8_BLOCK..],
+                    &vq[at..],
+                    &vd[at / Q8_BLOCK..],
+                ),
+                _ => unreachable!("a layer's keys and values are stored alike (kv.rs)"),
+            };
             // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C; every
             // key and value row read is `hd` values inside the first `n_keys` positions of the
-            // cache (`attend` asserts the cache holds them), `hd % 8 == 0`, and `qs`, `ys` and
-            // `scores` hold `n` heads.
+            // cache (`attend` asserts the cache holds them), `hd % 8 == 0` (and a multiple of
+            // 32 in an 8-bit store, whose rows are whole blocks), and `qs`, `ys` and `scores`
+            // hold `n` heads.
             unsafe {
                 match n {
-                    4 => avx2::heads::<4>(qs, keys, values, stride, scale, cap, scores, ys),
-                    3 => avx2::heads::<3>(qs, keys, values, stride, scale, cap, scores, ys),
-                    2 => avx2::heads::<2>(qs, keys, values, stride, scale, cap, scores, ys),
-                    _ => avx2::heads::<1>(qs, keys, values, stride, scale, cap, scores, ys),
+                    4 => avx2::heads::<4>(qs, rows, stride, scale, cap, scores, ys),
+                    3 => avx2::heads::<3>(qs, rows, stride, scale, cap, scores, ys),
+                    2 => avx2::heads::<2>(qs, rows, stride, scale, cap, scores, ys),
+                    _ => avx2::heads::<1>(qs, rows, stride, scale, cap, scores, ys),
                 }
             }
             h += n;
@@ -254,7 +266,7 @@ fn group(
     scores.clear();
     scores.resize(n_keys, 0.0);
     for (q, y) in q.chunks_exact(hd).zip(y.chunks_exact_mut(hd)) {
-        head(q, keys, values, stride, scale, cap, scores, y);
+        head(q, (&kv.k, &kv.v, at), stride, scale, cap, scores, y);
     }
 }
 
@@ -267,13 +279,12 @@ fn softcap(scores: &mut [f32], cap: Option<f32>) {
     }
 }
 
-/// One query head over the keys and values of its KV head (`scores.len()` rows of `stride`),
-/// the scalar reference.
+/// One query head over the keys and values of its KV head (`scores.len()` rows of `stride`
+/// values from value `at`), the scalar reference.
 #[allow(clippy::too_many_arguments)]
 fn head(
     q: &[f32],
-    keys: &[f16],
-    values: &[f16],
+    (keys, values, at): (&KvRows, &KvRows, usize),
     stride: usize,
     scale: f32,
     (cap, f16_weights): (Option<f32>, bool),
@@ -285,7 +296,7 @@ fn head(
     // F16C, or ARM's fp16), not element by element.
     let mut row = vec![0f32; hd];
     for (j, s) in scores.iter_mut().enumerate() {
-        keys[j * stride..][..hd].convert_to_f32_slice(&mut row);
+        keys.read(at + j * stride, &mut row);
         *s = q.iter().zip(&row).map(|(a, b)| a * b).sum::<f32>() * scale;
     }
     softcap(scores, cap);
@@ -304,7 +315,7 @@ fn head(
     }
     y.fill(0.0);
     for (j, &p) in scores.iter().enumerate() {
-        values[j * stride..][..hd].convert_to_f32_slice(&mut row);
+        values.read(at + j * stride, &mut row);
         for (o, &x) in y.iter_mut().zip(&row) {
             *o += p * x;
         }
@@ -313,230 +324,8 @@ fn head(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use super::super::ops::avx2::exp;
-    use half::f16;
-    use std::arch::x86_64::*;
-
-    /// Eight f16 from `p` as f32.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn load8(p: *const f16) -> __m256 {
-        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
-    }
-
-    /// The sum of a vector's lanes, always in the same order: ((0+1)+(2+3)) + ((4+5)+(6+7)).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn hsum(v: __m256) -> f32 {
-        let h = _mm256_hadd_ps(v, v);
-        let h = _mm256_hadd_ps(h, h);
-        _mm_cvtss_f32(_mm_add_ss(
-            _mm256_castps256_ps128(h),
-            _mm256_extractf128_ps(h, 1),
-        ))
-    }
-
-    /// The four sums of `a`, `b`, `c` and `d`'s lanes, each added in [`hsum`]'s order.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn sums4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
-        let h = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-        _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1))
-    }
-
-    /// `H` query heads (`qs`, `[H][hd]`) of one KV head over `n` keys and values (row j at
-    /// `keys[j·stride..]`, `values[j·stride..]`): `scores` (`[H][n]`) gets `q_h · k_j · scale`,
-    /// then each head's softmax, and `ys` (`[H][hd]`) the weighted sums of the values. Each key
-    /// and value row is converted from f16 once for the `H` heads, and each head's arithmetic
-    /// is the same whatever `H` is and whichever keys share a pass, so its bits are too.
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn heads<const H: usize>(
-        qs: &[f32],
-        keys: &[f16],
-        values: &[f16],
-        stride: usize,
-        scale: f32,
-        (cap, f16_weights): (Option<f32>, bool),
-        scores: &mut [f32],
-        ys: &mut [f32],
-    ) {
-        let (hd, n) = (qs.len() / H, scores.len() / H);
-        let mut j = 0;
-        // Enough independent FMA chains (keys × heads) to keep both FMA units busy.
-        if H <= 2 {
-            while j + 4 <= n {
-                score_keys::<H, 4>(qs, hd, keys.as_ptr(), stride, scale, scores, n, j);
-                j += 4;
-            }
-        }
-        while j + 2 <= n {
-            score_keys::<H, 2>(qs, hd, keys.as_ptr(), stride, scale, scores, n, j);
-            j += 2;
-        }
-        if j < n {
-            score_keys::<H, 1>(qs, hd, keys.as_ptr(), stride, scale, scores, n, j);
-        }
-        super::softcap(scores, cap);
-        let mut inv = [0f32; H];
-        for (h, inv) in inv.iter_mut().enumerate() {
-            let s = &mut scores[h * n..(h + 1) * n];
-            *inv = 1.0 / exp_in_place(s);
-            if f16_weights {
-                weights_in_f16(s, *inv);
-                *inv = 1.0;
-            }
-        }
-        // Columns in passes of up to eight vectors across the heads.
-        let mut c = 0;
-        while c < hd {
-            let (v, y) = (values.as_ptr().add(c), ys.as_mut_ptr().add(c));
-            let lanes = match (8 / H).min((hd - c) / 8) {
-                8.. => 8,
-                4..=7 => 4,
-                2..=3 => 2,
-                _ => 1,
-            };
-            match lanes {
-                8 => columns::<H, 8>(scores, n, v, stride, &inv, y, hd),
-                4 => columns::<H, 4>(scores, n, v, stride, &inv, y, hd),
-                2 => columns::<H, 2>(scores, n, v, stride, &inv, y, hd),
-                _ => columns::<H, 1>(scores, n, v, stride, &inv, y, hd),
-            }
-            c += 8 * lanes;
-        }
-    }
-
-    /// `s[j] = f16(s[j] · inv)` (as a float), the scalar head's rounding, eight at a time.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn weights_in_f16(s: &mut [f32], inv: f32) {
-        let (n, v) = (s.len(), _mm256_set1_ps(inv));
-        let mut j = 0;
-        while j + 8 <= n {
-            let p = s.as_mut_ptr().add(j);
-            let w = _mm256_cvtps_ph(
-                _mm256_mul_ps(_mm256_loadu_ps(p), v),
-                _MM_FROUND_TO_NEAREST_INT,
-            );
-            _mm256_storeu_ps(p, _mm256_cvtph_ps(w));
-            j += 8;
-        }
-        for x in &mut s[j..] {
-            *x = f16::from_f32(*x * inv).to_f32();
-        }
-    }
-
-    /// The scores of keys `j..j+K` for the `H` heads: per (key, head) an FMA chain over the
-    /// columns (the first a multiply), then its horizontal sum in [`hsum`]'s order, times
-    /// `scale`.
-    // Indexed by key and head: clearer than zipped iterators here.
-    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn score_keys<const H: usize, const K: usize>(
-        qs: &[f32],
-        hd: usize,
-        keys: *const f16,
-        stride: usize,
-        scale: f32,
-        scores: &mut [f32],
-        n: usize,
-        j: usize,
-    ) {
-        let q = qs.as_ptr();
-        let k: [*const f16; K] = std::array::from_fn(|i| keys.add((j + i) * stride));
-        let mut acc = [[_mm256_setzero_ps(); H]; K];
-        let mut c = 0;
-        while c < hd {
-            let kc: [__m256; K] = std::array::from_fn(|i| load8(k[i].add(c)));
-            for h in 0..H {
-                let qh = _mm256_loadu_ps(q.add(h * hd + c));
-                for i in 0..K {
-                    acc[i][h] = match c {
-                        0 => _mm256_mul_ps(qh, kc[i]),
-                        _ => _mm256_fmadd_ps(qh, kc[i], acc[i][h]),
-                    };
-                }
-            }
-            c += 8;
-        }
-        // Four sums at a time (the last group padded with its own last accumulator).
-        let all = K * H;
-        let pick = |i: usize| {
-            let i = i.min(all - 1);
-            acc[i / H][i % H]
-        };
-        let mut out = [0f32; 20];
-        for base in (0..all).step_by(4) {
-            let r = sums4(pick(base), pick(base + 1), pick(base + 2), pick(base + 3));
-            _mm_storeu_ps(
-                out.as_mut_ptr().add(base),
-                _mm_mul_ps(r, _mm_set1_ps(scale)),
-            );
-        }
-        for (i, &v) in out[..all].iter().enumerate() {
-            scores[(i % H) * n + j + i / H] = v;
-        }
-    }
-
-    /// `s ← e^(s − max s)` in place; returns the sum.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn exp_in_place(s: &mut [f32]) -> f32 {
-        let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let m = _mm256_set1_ps(max);
-        let mut sum = _mm256_setzero_ps();
-        let mut chunks = s.chunks_exact_mut(8);
-        for c in &mut chunks {
-            let e = exp(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), m));
-            _mm256_storeu_ps(c.as_mut_ptr(), e);
-            sum = _mm256_add_ps(sum, e);
-        }
-        let mut total = hsum(sum);
-        let rest = chunks.into_remainder();
-        if !rest.is_empty() {
-            let mut buf = [f32::NEG_INFINITY; 8];
-            buf[..rest.len()].copy_from_slice(rest);
-            let e = exp(_mm256_sub_ps(_mm256_loadu_ps(buf.as_ptr()), m));
-            _mm256_storeu_ps(buf.as_mut_ptr(), e);
-            rest.copy_from_slice(&buf[..rest.len()]);
-            total += rest.iter().sum::<f32>();
-        }
-        total
-    }
-
-    /// `8·L` columns of the `H` heads' weighted sums, `y_h = inv_h · Σ_j p_h[j] · v_j` (`p_h`
-    /// at `p[h·n..]`), from `v` (value 0's first column) into `y` (head h at `y[h·hd..]`): each
-    /// value's columns are converted once and added into every head's sums.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn columns<const H: usize, const L: usize>(
-        p: &[f32],
-        n: usize,
-        v: *const f16,
-        stride: usize,
-        inv: &[f32; H],
-        y: *mut f32,
-        hd: usize,
-    ) {
-        let mut acc = [[_mm256_setzero_ps(); L]; H];
-        for j in 0..n {
-            let vj = v.add(j * stride);
-            let x: [__m256; L] = std::array::from_fn(|l| load8(vj.add(8 * l)));
-            for (h, acc) in acc.iter_mut().enumerate() {
-                let w = _mm256_set1_ps(*p.get_unchecked(h * n + j));
-                for (a, x) in acc.iter_mut().zip(&x) {
-                    *a = _mm256_fmadd_ps(w, *x, *a);
-                }
-            }
-        }
-        for (h, acc) in acc.iter().enumerate() {
-            for (l, a) in acc.iter().enumerate() {
-                let out = y.add(h * hd + 8 * l);
-                _mm256_storeu_ps(out, _mm256_mul_ps(*a, _mm256_set1_ps(inv[h])));
-            }
-        }
-    }
-}
+#[path = "attention_avx2.rs"]
+mod avx2;
 
 #[cfg(test)]
 #[path = "attention_tests.rs"]

@@ -1,16 +1,33 @@
 //! Tests of our attention (`attention.rs`): every path against the definition, and the bits a
 //! query gets in any step, alone or beside others.
 
+use super::super::kv_rows::KvType;
 use super::*;
 use crate::kernels::tests::Lcg;
 
 fn cache(rng: &mut Lcg, positions: usize, width: usize) -> LayerKv {
-    let mut f = |n| rng.vec(n).into_iter().map(f16::from_f32).collect();
+    cache_of(rng, positions, width, KvType::F16)
+}
+
+/// Random keys and values stored as `kind`.
+fn cache_of(rng: &mut Lcg, positions: usize, width: usize, kind: KvType) -> LayerKv {
+    let mut f = |n| {
+        let mut rows = kind.rows();
+        rows.put(0, &rng.vec(n));
+        rows
+    };
     LayerKv {
         k: f(positions * width),
         v: f(positions * width),
         start: 0,
     }
+}
+
+/// The kinds of store a head of `hd` values can have.
+fn kinds(hd: usize) -> impl Iterator<Item = KvType> {
+    [KvType::F16, KvType::Q8_0]
+        .into_iter()
+        .filter(move |k| k.fits(hd))
 }
 
 /// softmax(cap(q·kᵀ·scale))·v over the window before key `n_keys` in f64, straight from
@@ -26,7 +43,11 @@ fn reference(
     let hd = shape.head_dim;
     let g = head / (shape.n_head / shape.n_kv_head);
     let first = how.window.map_or(0, |w| n_keys.saturating_sub(w));
-    let at = |x: &[f16], j: usize| x[(first + j) * shape.kv_width() + g * hd..][..hd].to_vec();
+    let at = |x: &KvRows, j: usize| {
+        let mut row = vec![0f32; hd];
+        x.read((first + j) * shape.kv_width() + g * hd, &mut row);
+        row
+    };
     let n_keys = n_keys - first;
     let s: Vec<f64> = (0..n_keys)
         .map(|j| {
@@ -34,7 +55,7 @@ fn reference(
             let s = q
                 .iter()
                 .zip(&k)
-                .map(|(a, b)| *a as f64 * b.to_f64())
+                .map(|(a, b)| *a as f64 * *b as f64)
                 .sum::<f64>()
                 * how.scale as f64;
             match how.softcap {
@@ -54,7 +75,7 @@ fn reference(
     (0..hd)
         .map(|c| {
             (0..n_keys)
-                .map(|j| e[j] * at(&kv.v, j)[c].to_f64())
+                .map(|j| e[j] * at(&kv.v, j)[c] as f64)
                 .sum::<f64>()
                 / sum
         })
@@ -80,9 +101,14 @@ fn every_path_equals_the_definition() {
             n_kv_head: n_kv,
             head_dim: hd,
         };
-        // Ragged lengths: under and over a vector, and long enough to go to the pool.
-        for (pos, t) in [(0, 1), (6, 3), (8, 1), (300, 5), (2000, 2)] {
-            let kv = cache(&mut rng, pos + t, shape.kv_width());
+        // Ragged lengths: under and over a vector, and long enough to go to the pool; f16
+        // and 8-bit stores.
+        let cases = [(0, 1), (6, 3), (8, 1), (300, 5), (2000, 2)];
+        for ((pos, t), kind) in cases
+            .into_iter()
+            .flat_map(|c| kinds(hd).map(move |k| (c, k)))
+        {
+            let kv = cache_of(&mut rng, pos + t, shape.kv_width(), kind);
             let q = rng.vec(t * n_head * hd);
             let spans = [Span { t, pos, kv: &kv }];
             // Llama's scores, and Gemma 2's: unscaled (the queries were), soft-capped at a
@@ -107,8 +133,8 @@ fn every_path_equals_the_definition() {
                         for (a, b) in y.iter().zip(&want) {
                             assert!(
                                 (*a as f64 - b).abs() < tol,
-                                "{isa:?} {how:?} hd {hd} pos {pos} row {i} head {head}: \
-                                 {a} vs {b}"
+                                "{isa:?} {kind:?} {how:?} hd {hd} pos {pos} row {i} head \
+                                 {head}: {a} vs {b}"
                             );
                         }
                     }
@@ -129,10 +155,14 @@ fn a_query_gives_the_same_bits_in_any_step() {
         head_dim: 64,
     };
     let (pos, rows, qw) = (700, 12, 9 * 64);
-    let kv = cache(&mut rng, pos + rows, shape.kv_width());
-    let other = cache(&mut rng, 40, shape.kv_width());
-    let q = rng.vec(rows * qw);
-    for isa in crate::kernels::Isa::available() {
+    for (kind, isa) in kinds(64).flat_map(|k| {
+        crate::kernels::Isa::available()
+            .into_iter()
+            .map(move |i| (k, i))
+    }) {
+        let kv = cache_of(&mut rng, pos + rows, shape.kv_width(), kind);
+        let other = cache_of(&mut rng, 40, shape.kv_width(), kind);
+        let q = rng.vec(rows * qw);
         let run = |from: usize, t: usize, beside: bool| {
             let mut spans = Vec::new();
             let mut qs = Vec::new();
@@ -170,7 +200,7 @@ fn a_query_gives_the_same_bits_in_any_step() {
         let singles: Vec<f32> = (0..rows).flat_map(|i| run(i, 1, i % 2 == 0)).collect();
         assert!(
             whole == fives && whole == singles,
-            "{isa:?}: a row depends on its step"
+            "{isa:?} {kind:?}: a row depends on its step"
         );
     }
 }
@@ -194,9 +224,10 @@ fn a_window_sees_the_same_bits_in_a_cache_that_dropped_its_past() {
     };
     // The first row's window starts at pos + 1 − window.
     let from = pos + 1 - window;
+    let (a, b) = (from * shape.kv_width(), whole.k.len());
     let cut = LayerKv {
-        k: whole.k[from * shape.kv_width()..].to_vec(),
-        v: whole.v[from * shape.kv_width()..].to_vec(),
+        k: whole.k.copy(a, b, 0),
+        v: whole.v.copy(a, b, 0),
         start: from,
     };
     for isa in crate::kernels::Isa::available() {
@@ -220,8 +251,8 @@ fn a_cache_that_dropped_a_window_is_refused() {
         head_dim: 8,
     };
     let kv = LayerKv {
-        k: vec![f16::ZERO; 8 * 8],
-        v: vec![f16::ZERO; 8 * 8],
+        k: KvRows::F16(vec![f16::ZERO; 8 * 8]),
+        v: KvRows::F16(vec![f16::ZERO; 8 * 8]),
         start: 10,
     };
     let how = Scores {
@@ -262,8 +293,11 @@ fn a_head_gives_the_same_bits_alone_and_in_its_group() {
             head_dim: hd,
         };
         let per_group = n_head / n_kv;
-        for n_keys in [1, 2, 5, 37] {
-            let kv = cache(&mut rng, n_keys, shape.kv_width());
+        for (n_keys, kind) in [1, 2, 5, 37]
+            .into_iter()
+            .flat_map(|n| kinds(hd).map(move |k| (n, k)))
+        {
+            let kv = cache_of(&mut rng, n_keys, shape.kv_width(), kind);
             let q = rng.vec(n_head * hd);
             let spans = [Span {
                 t: 1,
@@ -284,11 +318,7 @@ fn a_head_gives_the_same_bits_alone_and_in_its_group() {
                 for head in 0..n_head {
                     // A cache of this head's KV head only.
                     let g = head / per_group;
-                    let own = |x: &[f16]| -> Vec<f16> {
-                        x.chunks_exact(shape.kv_width())
-                            .flat_map(|row| row[g * hd..(g + 1) * hd].to_vec())
-                            .collect()
-                    };
+                    let own = |x: &KvRows| own_head(x, shape.kv_width(), g, hd);
                     let kv1 = LayerKv {
                         k: own(&kv.k),
                         v: own(&kv.v),
@@ -311,12 +341,31 @@ fn a_head_gives_the_same_bits_alone_and_in_its_group() {
                     );
                     assert!(
                         y == together[head * hd..][..hd],
-                        "{isa:?} hd {hd} {n_head}/{n_kv} heads, {n_keys} keys: head {head}"
+                        "{isa:?} {kind:?} hd {hd} {n_head}/{n_kv} heads, {n_keys} keys: \
+                         head {head}"
                     );
                 }
             }
         }
     }
+}
+
+/// KV head `g`'s values (`hd` of each row of `width`), as they are stored.
+fn own_head(x: &KvRows, width: usize, g: usize, hd: usize) -> KvRows {
+    match x {
+        KvRows::F16(x) => KvRows::F16(pick(x, width, g, hd)),
+        KvRows::Q8 { q, d } => KvRows::Q8 {
+            q: pick(q, width, g, hd),
+            d: pick(d, width / Q8_BLOCK, g, hd / Q8_BLOCK),
+        },
+    }
+}
+
+/// Part `g` (`h` long) of every row of `w` in `x`.
+fn pick<T: Clone>(x: &[T], w: usize, g: usize, h: usize) -> Vec<T> {
+    x.chunks_exact(w)
+        .flat_map(|row| row[g * h..(g + 1) * h].to_vec())
+        .collect()
 }
 
 fn rng_free_row(n: usize) -> Vec<f32> {

@@ -1,7 +1,7 @@
 //! A sequence's KV cache: the keys and values of every layer for the positions it has run.
 //! Each sequence brings its own, so one set of weights serves every conversation; memory is
 //! reserved ahead by doubling, never grown by a copy per token. On the host (our attention) it
-//! is `[position][kv head][head_dim]` in f16 per layer; on a GPU, candle tensors written with
+//! is `[position][kv head][head_dim]` per layer, in f16 or 8-bit (`kv_rows.rs`); on a GPU, candle tensors written with
 //! `slice_set`.
 //!
 //! A layer that attends over a sliding window (Gemma's local layers) keeps only the rows its
@@ -15,10 +15,10 @@
 //! ([`KvCache::reachable`]).
 
 use candle_core::{DType, Device, Tensor};
-use half::{f16, slice::HalfFloatSliceExt};
 
 use super::attention::LayerKv;
 use super::config::LlamaConfig;
+use super::kv_rows::KvType;
 use crate::error::{Error, Result};
 
 /// Positions a cache allocates at first; it doubles from there.
@@ -118,7 +118,7 @@ impl Rows {
 
     fn bytes(&self) -> usize {
         match self {
-            Rows::Host(l) => (l.k.capacity() + l.v.capacity()) * std::mem::size_of::<f16>(),
+            Rows::Host(l) => l.k.bytes() + l.v.bytes(),
             Rows::Device { k, v, .. } => {
                 (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes()
             }
@@ -138,14 +138,10 @@ impl Rows {
         let start = self.start();
         Ok(match self {
             Rows::Host(l) => {
-                let copy = |x: &[f16]| {
-                    let mut c = Vec::with_capacity(room.max(to - from) * width);
-                    c.extend_from_slice(&x[(from - start) * width..(to - start) * width]);
-                    c
-                };
+                let (a, b) = ((from - start) * width, (to - start) * width);
                 Rows::Host(LayerKv {
-                    k: copy(&l.k),
-                    v: copy(&l.v),
+                    k: l.k.copy(a, b, room * width),
+                    v: l.v.copy(a, b, room * width),
                     start: from,
                 })
             }
@@ -185,8 +181,8 @@ impl Rows {
             Rows::Host(l) => {
                 l.k.truncate((len - l.start) * width);
                 l.v.truncate((len - l.start) * width);
-                l.k.drain(..gone * width);
-                l.v.drain(..gone * width);
+                l.k.drop_front(gone * width);
+                l.v.drop_front(gone * width);
                 l.start = from;
             }
             Rows::Device { k, v, start } => {
@@ -371,22 +367,22 @@ impl KvCache {
     }
 
     /// Makes room for `extra` more positions, doubling the capacity when it runs out, and lets
-    /// the windowed layers' rows slide. `host` picks the store our attention reads; else
-    /// candle's tensors on `device`.
+    /// the windowed layers' rows slide. `host` picks the store our attention reads, and its
+    /// type; `None`: candle's tensors on `device`.
     pub(super) fn reserve(
         &mut self,
         cfg: &LlamaConfig,
         extra: usize,
         device: &Device,
-        host: bool,
+        host: Option<KvType>,
     ) -> Result<()> {
         let built = self.layers.len() == cfg.n_layer
             && self.windows == cfg.windows
             && self.width == cfg.n_kv_head * cfg.head_dim
-            && self
-                .layers
-                .iter()
-                .all(|r| matches!(r, Rows::Host(_)) == host);
+            && self.layers.iter().all(|r| match r {
+                Rows::Host(l) => host == Some(l.k.kind()),
+                Rows::Device { .. } => host.is_none(),
+            });
         if !built {
             // A new cache (or, defensively, one built for another model): nothing to keep.
             *self = KvCache {
@@ -407,8 +403,12 @@ impl KvCache {
             if !built {
                 let room = room_for(window, 0, extra, self.capacity);
                 self.layers.push(match host {
-                    true => Rows::Host(LayerKv::default()),
-                    false => {
+                    Some(kind) => Rows::Host(LayerKv {
+                        k: kind.rows(),
+                        v: kind.rows(),
+                        start: 0,
+                    }),
+                    None => {
                         let shape = (1, cfg.n_kv_head, room, cfg.head_dim);
                         Rows::Device {
                             k: Tensor::zeros(shape, DType::F32, device)?,
@@ -432,18 +432,14 @@ impl KvCache {
     }
 
     /// Appends one new position's keys and values (`width` floats each) to host `layer`, after
-    /// the filled positions and whatever earlier rows of this step appended.
-    /// They are kept in f16, as llama.cpp keeps them: half the memory and half the reads per
-    /// step, and the values still carry 11 significant bits.
+    /// the filled positions and whatever earlier rows of this step appended, in the layer's
+    /// [`KvType`]: f16 by default, as llama.cpp keeps them (half the memory and half the reads
+    /// of f32, and the values still carry 11 significant bits).
     pub(super) fn push_host(&mut self, layer: usize, row: usize, k: &[f32], v: &[f32]) {
         if let Some(Rows::Host(l)) = self.layers.get_mut(layer) {
             let at = (self.len + row - l.start) * self.width;
-            l.k.truncate(at);
-            l.v.truncate(at);
-            for (cache, new) in [(&mut l.k, k), (&mut l.v, v)] {
-                cache.resize(at + new.len(), f16::ZERO);
-                cache[at..].convert_from_f32_slice(new);
-            }
+            l.k.put(at, k);
+            l.v.put(at, v);
         }
     }
 

@@ -14,12 +14,12 @@ use candle_core::quantized::gguf_file;
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
-use half::f16;
 
 use super::attention::Rope;
 pub use super::config::LlamaConfig;
 use super::family::Activation;
 pub use super::kv::{KvCache, KV_MIN_CAPACITY};
+use super::kv_rows::KvType;
 use super::parts::{Bias, Embedding, Group, Linear, Norm};
 use super::tensors::{raw_tensor, RawTensor, TensorSource};
 use crate::error::{candle_message, Error, Result};
@@ -65,6 +65,8 @@ pub struct Llama {
     pub(super) rope_dim: usize,
     /// Rill's own forward pass on plain host buffers (CPU models), else candle's tensors.
     pub(super) host: bool,
+    /// How the host path's KV caches store keys and values.
+    pub(super) kv_type: KvType,
     pub(super) device: Device,
     /// The host forward pass's buffers, kept between steps (`host.rs`).
     pub(super) workspace: std::sync::Mutex<super::host::Workspace>,
@@ -297,6 +299,7 @@ impl Llama {
             ropes,
             rope_dim,
             host,
+            kv_type: KvType::F16,
             device: device.clone(),
             workspace: Default::default(),
         })
@@ -350,14 +353,45 @@ impl Llama {
             .fold(self.output.bytes(), add)
     }
 
-    /// Bytes one position costs in one layer (keys and values): f16 on the host, f32 in
-    /// candle's tensors.
+    /// Bytes one position costs in one layer (keys and values): the [`KvType`]'s on the host,
+    /// f32 in candle's tensors.
     fn kv_bytes_per_layer(&self) -> usize {
-        let elem = match self.host {
-            true => std::mem::size_of::<f16>(),
-            false => DType::F32.size_in_bytes(),
-        };
-        2 * self.cfg.n_kv_head * self.cfg.head_dim * elem
+        let width = self.cfg.n_kv_head * self.cfg.head_dim;
+        match self.host {
+            true => 2 * self.kv_type.bytes(width),
+            false => 2 * width * DType::F32.size_in_bytes(),
+        }
+    }
+
+    /// How the KV caches store keys and values from now on (a cache made for another type
+    /// starts afresh when next used). The 8-bit store needs our forward pass (the CPU) and a
+    /// head size that is a multiple of 32; otherwise this is refused and nothing changes.
+    pub fn set_kv_type(&mut self, kind: KvType) -> Result<()> {
+        if kind != KvType::F16 && !self.host {
+            return Err(Error::param(
+                "kv_cache",
+                format!(
+                    "a {} KV cache runs on the CPU only; on this device the cache is f32",
+                    kind.name()
+                ),
+            ));
+        }
+        if !kind.fits(self.cfg.head_dim) {
+            return Err(Error::param(
+                "kv_cache",
+                format!(
+                    "a {} KV cache needs heads of a multiple of 32 values; this model's have {}",
+                    kind.name(),
+                    self.cfg.head_dim
+                ),
+            ));
+        }
+        self.kv_type = kind;
+        Ok(())
+    }
+
+    pub fn kv_type(&self) -> KvType {
+        self.kv_type
     }
 
     /// Runs `tokens` at the positions after what `cache` holds, appends their keys and values,
@@ -388,7 +422,8 @@ impl Llama {
                     context: cfg.context_length,
                 });
             }
-            cache.reserve(cfg, tokens.len(), &self.device, self.host)?;
+            let host = self.host.then_some(self.kv_type);
+            cache.reserve(cfg, tokens.len(), &self.device, host)?;
             ids.extend_from_slice(tokens);
         }
         // Per sequence: its first row in the batch and its number of rows.

@@ -13,6 +13,7 @@ pub mod family;
 pub mod gguf;
 mod host;
 mod kv;
+pub mod kv_rows;
 pub mod llama;
 mod ops;
 mod parts;
@@ -30,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::template::ChatTemplate;
 use crate::tokenizer::Tokenizer;
 pub use kv::KV_ROLLBACK;
+pub use kv_rows::KvType;
 pub use llama::{KvCache, Llama};
 
 /// What a model file is, read from its header (cheap: no weights are loaded).

@@ -1,0 +1,384 @@
+//! The AVX2 passes of our attention (`attention.rs`): up to four query heads of one KV head
+//! over its keys and values, each key and value row converted once for all of them, from f16 or
+//! from 8-bit blocks, with the rows ahead prefetched.
+
+use super::super::ops::avx2::exp;
+use half::f16;
+use std::arch::x86_64::*;
+
+/// Eight f16 from `p` as f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load8(p: *const f16) -> __m256 {
+    _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+}
+
+/// The sum of a vector's lanes, always in the same order: ((0+1)+(2+3)) + ((4+5)+(6+7)).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum(v: __m256) -> f32 {
+    let h = _mm256_hadd_ps(v, v);
+    let h = _mm256_hadd_ps(h, h);
+    _mm_cvtss_f32(_mm_add_ss(
+        _mm256_castps256_ps128(h),
+        _mm256_extractf128_ps(h, 1),
+    ))
+}
+
+/// The four sums of `a`, `b`, `c` and `d`'s lanes, each added in [`hsum`]'s order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn sums4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
+    let h = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1))
+}
+
+/// A KV head's keys and values from its first row: f16, or 8-bit values and their
+/// blocks' scales (the first value a block's first).
+#[derive(Clone, Copy)]
+pub enum Rows<'a> {
+    F16(&'a [f16], &'a [f16]),
+    Q8(&'a [i8], &'a [f16], &'a [i8], &'a [f16]),
+}
+
+/// Where one store's values start: f16 values, or 8-bit ones and their scales.
+#[derive(Clone, Copy)]
+struct Src {
+    at: *const u8,
+    d: *const f16,
+}
+
+/// Eight values from value `i` of `s` as f32 (`i` a multiple of 8, so the eight share a
+/// block): f16 converted, or (`Q`) 8-bit ones times `d`, their block's [`block_scale`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load<const Q: bool>(s: Src, i: usize, d: __m256) -> __m256 {
+    match Q {
+        true => {
+            let q = _mm_loadl_epi64(s.at.add(i) as *const __m128i);
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d)
+        }
+        false => load8((s.at as *const f16).add(i)),
+    }
+}
+
+/// The scale of value `i`'s block in every lane (`Q`; unused for f16). Read once a block,
+/// not once a vector.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_scale<const Q: bool>(s: Src, i: usize) -> __m256 {
+    match Q {
+        true => _mm256_cvtph_ps(_mm_set1_epi16(
+            *(s.d.add(i / super::Q8_BLOCK) as *const i16),
+        )),
+        false => _mm256_setzero_ps(),
+    }
+}
+
+/// `H` query heads (`qs`, `[H][hd]`) of one KV head over `n` keys and values (row j at
+/// value `j·stride` of each store): `scores` (`[H][n]`) gets `q_h · k_j · scale`, then each
+/// head's softmax, and `ys` (`[H][hd]`) the weighted sums of the values. Each key and value
+/// row is converted (from f16, or from 8 bits times its scales) once for the `H` heads, and
+/// each head's arithmetic is the same whatever `H` is and whichever keys share a pass, so
+/// its bits are too.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn heads<const H: usize>(
+    qs: &[f32],
+    rows: Rows,
+    stride: usize,
+    scale: f32,
+    cap: (Option<f32>, bool),
+    scores: &mut [f32],
+    ys: &mut [f32],
+) {
+    let src = |at: *const u8, d: *const f16| Src { at, d };
+    match rows {
+        Rows::F16(k, v) => {
+            let (k, v) = (k.as_ptr() as *const u8, v.as_ptr() as *const u8);
+            let none = std::ptr::null();
+            heads_of::<H, false>(
+                qs,
+                src(k, none),
+                src(v, none),
+                stride,
+                scale,
+                cap,
+                scores,
+                ys,
+            )
+        }
+        Rows::Q8(kq, kd, vq, vd) => {
+            let (k, v) = (
+                src(kq.as_ptr() as _, kd.as_ptr()),
+                src(vq.as_ptr() as _, vd.as_ptr()),
+            );
+            heads_of::<H, true>(qs, k, v, stride, scale, cap, scores, ys)
+        }
+    }
+}
+
+/// [`heads`] over one kind of store.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn heads_of<const H: usize, const Q: bool>(
+    qs: &[f32],
+    keys: Src,
+    values: Src,
+    stride: usize,
+    scale: f32,
+    (cap, f16_weights): (Option<f32>, bool),
+    scores: &mut [f32],
+    ys: &mut [f32],
+) {
+    let (hd, n) = (qs.len() / H, scores.len() / H);
+    let mut j = 0;
+    // Enough independent FMA chains (keys × heads) to keep both FMA units busy.
+    if H <= 2 {
+        while j + 4 <= n {
+            score_keys::<H, 4, Q>(qs, hd, keys, stride, scale, scores, n, j);
+            j += 4;
+        }
+    }
+    while j + 2 <= n {
+        score_keys::<H, 2, Q>(qs, hd, keys, stride, scale, scores, n, j);
+        j += 2;
+    }
+    if j < n {
+        score_keys::<H, 1, Q>(qs, hd, keys, stride, scale, scores, n, j);
+    }
+    super::softcap(scores, cap);
+    let mut inv = [0f32; H];
+    for (h, inv) in inv.iter_mut().enumerate() {
+        let s = &mut scores[h * n..(h + 1) * n];
+        *inv = 1.0 / exp_in_place(s);
+        if f16_weights {
+            weights_in_f16(s, *inv);
+            *inv = 1.0;
+        }
+    }
+    // Columns in passes of up to eight vectors across the heads, over the values a chunk
+    // at a time, so that the later passes find a chunk's rows in L1; the sums wait in
+    // `ys` between chunks, which leaves each column's chain of additions as it was.
+    let mut from = 0;
+    while from < n {
+        let keys_at = from..(from + VALUE_CHUNK).min(n);
+        let mut c = 0;
+        while c < hd {
+            let y = ys.as_mut_ptr().add(c);
+            let lanes = match (8 / H).min((hd - c) / 8) {
+                8.. => 8,
+                4..=7 => 4,
+                2..=3 => 2,
+                _ => 1,
+            };
+            let at = (keys_at.clone(), c);
+            match lanes {
+                8 => columns::<H, 8, Q>(scores, n, values, at, stride, y, hd),
+                4 => columns::<H, 4, Q>(scores, n, values, at, stride, y, hd),
+                2 => columns::<H, 2, Q>(scores, n, values, at, stride, y, hd),
+                _ => columns::<H, 1, Q>(scores, n, values, at, stride, y, hd),
+            }
+            c += 8 * lanes;
+        }
+        from = keys_at.end;
+    }
+    for (y, inv) in ys.chunks_exact_mut(hd).zip(inv) {
+        scale_by(y, inv);
+    }
+}
+
+/// `y ← y · s`, eight at a time (`y.len()` a multiple of 8).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scale_by(y: &mut [f32], s: f32) {
+    for c in y.chunks_exact_mut(8) {
+        let v = _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr()), _mm256_set1_ps(s));
+        _mm256_storeu_ps(c.as_mut_ptr(), v);
+    }
+}
+
+/// Values a pass of [`columns`] runs over before the next pass starts: 64 rows of 128
+/// values in f16 are 16 KB, half an L1.
+const VALUE_CHUNK: usize = 64;
+
+/// Rows ahead of the one being read that a pass asks the memory for: the cache's rows are
+/// `stride` values apart, a pattern the hardware's prefetchers follow too late at a few
+/// thousand positions (`perf`: the key and value loads stalled half the attention's time
+/// at 4,096). With the chunks above: a decode row through 16 layers of a 1B shape at 4,096
+/// positions, 48–52 → 39–40 ms (f16), 47–48 → 40–42 ms (8-bit), two threads.
+const PREFETCH_ROWS: usize = 48;
+
+/// Asks for the cache lines of the row at value `at` of `s` (`bytes` long): a hint, never a fault,
+/// wherever the address falls.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn prefetch<const Q: bool>(s: Src, at: usize, bytes: usize) {
+    let elem = if Q { 1 } else { 2 };
+    let p = s.at.wrapping_add(at * elem);
+    let mut b = 0;
+    while b < bytes {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(b) as *const i8);
+        b += 64;
+    }
+}
+
+/// `s[j] = f16(s[j] · inv)` (as a float), the scalar head's rounding, eight at a time.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn weights_in_f16(s: &mut [f32], inv: f32) {
+    let (n, v) = (s.len(), _mm256_set1_ps(inv));
+    let mut j = 0;
+    while j + 8 <= n {
+        let p = s.as_mut_ptr().add(j);
+        let w = _mm256_cvtps_ph(
+            _mm256_mul_ps(_mm256_loadu_ps(p), v),
+            _MM_FROUND_TO_NEAREST_INT,
+        );
+        _mm256_storeu_ps(p, _mm256_cvtph_ps(w));
+        j += 8;
+    }
+    for x in &mut s[j..] {
+        *x = f16::from_f32(*x * inv).to_f32();
+    }
+}
+
+/// The scores of keys `j..j+K` for the `H` heads: per (key, head) an FMA chain over the
+/// columns (the first a multiply), then its horizontal sum in [`hsum`]'s order, times
+/// `scale`.
+// Indexed by key and head: clearer than zipped iterators here.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn score_keys<const H: usize, const K: usize, const Q: bool>(
+    qs: &[f32],
+    hd: usize,
+    keys: Src,
+    stride: usize,
+    scale: f32,
+    scores: &mut [f32],
+    n: usize,
+    j: usize,
+) {
+    let q = qs.as_ptr();
+    let k: [usize; K] = std::array::from_fn(|i| (j + i) * stride);
+    let row_bytes = hd * if Q { 1 } else { 2 };
+    for r in k {
+        prefetch::<Q>(keys, r + PREFETCH_ROWS * stride, row_bytes);
+    }
+    let mut acc = [[_mm256_setzero_ps(); H]; K];
+    let mut dk = [_mm256_setzero_ps(); K];
+    let mut c = 0;
+    while c < hd {
+        if Q && c % super::Q8_BLOCK == 0 {
+            dk = std::array::from_fn(|i| block_scale::<Q>(keys, k[i] + c));
+        }
+        let kc: [__m256; K] = std::array::from_fn(|i| load::<Q>(keys, k[i] + c, dk[i]));
+        for h in 0..H {
+            let qh = _mm256_loadu_ps(q.add(h * hd + c));
+            for i in 0..K {
+                acc[i][h] = match c {
+                    0 => _mm256_mul_ps(qh, kc[i]),
+                    _ => _mm256_fmadd_ps(qh, kc[i], acc[i][h]),
+                };
+            }
+        }
+        c += 8;
+    }
+    // Four sums at a time (the last group padded with its own last accumulator).
+    let all = K * H;
+    let pick = |i: usize| {
+        let i = i.min(all - 1);
+        acc[i / H][i % H]
+    };
+    let mut out = [0f32; 20];
+    for base in (0..all).step_by(4) {
+        let r = sums4(pick(base), pick(base + 1), pick(base + 2), pick(base + 3));
+        _mm_storeu_ps(
+            out.as_mut_ptr().add(base),
+            _mm_mul_ps(r, _mm_set1_ps(scale)),
+        );
+    }
+    for (i, &v) in out[..all].iter().enumerate() {
+        scores[(i % H) * n + j + i / H] = v;
+    }
+}
+
+/// `s ← e^(s − max s)` in place; returns the sum.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn exp_in_place(s: &mut [f32]) -> f32 {
+    let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let m = _mm256_set1_ps(max);
+    let mut sum = _mm256_setzero_ps();
+    let mut chunks = s.chunks_exact_mut(8);
+    for c in &mut chunks {
+        let e = exp(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), m));
+        _mm256_storeu_ps(c.as_mut_ptr(), e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    let mut total = hsum(sum);
+    let rest = chunks.into_remainder();
+    if !rest.is_empty() {
+        let mut buf = [f32::NEG_INFINITY; 8];
+        buf[..rest.len()].copy_from_slice(rest);
+        let e = exp(_mm256_sub_ps(_mm256_loadu_ps(buf.as_ptr()), m));
+        _mm256_storeu_ps(buf.as_mut_ptr(), e);
+        rest.copy_from_slice(&buf[..rest.len()]);
+        total += rest.iter().sum::<f32>();
+    }
+    total
+}
+
+/// `8·L` columns from column `c` of the `H` heads' weighted sums `Σ_j p_h[j] · v_j`
+/// (`p_h` at `p[h·n..]`) over values `js`, from `v` into `y` (head h at `y[h·hd..]`),
+/// added to what `y` holds unless `js` starts at 0: each value's columns are converted
+/// once and added into every head's sums. The first pass over `js` (column 0) asks for the
+/// rows ahead.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn columns<const H: usize, const L: usize, const Q: bool>(
+    p: &[f32],
+    n: usize,
+    v: Src,
+    (js, c): (std::ops::Range<usize>, usize),
+    stride: usize,
+    y: *mut f32,
+    hd: usize,
+) {
+    let mut acc = [[_mm256_setzero_ps(); L]; H];
+    if js.start > 0 {
+        for (h, acc) in acc.iter_mut().enumerate() {
+            for (l, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_loadu_ps(y.add(h * hd + 8 * l));
+            }
+        }
+    }
+    let row_bytes = hd * if Q { 1 } else { 2 };
+    for j in js {
+        if c == 0 {
+            prefetch::<Q>(v, (j + PREFETCH_ROWS) * stride, row_bytes);
+        }
+        let vj = j * stride + c;
+        let mut d = [_mm256_setzero_ps(); L];
+        if Q {
+            for l in 0..L {
+                let fresh = l == 0 || (c + 8 * l) % super::Q8_BLOCK == 0;
+                d[l] = if fresh {
+                    block_scale::<Q>(v, vj + 8 * l)
+                } else {
+                    d[l - 1]
+                };
+            }
+        }
+        let x: [__m256; L] = std::array::from_fn(|l| load::<Q>(v, vj + 8 * l, d[l]));
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let w = _mm256_set1_ps(*p.get_unchecked(h * n + j));
+            for (a, x) in acc.iter_mut().zip(&x) {
+                *a = _mm256_fmadd_ps(w, *x, *a);
+            }
+        }
+    }
+    for (h, acc) in acc.iter().enumerate() {
+        for (l, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(y.add(h * hd + 8 * l), *a);
+        }
+    }
+}
