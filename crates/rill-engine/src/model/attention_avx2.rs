@@ -46,30 +46,19 @@ struct Src {
     d: *const f16,
 }
 
-/// Eight values from value `i` of `s` as f32 (`i` a multiple of 8, so the eight share a
-/// block): f16 converted, or (`Q`) 8-bit ones times `d`, their block's [`block_scale`].
+/// Eight values from value `i` of `s` as f32 (`Q`: an 8-bit store, times its scale; `i` a
+/// multiple of 8, so the eight share a block).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load<const Q: bool>(s: Src, i: usize, d: __m256) -> __m256 {
+unsafe fn load<const Q: bool>(s: Src, i: usize) -> __m256 {
     match Q {
         true => {
             let q = _mm_loadl_epi64(s.at.add(i) as *const __m128i);
-            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d)
+            let x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+            let d = _mm_set1_epi16(*(s.d.add(i / super::Q8_BLOCK) as *const i16));
+            _mm256_mul_ps(x, _mm256_cvtph_ps(d))
         }
         false => load8((s.at as *const f16).add(i)),
-    }
-}
-
-/// The scale of value `i`'s block in every lane (`Q`; unused for f16). Read once a block,
-/// not once a vector.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_scale<const Q: bool>(s: Src, i: usize) -> __m256 {
-    match Q {
-        true => _mm256_cvtph_ps(_mm_set1_epi16(
-            *(s.d.add(i / super::Q8_BLOCK) as *const i16),
-        )),
-        false => _mm256_setzero_ps(),
     }
 }
 
@@ -264,13 +253,9 @@ unsafe fn score_keys<const H: usize, const K: usize, const Q: bool>(
         prefetch::<Q>(keys, r + PREFETCH_ROWS * stride, row_bytes);
     }
     let mut acc = [[_mm256_setzero_ps(); H]; K];
-    let mut dk = [_mm256_setzero_ps(); K];
     let mut c = 0;
     while c < hd {
-        if Q && c % super::Q8_BLOCK == 0 {
-            dk = std::array::from_fn(|i| block_scale::<Q>(keys, k[i] + c));
-        }
-        let kc: [__m256; K] = std::array::from_fn(|i| load::<Q>(keys, k[i] + c, dk[i]));
+        let kc: [__m256; K] = std::array::from_fn(|i| load::<Q>(keys, k[i] + c));
         for h in 0..H {
             let qh = _mm256_loadu_ps(q.add(h * hd + c));
             for i in 0..K {
@@ -331,7 +316,7 @@ pub unsafe fn exp_in_place(s: &mut [f32]) -> f32 {
 /// added to what `y` holds unless `js` starts at 0: each value's columns are converted
 /// once and added into every head's sums. The first pass over `js` (column 0) asks for the
 /// rows ahead.
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+#[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn columns<const H: usize, const L: usize, const Q: bool>(
@@ -357,18 +342,7 @@ unsafe fn columns<const H: usize, const L: usize, const Q: bool>(
             prefetch::<Q>(v, (j + PREFETCH_ROWS) * stride, row_bytes);
         }
         let vj = j * stride + c;
-        let mut d = [_mm256_setzero_ps(); L];
-        if Q {
-            for l in 0..L {
-                let fresh = l == 0 || (c + 8 * l) % super::Q8_BLOCK == 0;
-                d[l] = if fresh {
-                    block_scale::<Q>(v, vj + 8 * l)
-                } else {
-                    d[l - 1]
-                };
-            }
-        }
-        let x: [__m256; L] = std::array::from_fn(|l| load::<Q>(v, vj + 8 * l, d[l]));
+        let x: [__m256; L] = std::array::from_fn(|l| load::<Q>(v, vj + 8 * l));
         for (h, acc) in acc.iter_mut().enumerate() {
             let w = _mm256_set1_ps(*p.get_unchecked(h * n + j));
             for (a, x) in acc.iter_mut().zip(&x) {
