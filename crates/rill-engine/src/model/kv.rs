@@ -1,8 +1,8 @@
 //! A sequence's KV cache: the keys and values of every layer for the positions it has run.
 //! Each sequence brings its own, so one set of weights serves every conversation; memory is
 //! reserved ahead by doubling, never grown by a copy per token. On the host (our attention) it
-//! is `[position][kv head][head_dim]` per layer, in f16 or 8-bit (`kv_rows.rs`); on a GPU, candle tensors written with
-//! `slice_set`.
+//! is `[position][kv head][head_dim]` per layer, in f16 or 8-bit (`kv_rows.rs`); on a GPU,
+//! candle tensors written with `slice_set`.
 //!
 //! A layer that attends over a sliding window (Gemma's local layers) keeps only the rows its
 //! window can still see, plus [`KV_ROLLBACK`] positions so that the cache can be cut back a
