@@ -7,28 +7,9 @@
 
 mod common;
 
-use common::model_path;
+use common::{argmax, golden, model_path};
 use rill_engine::model::{Compute, KvCache, KvType, Model};
 use rill_engine::{Engine, EngineConfig, Event, GenerateRequest, Message, Prompt, SamplingParams};
-use serde::Deserialize;
-
-#[derive(Deserialize)]
-struct Golden {
-    cases: Vec<Case>,
-}
-
-#[derive(Deserialize)]
-struct Case {
-    name: String,
-    prompt_ids: Vec<u32>,
-    completion_ids: Vec<u32>,
-}
-
-fn golden() -> Golden {
-    let path = common::golden_path();
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).expect("golden file parses")
-}
 
 /// A choice the 8-bit cache may make otherwise than llama.cpp's f16 reference: within a logit
 /// gap of 0.4 (logits run to ±30). Its rounding (up to half a step of 1/127 of a block's
@@ -41,13 +22,6 @@ fn load(kind: KvType) -> Model {
     let mut model = Model::load(&model_path(), &candle_core::Device::Cpu, None).unwrap();
     model.weights.set_kv_type(kind).unwrap();
     model
-}
-
-fn argmax(x: &[f32]) -> usize {
-    x.iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map_or(0, |(i, _)| i)
 }
 
 #[test]

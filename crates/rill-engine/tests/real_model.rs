@@ -7,13 +7,12 @@ mod common;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::model_path;
+use common::{argmax, golden, model_path};
 use rill_engine::tokenizer::StreamDecoder;
 use rill_engine::{
     Distribution, Engine, EngineConfig, Error, Event, GenerateRequest, Message, PreviewRequest,
     Prompt, Role, SamplingParams, StopReason,
 };
-use serde::Deserialize;
 
 /// One engine for the whole file: tests run side by side on it, as chats do in the app.
 fn engine() -> &'static Engine {
@@ -21,28 +20,6 @@ fn engine() -> &'static Engine {
     ENGINE.get_or_init(|| {
         Engine::start(EngineConfig::new(model_path())).expect("the test model loads")
     })
-}
-
-#[derive(Deserialize)]
-struct Golden {
-    cases: Vec<GoldenCase>,
-}
-
-#[derive(Deserialize)]
-struct GoldenCase {
-    name: String,
-    messages: Vec<Message>,
-    prompt: String,
-    prompt_ids: Vec<u32>,
-    completion_ids: Vec<u32>,
-    completion_text: String,
-    stopped_at_eos: bool,
-}
-
-fn golden() -> Golden {
-    let path = common::golden_path();
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).expect("golden file parses")
 }
 
 fn greedy(prompt: Prompt, max_tokens: usize) -> GenerateRequest {
@@ -143,12 +120,7 @@ fn every_greedy_step_agrees_with_llama_cpp_up_to_near_ties() {
         let mut cache = rill_engine::model::KvCache::new();
         let mut logits = model.weights.forward(&case.prompt_ids, &mut cache).unwrap();
         for (i, &theirs) in case.completion_ids.iter().enumerate() {
-            let ours = logits
-                .iter()
-                .enumerate()
-                .max_by(|a, b| a.1.total_cmp(b.1))
-                .unwrap()
-                .0;
+            let ours = argmax(&logits);
             steps += 1;
             if ours as u32 == theirs {
                 agree += 1;

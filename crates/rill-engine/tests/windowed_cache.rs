@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::argmax;
+
 use rill_engine::model::{Compute, KvCache, Model, KV_ROLLBACK};
 use rill_engine::{Engine, EngineConfig, Event, GenerateRequest, Message, SamplingParams};
 
@@ -115,10 +117,6 @@ fn the_candle_path_slides_its_windows_too() {
         "{} bytes",
         cache.bytes()
     );
-}
-
-fn argmax(l: &[f32]) -> usize {
-    (0..l.len()).max_by(|&a, &b| l[a].total_cmp(&l[b])).unwrap()
 }
 
 #[test]

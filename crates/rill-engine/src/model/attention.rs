@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use half::f16;
 use rayon::prelude::*;
 
-use super::kv_rows::{KvRows, Q8_BLOCK};
+use super::kv_rows::KvRows;
 use crate::kernels::Isa;
 
 /// Heads and sizes of one attention layer.
@@ -235,16 +235,7 @@ fn group(
             let (qs, ys) = (&q[h * hd..(h + n) * hd], &mut y[h * hd..(h + n) * hd]);
             scores.clear();
             scores.resize(n * n_keys, 0.0);
-            let rows = match (&kv.k, &kv.v) {
-                (KvRows::F16(k), KvRows::F16(v)) => avx2::Rows::F16(&k[at..], &v[at..]),
-                (KvRows::Q8 { q: kq, d: kd }, KvRows::Q8 { q: vq, d: vd }) => avx2::Rows::Q8(
-                    &kq[at..],
-                    &kd[at / Q8_BLOCK..],
-                    &vq[at..],
-                    &vd[at / Q8_BLOCK..],
-                ),
-                _ => unreachable!("a layer's keys and values are stored alike (kv.rs)"),
-            };
+            let rows = (&kv.k, &kv.v, at);
             // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C; every
             // key and value row read is `hd` values inside the first `n_keys` positions of the
             // cache (`attend` asserts the cache holds them), `hd % 8 == 0` (and a multiple of

@@ -2,6 +2,7 @@
 //! over its keys and values, each key and value row converted once for all of them, from f16 or
 //! from 8-bit blocks, with the rows ahead prefetched.
 
+use super::super::kv_rows::{KvRows, Q8_BLOCK};
 use super::super::ops::avx2::exp;
 use half::f16;
 use std::arch::x86_64::*;
@@ -31,12 +32,13 @@ unsafe fn sums4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
     _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1))
 }
 
-/// A KV head's keys and values from its first row: f16, or 8-bit values and their
-/// blocks' scales (the first value a block's first).
-#[derive(Clone, Copy)]
-pub enum Rows<'a> {
-    F16(&'a [f16], &'a [f16]),
-    Q8(&'a [i8], &'a [f16], &'a [i8], &'a [f16]),
+/// Bytes a value takes in a store: 1 in 8 bits (`Q`), 2 in f16.
+const fn elem_bytes<const Q: bool>() -> usize {
+    if Q {
+        1
+    } else {
+        2
+    }
 }
 
 /// Where one store's values start: f16 values, or 8-bit ones and their scales.
@@ -55,7 +57,7 @@ unsafe fn load<const Q: bool>(s: Src, i: usize) -> __m256 {
         true => {
             let q = _mm_loadl_epi64(s.at.add(i) as *const __m128i);
             let x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
-            let d = _mm_set1_epi16(*(s.d.add(i / super::Q8_BLOCK) as *const i16));
+            let d = _mm_set1_epi16(*(s.d.add(i / Q8_BLOCK) as *const i16));
             _mm256_mul_ps(x, _mm256_cvtph_ps(d))
         }
         false => load8((s.at as *const f16).add(i)),
@@ -72,36 +74,34 @@ unsafe fn load<const Q: bool>(s: Src, i: usize) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn heads<const H: usize>(
     qs: &[f32],
-    rows: Rows,
+    (keys, values, at): (&KvRows, &KvRows, usize),
     stride: usize,
     scale: f32,
     cap: (Option<f32>, bool),
     scores: &mut [f32],
     ys: &mut [f32],
 ) {
-    let src = |at: *const u8, d: *const f16| Src { at, d };
-    match rows {
-        Rows::F16(k, v) => {
-            let (k, v) = (k.as_ptr() as *const u8, v.as_ptr() as *const u8);
-            let none = std::ptr::null();
-            heads_of::<H, false>(
-                qs,
-                src(k, none),
-                src(v, none),
-                stride,
-                scale,
-                cap,
-                scores,
-                ys,
-            )
+    // A store's values from value `at` (a head's first, so a block's first in 8 bits).
+    let src = |rows: &KvRows| match rows {
+        KvRows::F16(x) => Src {
+            at: x[at..].as_ptr() as *const u8,
+            d: std::ptr::null(),
+        },
+        KvRows::Q8 { q, d } => Src {
+            at: q[at..].as_ptr() as *const u8,
+            d: d[at / Q8_BLOCK..].as_ptr(),
+        },
+    };
+    let (k, v) = (src(keys), src(values));
+    match (keys, values) {
+        (KvRows::F16(_), KvRows::F16(_)) => {
+            heads_of::<H, false>(qs, k, v, stride, scale, cap, scores, ys)
         }
-        Rows::Q8(kq, kd, vq, vd) => {
-            let (k, v) = (
-                src(kq.as_ptr() as _, kd.as_ptr()),
-                src(vq.as_ptr() as _, vd.as_ptr()),
-            );
+        (KvRows::Q8 { .. }, KvRows::Q8 { .. }) => {
             heads_of::<H, true>(qs, k, v, stride, scale, cap, scores, ys)
         }
+        // The cache makes a layer's keys and values alike (kv.rs).
+        _ => unreachable!("a layer's keys and values are stored alike"),
     }
 }
 
@@ -201,8 +201,7 @@ const PREFETCH_ROWS: usize = 48;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn prefetch<const Q: bool>(s: Src, at: usize, bytes: usize) {
-    let elem = if Q { 1 } else { 2 };
-    let p = s.at.wrapping_add(at * elem);
+    let p = s.at.wrapping_add(at * elem_bytes::<Q>());
     let mut b = 0;
     while b < bytes {
         _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(b) as *const i8);
@@ -248,7 +247,7 @@ unsafe fn score_keys<const H: usize, const K: usize, const Q: bool>(
 ) {
     let q = qs.as_ptr();
     let k: [usize; K] = std::array::from_fn(|i| (j + i) * stride);
-    let row_bytes = hd * if Q { 1 } else { 2 };
+    let row_bytes = hd * elem_bytes::<Q>();
     for r in k {
         prefetch::<Q>(keys, r + PREFETCH_ROWS * stride, row_bytes);
     }
@@ -336,7 +335,7 @@ unsafe fn columns<const H: usize, const L: usize, const Q: bool>(
             }
         }
     }
-    let row_bytes = hd * if Q { 1 } else { 2 };
+    let row_bytes = hd * elem_bytes::<Q>();
     for j in js {
         if c == 0 {
             prefetch::<Q>(v, (j + PREFETCH_ROWS) * stride, row_bytes);

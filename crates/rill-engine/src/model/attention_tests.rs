@@ -1,7 +1,7 @@
 //! Tests of our attention (`attention.rs`): every path against the definition, and the bits a
 //! query gets in any step, alone or beside others.
 
-use super::super::kv_rows::KvType;
+use super::super::kv_rows::{KvType, Q8_BLOCK};
 use super::*;
 use crate::kernels::tests::Lcg;
 

@@ -47,6 +47,36 @@ pub fn golden_path() -> PathBuf {
         })
 }
 
+/// llama.cpp's reference cases on the real model ([`golden_path`]).
+#[derive(serde::Deserialize)]
+pub struct Golden {
+    pub cases: Vec<GoldenCase>,
+}
+
+#[derive(serde::Deserialize)]
+pub struct GoldenCase {
+    pub name: String,
+    pub messages: Vec<rill_engine::Message>,
+    pub prompt: String,
+    pub prompt_ids: Vec<u32>,
+    pub completion_ids: Vec<u32>,
+    pub completion_text: String,
+    pub stopped_at_eos: bool,
+}
+
+pub fn golden() -> Golden {
+    let path = golden_path();
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("golden file parses")
+}
+
+/// The index of the largest logit (the last of equals, as `Iterator::max_by` picks).
+pub fn argmax(logits: &[f32]) -> usize {
+    (0..logits.len())
+        .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+        .unwrap_or(0)
+}
+
 /// Largest logit gap still called a near-tie: a choice that batched and step-by-step float
 /// arithmetic (ours, or llama.cpp's) can make either way. Logits here run to ±30.
 pub const NEAR_TIE: f32 = 0.2;
