@@ -168,8 +168,9 @@ pub(crate) fn quantize_rows<F: Quantise>(isa: Isa, x: &[f32], m: usize, k: usize
 }
 
 /// A pointer the tasks of one matmul share, each writing outputs no other task writes.
-pub(crate) struct SharedOut(*mut f32);
-// SAFETY: only used by `panels_times`, whose tasks write disjoint elements (see there).
+pub(crate) struct SharedOut(pub(crate) *mut f32);
+// SAFETY: only used by `panels_times` and `half_times`, whose tasks write disjoint elements
+// (see there).
 unsafe impl Sync for SharedOut {}
 
 /// [`rows_times`] for matrices in panels (made only for x86's SIMD: see

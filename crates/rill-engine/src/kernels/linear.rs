@@ -26,6 +26,9 @@ pub(crate) enum Weights {
     Q8_0x8(Vec<PanelQ8_0<8>>),
     /// Q8_0 in panels of sixteen rows, for the AVX-512 panel kernel (rows a multiple of 16).
     Q8_0x16(Vec<PanelQ8_0<16>>),
+    /// F16 and BF16 rows as the file holds them (`halves.rs`).
+    F16(Vec<f16>),
+    Bf16(Vec<half::bf16>),
 }
 
 /// `$body` with `$w` bound to the weights of whatever layout `$weights` holds.
@@ -46,6 +49,8 @@ macro_rules! each_layout {
             Weights::Q8_0($w) => $body,
             Weights::Q8_0x8($w) => $body,
             Weights::Q8_0x16($w) => $body,
+            Weights::F16($w) => $body,
+            Weights::Bf16($w) => $body,
         }
     };
 }
@@ -68,6 +73,8 @@ impl Weights {
             Weights::Q8_0(w) => w.len(),
             Weights::Q8_0x8(w) => 8 * w.len(),
             Weights::Q8_0x16(w) => 16 * w.len(),
+            Weights::F16(w) => w.len() / QK,
+            Weights::Bf16(w) => w.len() / QK,
         }
     }
 
@@ -88,6 +95,8 @@ impl Weights {
             (Weights::Q8_0(w), Weights::Q8_0(m)) => w.extend(m),
             (Weights::Q8_0x8(w), Weights::Q8_0x8(m)) => w.extend(m),
             (Weights::Q8_0x16(w), Weights::Q8_0x16(m)) => w.extend(m),
+            (Weights::F16(w), Weights::F16(m)) => w.extend(m),
+            (Weights::Bf16(w), Weights::Bf16(m)) => w.extend(m),
             _ => return None,
         }
         Some(())
@@ -102,6 +111,13 @@ pub struct QLinear {
     pub(crate) isa: Isa,
     /// Bytes the matrix takes in the file, before any repacking.
     pub(crate) file_bytes: usize,
+}
+
+/// A 16-bit float row into `out` (`k` values).
+fn half_row<H: Half>(w: &[H], out: &mut [f32]) {
+    for (o, w) in out.iter_mut().zip(w) {
+        *o = w.to_f32();
+    }
 }
 
 /// Weight rows per task: enough work per task to amortise rayon's hand-off, enough tasks to
@@ -139,8 +155,8 @@ fn q6_k_as_q8_0(bytes: &[u8], n_out: usize, k: usize) -> Option<Vec<BlockQ8_0>> 
 }
 
 impl QLinear {
-    /// The matrix, when its format is one the kernels run (Q4_1, Q8_0) and its rows are whole
-    /// blocks; `None` leaves it to candle.
+    /// The matrix, when its format is one the kernels run and its rows are whole blocks of 32;
+    /// `None` leaves it to candle.
     pub fn from_qtensor(t: &QTensor, isa: Isa) -> Option<QLinear> {
         Self::from_raw(t.dtype(), t.shape().dims(), &t.data().ok()?, isa)
     }
@@ -182,6 +198,8 @@ impl QLinear {
             GgmlDType::Q5_0 => Weights::Q8_0(q5_0_as_q8_0(&blocks(bytes)?)),
             GgmlDType::Q4K => Weights::Q4_1(q4_k_as_q4_1(&blocks(bytes)?)),
             GgmlDType::Q6K => Weights::Q8_0(q6_k_as_q8_0(bytes, n_out, k)?),
+            GgmlDType::F16 => Weights::F16(blocks(bytes)?),
+            GgmlDType::BF16 => Weights::Bf16(blocks(bytes)?),
             _ => return None,
         };
         if weights.n_blocks() != n_out * kb {
@@ -222,6 +240,8 @@ impl QLinear {
                     | GgmlDType::Q4K
                     | GgmlDType::Q5K
                     | GgmlDType::Q6K
+                    | GgmlDType::F16
+                    | GgmlDType::BF16
             )
     }
 
@@ -267,6 +287,8 @@ impl QLinear {
             Weights::Q8_0(w) => dequantize_blocks(w[row].iter().copied(), out, QK, q8_0),
             Weights::Q8_0x8(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q8_0),
             Weights::Q8_0x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q8_0),
+            Weights::F16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
+            Weights::Bf16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
         }
     }
 
@@ -302,6 +324,8 @@ impl QLinear {
             Weights::Q6Kx16(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::Q8_0x8(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::Q8_0x16(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Weights::F16(w) => half_times(self.isa, w, x, m, self.k, out),
+            Weights::Bf16(w) => half_times(self.isa, w, x, m, self.k, out),
         }
     }
 

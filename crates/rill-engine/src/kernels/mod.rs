@@ -28,8 +28,10 @@
 //! 32 with the same nibbles and each sub-block's scale and min rounded to f16 (relative error
 //! ≤ 2⁻¹¹; 5 bits per weight instead of 4.5); Q6_K dequantised and quantised again as Q8_0,
 //! 64 rows at a time (each weight moves by at most half an 8-bit step of its block, about a
-//! quarter of its 6-bit step; 8.5 bits per weight instead of 6.56). Other formats stay with
-//! candle.
+//! quarter of its 6-bit step; 8.5 bits per weight instead of 6.56). F16 and BF16 rows run as
+//! the file holds them against f32 activations (`halves.rs`: a float dot product in eight
+//! lanes, the same bits on every path); candle dequantised them to f32 (twice the file). Other
+//! formats stay with candle.
 //!
 //! With AVX2, a matrix whose rows come in eights is stored as panels ([`PanelQ4_1`], and
 //! [`PanelQ8_0`] with AVX-VNNI or AVX-512): eight rows' blocks interleaved so that one vector
@@ -48,7 +50,8 @@
 //! The files: `blocks.rs` (the formats, and their repacking), `panels.rs` (the interleaved
 //! layouts; `kpanels.rs` the K-quants'), `quants.rs` (activation quantisers, the scalar
 //! reference dots), `isa.rs` (the run-time choice), `linear.rs` ([`QLinear`]), `driver.rs`
-//! (how a product is split across the threads), one per instruction set: `avx2.rs` (its
+//! (how a product is split across the threads), `halves.rs` (F16 and BF16, all paths), one
+//! per instruction set: `avx2.rs` (its
 //! K-quant tiles in `avx2/kquants.rs`), `avx512.rs`, `neon.rs`, and the tests (`tests.rs`, and
 //! `native_tests.rs` for the formats run as the file holds them).
 
@@ -67,6 +70,7 @@ use rayon::prelude::*;
 
 mod blocks;
 mod driver;
+mod halves;
 mod isa;
 mod kpanels;
 mod linear;
@@ -75,6 +79,7 @@ mod quants;
 
 pub use blocks::*;
 use driver::*;
+use halves::*;
 pub use isa::*;
 pub use kpanels::*;
 pub use linear::*;

@@ -38,6 +38,8 @@ impl QLinear {
             Weights::Q6Kx16(w) => dot(w, kbk, j, &ak),
             Weights::Q8_0x8(w) => dot(w, kb, j, &a8),
             Weights::Q8_0x16(w) => dot(w, kb, j, &a8),
+            Weights::F16(w) => dot_half_ref(&w[j * self.k..(j + 1) * self.k], xs),
+            Weights::Bf16(w) => dot_half_ref(&w[j * self.k..(j + 1) * self.k], xs),
         }
     }
 }

@@ -199,6 +199,8 @@ fn a_row_gives_the_same_bits(r: &mut Lcg, n_out: usize) {
         GgmlDType::Q8_0,
         GgmlDType::Q4K,
         GgmlDType::Q6K,
+        GgmlDType::F16,
+        GgmlDType::BF16,
     ] {
         let k = if matches!(dtype, GgmlDType::Q4K | GgmlDType::Q6K) {
             512
@@ -270,7 +272,7 @@ fn every_panel_kernel_gives_the_same_bits() {
 /// whatever its order of additions. What this CPU cannot run is printed as skipped.
 fn layout(l: &QLinear) -> &'static str {
     match l.weights {
-        Weights::Q4_1(_) | Weights::Q8_0(_) => "rows",
+        Weights::Q4_1(_) | Weights::Q8_0(_) | Weights::F16(_) | Weights::Bf16(_) => "rows",
         Weights::Q4_1x8(_)
         | Weights::Q4_0x8(_)
         | Weights::Q4Kx8(_)
@@ -556,7 +558,7 @@ fn the_repacked_formats_multiply_like_their_weights() {
 #[test]
 fn unsupported_formats_and_ragged_rows_are_left_to_candle() {
     let wt = Tensor::zeros((8, 256), candle_core::DType::F32, &Device::Cpu).unwrap();
-    for dtype in [GgmlDType::Q5K, GgmlDType::Q5_1, GgmlDType::F16] {
+    for dtype in [GgmlDType::Q5K, GgmlDType::Q5_1] {
         let q = QTensor::quantize(&wt, dtype).unwrap();
         assert!(
             QLinear::from_qtensor(&q, Isa::Scalar).is_none(),
