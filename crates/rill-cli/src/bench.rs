@@ -84,6 +84,10 @@ struct Report {
     per_stream_decode_tps: Vec<f64>,
     /// All streams' tokens over the wall time from the first token of any to the last of all.
     aggregate_tps: f64,
+    /// All streams' tokens over the window in which every one was decoding (from the last
+    /// stream's first token to the first stream's last), as llama-batched-bench's S_TG counts
+    /// a batch decoding together; 0 when the streams never decoded all at once.
+    together_tps: f64,
     /// The machine's read bandwidth, GB/s, with the engine's threads ([`read_bandwidth_gbps`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     read_gbps: Option<f64>,
@@ -137,6 +141,7 @@ impl Report {
             load_ms: 0.0,
             per_stream_decode_tps: results.iter().map(|r| r.decode_tps).collect(),
             aggregate_tps: aggregate_tps(results),
+            together_tps: together_tps(results),
             read_gbps: None,
             step_weight_mb: None,
             step_file_mb: None,
@@ -186,6 +191,8 @@ struct StreamResult {
     text: String,
     first: Option<Instant>,
     last: Option<Instant>,
+    /// When each token came.
+    times: Vec<Instant>,
 }
 
 /// Tokens per second over the window in which any of `results` was producing tokens.
@@ -195,6 +202,20 @@ fn aggregate_tps(results: &[StreamResult]) -> f64 {
     match (first, last) {
         (Some(f), Some(l)) if l > f => {
             results.iter().map(|r| r.tokens).sum::<usize>() as f64 / (l - f).as_secs_f64()
+        }
+        _ => 0.0,
+    }
+}
+
+/// Tokens per second over the window in which all of `results` were decoding: the tokens that
+/// came after the last stream's first and up to the first stream's last.
+fn together_tps(results: &[StreamResult]) -> f64 {
+    let from = results.iter().filter_map(|r| r.first).max();
+    let to = results.iter().filter_map(|r| r.last).min();
+    match (from, to) {
+        (Some(f), Some(t)) if t > f => {
+            let inside = |r: &StreamResult| r.times.iter().filter(|&&x| x > f && x <= t).count();
+            results.iter().map(inside).sum::<usize>() as f64 / (t - f).as_secs_f64()
         }
         _ => 0.0,
     }
@@ -401,6 +422,13 @@ fn print_report(a: &BenchArgs, m: &rill_engine::ModelInfo, report: &Report) -> R
             "decode       {:.1} tok/s  ({} tokens per stream, summed over streams)",
             report.decode_tps, report.gen_tokens
         );
+        if report.streams > 1 {
+            println!(
+                "together     {:.1} tok/s  (all streams' tokens while all were decoding; \
+                 {:.1} from the first token to the last)",
+                report.together_tps, report.aggregate_tps
+            );
+        }
         println!(
             "ttft         p50 {:.1} ms  p95 {:.1} ms",
             report.ttft_ms.p50, report.ttft_ms.p95
@@ -464,6 +492,7 @@ fn measure(submitted: Instant, gen: rill_engine::Generation) -> Result<StreamRes
         text: String::new(),
         first: None,
         last: None,
+        times: Vec::new(),
     };
     for ev in gen {
         match ev {
@@ -477,6 +506,7 @@ fn measure(submitted: Instant, gen: rill_engine::Generation) -> Result<StreamRes
                 last = Some(now);
                 r.first.get_or_insert(now);
                 r.last = Some(now);
+                r.times.push(now);
                 r.tokens += 1;
             }
             Event::Done { timings, .. } => {

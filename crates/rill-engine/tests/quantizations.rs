@@ -67,10 +67,11 @@ fn answer(path: &std::path::Path) -> (String, String) {
 type Pick = Box<dyn Fn(usize) -> GgmlDType>;
 
 #[test]
-fn f16_q8_0_q4_0_q5_1_and_k_quant_files_load_and_answer() {
+fn f16_bf16_q8_0_q4_0_q5_1_and_k_quant_files_load_and_answer() {
     let dir = tempfile::tempdir().unwrap();
     let variants: Vec<(&str, Pick)> = vec![
         ("F16", Box::new(|_| GgmlDType::F16)),
+        ("BF16", Box::new(|_| GgmlDType::BF16)),
         ("Q8_0", Box::new(|_| GgmlDType::Q8_0)),
         ("Q4_0", Box::new(|_| GgmlDType::Q4_0)),
         (
