@@ -186,22 +186,28 @@ struct StreamResult {
     gaps_ms: Vec<f64>,
     prefill_tps: f64,
     decode_tps: f64,
-    tokens: usize,
     reused_tokens: usize,
     text: String,
-    first: Option<Instant>,
-    last: Option<Instant>,
     /// When each token came.
     times: Vec<Instant>,
 }
 
+impl StreamResult {
+    fn first(&self) -> Option<Instant> {
+        self.times.first().copied()
+    }
+    fn last(&self) -> Option<Instant> {
+        self.times.last().copied()
+    }
+}
+
 /// Tokens per second over the window in which any of `results` was producing tokens.
 fn aggregate_tps(results: &[StreamResult]) -> f64 {
-    let first = results.iter().filter_map(|r| r.first).min();
-    let last = results.iter().filter_map(|r| r.last).max();
+    let first = results.iter().filter_map(StreamResult::first).min();
+    let last = results.iter().filter_map(StreamResult::last).max();
     match (first, last) {
         (Some(f), Some(l)) if l > f => {
-            results.iter().map(|r| r.tokens).sum::<usize>() as f64 / (l - f).as_secs_f64()
+            results.iter().map(|r| r.times.len()).sum::<usize>() as f64 / (l - f).as_secs_f64()
         }
         _ => 0.0,
     }
@@ -210,8 +216,8 @@ fn aggregate_tps(results: &[StreamResult]) -> f64 {
 /// Tokens per second over the window in which all of `results` were decoding: the tokens that
 /// came after the last stream's first and up to the first stream's last.
 fn together_tps(results: &[StreamResult]) -> f64 {
-    let from = results.iter().filter_map(|r| r.first).max();
-    let to = results.iter().filter_map(|r| r.last).min();
+    let from = results.iter().filter_map(StreamResult::first).max();
+    let to = results.iter().filter_map(StreamResult::last).min();
     match (from, to) {
         (Some(f), Some(t)) if t > f => {
             let inside = |r: &StreamResult| r.times.iter().filter(|&&x| x > f && x <= t).count();
@@ -334,7 +340,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         report.background_itl_prefill_ms = Some(percentiles(during));
         report.background_itl_after_ms = Some(percentiles(after));
     }
-    debug_assert!(results.iter().all(|r| r.tokens == a.gen_tokens));
+    debug_assert!(results.iter().all(|r| r.times.len() == a.gen_tokens));
     // The bound on decode: the weights a step reads, at the machine's read bandwidth, measured
     // once the model is gone (its memory freed, the peak RSS taken already).
     let (info, step_bytes, threads) = (
@@ -360,8 +366,8 @@ pub fn bench(a: BenchArgs) -> Result<()> {
 fn background_gaps(results: &[StreamResult], tokens: &[Vec<Instant>]) -> (Vec<f64>, Vec<f64>) {
     let (Some(from), Some(to), Some(end)) = (
         results.iter().map(|r| r.submitted).min(),
-        results.iter().filter_map(|r| r.first).max(),
-        results.iter().filter_map(|r| r.last).max(),
+        results.iter().filter_map(StreamResult::first).max(),
+        results.iter().filter_map(StreamResult::last).max(),
     ) else {
         return (Vec::new(), Vec::new());
     };
@@ -480,18 +486,14 @@ fn print_report(a: &BenchArgs, m: &rill_engine::ModelInfo, report: &Report) -> R
 
 /// Follows one generation, timing its tokens.
 fn measure(submitted: Instant, gen: rill_engine::Generation) -> Result<StreamResult> {
-    let mut last: Option<Instant> = None;
     let mut r = StreamResult {
         submitted,
         ttft_ms: 0.0,
         gaps_ms: Vec::new(),
         prefill_tps: 0.0,
         decode_tps: 0.0,
-        tokens: 0,
         reused_tokens: 0,
         text: String::new(),
-        first: None,
-        last: None,
         times: Vec::new(),
     };
     for ev in gen {
@@ -499,15 +501,11 @@ fn measure(submitted: Instant, gen: rill_engine::Generation) -> Result<StreamRes
             Event::Token { text, .. } => {
                 r.text.push_str(&text);
                 let now = Instant::now();
-                match last {
+                match r.last() {
                     None => r.ttft_ms = (now - submitted).as_secs_f64() * 1e3,
                     Some(prev) => r.gaps_ms.push((now - prev).as_secs_f64() * 1e3),
                 }
-                last = Some(now);
-                r.first.get_or_insert(now);
-                r.last = Some(now);
                 r.times.push(now);
-                r.tokens += 1;
             }
             Event::Done { timings, .. } => {
                 r.prefill_tps = timings.prefill_tps;
