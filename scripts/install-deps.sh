@@ -54,4 +54,10 @@ if ! python3 -c "import gguf, numpy" >/dev/null 2>&1; then
   python3 -m pip install --quiet "gguf==0.19.0" numpy ||
     python3 -m pip install --quiet --break-system-packages "gguf==0.19.0" numpy
 fi
+# The official OpenAI client and a JSON Schema validator, for the API tests (tests/api_openai.py).
+if ! python3 -c "import openai, jsonschema" >/dev/null 2>&1; then
+  echo "install-deps: installing openai and jsonschema for python3"
+  python3 -m pip install --quiet "openai>=1.50" jsonschema ||
+    python3 -m pip install --quiet --break-system-packages "openai>=1.50" jsonschema
+fi
 echo "install-deps: ready ($(cargo --version), node $(node --version))"

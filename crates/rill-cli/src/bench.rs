@@ -52,6 +52,9 @@ pub struct BenchArgs {
     /// decode run at that depth. One stream only.
     #[arg(long, default_value_t = 0)]
     depth: usize,
+    /// Every measured answer constrained by a JSON schema or a grammar.
+    #[command(flatten)]
+    constraint: crate::constrain::ConstraintArgs,
     /// One JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -234,6 +237,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     if a.depth > 0 && (a.streams > 1 || a.background > 0) {
         bail!("--depth measures one stream alone: leave --streams and --background out");
     }
+    let grammar = a.constraint.grammar()?;
     let started = Instant::now();
     let engine = a.model.start()?;
     let load_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -244,6 +248,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         max_tokens: Some(n),
         ignore_eos: true,
         top_candidates: a.candidates,
+        grammar: grammar.clone(),
         ..GenerateRequest::new(Prompt::Tokens(ids))
     };
 

@@ -5,6 +5,7 @@
 //! ids and pieces; `models` lists, downloads and imports GGUF files. Errors end the process with status 1 and one `error: …` line.
 
 mod bench;
+mod constrain;
 mod conversations;
 mod tokenize;
 
@@ -173,6 +174,8 @@ struct RunArgs {
     model: ModelArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    constraint: constrain::ConstraintArgs,
     /// System prompt.
     #[arg(long)]
     system: Option<String>,
@@ -444,13 +447,18 @@ fn run(a: RunArgs) -> Result<()> {
     // Check the request before loading the model: bad flags fail fast.
     a.sampling.params().validate()?;
     let messages = read_messages(&a)?;
+    let grammar = a.constraint.grammar()?;
     if let Some(url) = &a.remote {
+        if grammar.is_some() {
+            bail!("--json-schema and --grammar run on this machine's engine, not with --remote");
+        }
         return run_remote(&a, url, messages);
     }
     let engine = a.model.start()?;
-    let gen = engine
-        .handle()
-        .generate(a.sampling.request(Prompt::Messages(messages)))?;
+    let gen = engine.handle().generate(GenerateRequest {
+        grammar,
+        ..a.sampling.request(Prompt::Messages(messages))
+    })?;
     stream(gen, a.json)?;
     Ok(())
 }

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::unbounded_channel;
 use tokio::sync::oneshot;
 
+use crate::constraint::{Grammar, Grammars};
 use crate::error::{Error, Result};
 pub use crate::generation::{Collected, Control, Generation};
 use crate::model::{KvType, Model, ModelInfo};
@@ -145,6 +146,9 @@ pub struct GenerateRequest {
     /// Report the likeliest candidates (raw and sampled probabilities) with every token; 0
     /// (the default) costs nothing.
     pub top_candidates: usize,
+    /// What the answer must match (a JSON schema, any JSON object, a Lark grammar); `None`
+    /// leaves it free. A grammar that cannot be used is refused by [`Handle::generate`].
+    pub grammar: Option<Grammar>,
 }
 
 /// Context-overflow policy for a conversation longer than the context window.
@@ -169,6 +173,7 @@ impl GenerateRequest {
             ignore_eos: false,
             overflow: Overflow::DropOldest,
             top_candidates: 0,
+            grammar: None,
         }
     }
 
@@ -273,7 +278,9 @@ pub(crate) struct Shared {
     pub(crate) step_weight_bytes: (usize, usize),
     /// The compute pool's threads.
     pub(crate) threads: usize,
-    pub(crate) tokenizer: Tokenizer,
+    pub(crate) tokenizer: Arc<Tokenizer>,
+    /// Compiles the grammars of constrained answers (its token trie is built on first use).
+    pub(crate) grammars: Grammars,
     pub(crate) template: ChatTemplate,
     pub(crate) context_length: usize,
     pub(crate) next_id: AtomicU64,
@@ -320,8 +327,10 @@ impl Engine {
             template,
         } = pool.install(|| Model::load(&config.model, &device, Some(cap)))?;
         weights.set_kv_type(config.kv_cache)?;
+        let tokenizer = Arc::new(tokenizer);
         let shared = Arc::new(Shared {
             info,
+            grammars: Grammars::new(tokenizer.clone()),
             tokenizer,
             template,
             context_length: weights.config().context_length,
@@ -498,12 +507,22 @@ impl Handle {
         Ok((ids, dropped))
     }
 
+    /// Checks that `grammar` can constrain an answer (a JSON schema llguidance accepts, a Lark
+    /// grammar that parses), without starting anything. The first call builds the token trie.
+    pub fn check_grammar(&self, grammar: &Grammar) -> Result<()> {
+        self.shared.grammars.matcher(grammar).map(drop)
+    }
+
     /// Starts a generation. Every check that depends on the request happens here.
     pub fn generate(&self, req: GenerateRequest) -> Result<Generation> {
         let sampler = Sampler::new(req.params)?;
         if req.max_tokens == Some(0) {
             return Err(Error::param("max_tokens", "must be ≥ 1"));
         }
+        let constraint = match &req.grammar {
+            Some(g) => Some(self.shared.grammars.compile(g)?),
+            None => None,
+        };
         let (prompt, dropped_messages) = self.fit(&req.prompt, req.max_tokens, req.overflow)?;
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (events_tx, events) = unbounded_channel();
@@ -526,6 +545,7 @@ impl Handle {
             priority: req.priority.clamp(1, MAX_PRIORITY),
             dropped_messages,
             top_candidates: req.top_candidates.min(MAX_CANDIDATES),
+            constraint,
             events: events_tx,
             submitted: Instant::now(),
         });
@@ -573,6 +593,7 @@ impl Handle {
             priority: 1,
             dropped_messages,
             top_candidates: req.top.clamp(1, MAX_CANDIDATES),
+            constraint: None,
             events: events_tx,
             submitted: Instant::now(),
         })

@@ -29,6 +29,10 @@ pub enum Error {
         message: String,
     },
 
+    /// A JSON schema or grammar that constrained decoding cannot use, or a matcher failure.
+    #[error("grammar: {0}")]
+    Grammar(String),
+
     /// The prompt does not fit the model's context window.
     #[error("prompt has {prompt_tokens} tokens but the context holds {context} (including room for at least one answer token)")]
     PromptTooLong {

@@ -29,6 +29,7 @@
 //!
 //! The crate knows nothing of SQLite, HTTP or Tauri; those wire it up from outside.
 
+pub mod constraint;
 pub mod engine;
 pub mod error;
 pub mod generation;
@@ -45,6 +46,7 @@ mod template_json;
 pub mod tokenizer;
 mod worker;
 
+pub use constraint::Grammar;
 pub use engine::{
     Activity, Collected, Control, DeviceKind, Engine, EngineConfig, Event, GenerateRequest,
     Generation, Handle, Overflow, PreviewRequest, Prompt, Timings, Usage, MAX_PRIORITY,

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::constraint::Constraint;
 use crate::engine::{Event, Timings, Usage};
 use crate::error::Result;
 use crate::model::KvCache;
@@ -46,6 +47,8 @@ pub(crate) struct Sequence {
     reused_tokens: usize,
     dropped_messages: usize,
     top_candidates: usize,
+    /// The grammar the answer must match, if any.
+    constraint: Option<Constraint>,
     queue_position: Option<usize>,
     events: UnboundedSender<Event>,
     submitted: Instant,
@@ -75,6 +78,7 @@ pub(crate) struct SequenceSpec {
     pub dropped_messages: usize,
     /// Report this many likeliest candidates with every token (0: off).
     pub top_candidates: usize,
+    pub constraint: Option<Constraint>,
     pub events: UnboundedSender<Event>,
     pub submitted: Instant,
 }
@@ -101,6 +105,7 @@ impl Sequence {
             reused_tokens: 0,
             dropped_messages: s.dropped_messages,
             top_candidates: s.top_candidates,
+            constraint: s.constraint,
             queue_position: None,
             events: s.events,
             submitted: s.submitted,
@@ -284,6 +289,14 @@ impl Sequence {
     }
 
     fn sample_and_emit(&mut self, tok: &Tokenizer, logits: &mut [f32]) -> Result<()> {
+        if let Some(c) = &mut self.constraint {
+            // Room left: the length limit's, and the context's (one position per token).
+            let room = self.context_length.saturating_sub(self.tokens.len());
+            let left = self
+                .max_tokens
+                .map_or(room, |m| m.saturating_sub(self.completion_tokens).min(room));
+            c.apply(logits, left)?;
+        }
         let (id, candidates) = if self.top_candidates > 0 {
             self.sampler
                 .sample_explained(logits, &self.tokens, self.top_candidates)?
@@ -310,6 +323,12 @@ impl Sequence {
             return Ok(());
         }
         self.completion_tokens += 1;
+        // A complete grammar allows nothing but the end: the answer ends here, without
+        // another forward pass to draw that end.
+        let grammar_done = match &mut self.constraint {
+            Some(c) => c.commit(id)?,
+            None => false,
+        };
         let piece = self.decoder.push(tok, id);
         let (mut text, matched) = match self.stops.push(&piece) {
             StopCheck::Continue(t) => (t, false),
@@ -320,6 +339,8 @@ impl Sequence {
         let context_full = self.tokens.len() >= self.context_length;
         let reason = if matched {
             Some(StopReason::StopString)
+        } else if grammar_done {
+            Some(StopReason::Stop)
         } else if length_reached {
             Some(StopReason::Length)
         } else if context_full {

@@ -1,8 +1,9 @@
 //! OpenAI's wire types, and their one conversion into engine types ("parse, don't validate":
 //! after [`ChatCompletionRequest::into_generate`], nothing downstream checks a field again).
 
-use rill_engine::{GenerateRequest, Message, Prompt, Role, SamplingParams, StopReason};
+use rill_engine::{GenerateRequest, Grammar, Message, Prompt, Role, SamplingParams, StopReason};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::error::ApiError;
 
@@ -62,6 +63,13 @@ pub struct Sampling {
     pub stream: bool,
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
+    /// `{"type": "text" | "json_object" | "json_schema", "json_schema": {"schema": …}}`.
+    pub response_format: Option<Value>,
+    /// Rill's extension: a grammar in Lark (llguidance's syntax) the answer must match.
+    pub grammar: Option<String>,
+    /// Tool calls are not served yet: a request that offers tools is refused, never ignored.
+    pub tools: Option<Vec<Value>>,
+    pub tool_choice: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -142,6 +150,7 @@ impl Sampling {
             ..d.clone()
         };
         params.validate().map_err(ApiError::from)?;
+        let grammar = self.grammar()?;
         let stop = match self.stop {
             None => Vec::new(),
             Some(Stop::One(s)) => vec![s],
@@ -155,8 +164,74 @@ impl Sampling {
             stop,
             max_tokens: self.max_completion_tokens.or(self.max_tokens),
             top_candidates,
+            grammar,
             ..GenerateRequest::new(prompt)
         })
+    }
+
+    /// The grammar asked for by `response_format` or `grammar` (not both), refusing what the
+    /// server cannot honour (tools, for now) rather than ignoring it.
+    fn grammar(&self) -> Result<Option<Grammar>, ApiError> {
+        let offers_tools = self.tools.as_ref().is_some_and(|t| !t.is_empty());
+        let choice_none = self.tool_choice.as_ref().and_then(Value::as_str) == Some("none");
+        if offers_tools && !choice_none {
+            return Err(ApiError::invalid(
+                "tools",
+                "tool calls are not supported by this server yet",
+            ));
+        }
+        let format = match &self.response_format {
+            None => None,
+            Some(f) => response_format(f)?,
+        };
+        match (format, &self.grammar) {
+            (Some(_), Some(_)) => Err(ApiError::invalid(
+                "grammar",
+                "give either `response_format` or `grammar`, not both",
+            )),
+            (Some(g), None) => Ok(Some(g)),
+            (None, Some(lark)) => Ok(Some(Grammar::Lark(lark.clone()))),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// OpenAI's `response_format`: `text` (no constraint), `json_object` or `json_schema`.
+fn response_format(f: &Value) -> Result<Option<Grammar>, ApiError> {
+    let bad = |m: &str| ApiError::invalid("response_format", m.to_string());
+    let kind = f
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("needs a string `type`: text, json_object or json_schema"))?;
+    match kind {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(Grammar::JsonObject)),
+        "json_schema" => {
+            let spec = f
+                .get("json_schema")
+                .and_then(Value::as_object)
+                .ok_or_else(|| bad("type json_schema needs a `json_schema` object"))?;
+            // OpenAI makes `schema` optional; without one, any JSON value will do.
+            let schema = spec
+                .get("schema")
+                .cloned()
+                .unwrap_or(Value::Object(Default::default()));
+            if !schema.is_object() {
+                return Err(bad("`json_schema.schema` must be a JSON object"));
+            }
+            Ok(Some(Grammar::JsonSchema(schema)))
+        }
+        other => Err(bad(&format!(
+            "unknown type `{other}` (text, json_object or json_schema)"
+        ))),
+    }
+}
+
+/// The request field a grammar came from, to name in an error about it.
+pub fn grammar_field(g: &Grammar) -> &'static str {
+    match g {
+        Grammar::Lark(_) => "grammar",
+        Grammar::JsonSchema(_) | Grammar::JsonObject => "response_format",
     }
 }
 

@@ -175,6 +175,15 @@ pub(crate) async fn respond(
     request: GenerateRequest,
     save: Option<(Store, Vec<Message>)>,
 ) -> Result<Response, ApiError> {
+    if let Some(g) = &request.grammar {
+        // Refused before anything is saved or started, naming the field it came from.
+        // The first grammar builds the token trie: off the async threads.
+        let (handle, grammar) = (s.handle.clone(), g.clone());
+        tokio::task::spawn_blocking(move || handle.check_grammar(&grammar))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(|e| ApiError::invalid(crate::api::grammar_field(g), e.to_string()))?;
+    }
     let permit = s
         .slots
         .clone()

@@ -302,6 +302,11 @@ impl Tokenizer {
         self.inner.id_to_token(id)
     }
 
+    /// The ids that end a generation, sorted.
+    pub fn eog_ids(&self) -> &[u32] {
+        &self.eog
+    }
+
     /// True for ids that end a generation (EOS, end-of-turn, …).
     pub fn is_eog(&self, id: u32) -> bool {
         self.eog.binary_search(&id).is_ok()
