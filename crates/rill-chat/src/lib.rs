@@ -58,6 +58,7 @@ impl TokenProbs {
             id,
             text,
             candidates,
+            ..
         } = event
         else {
             return None;

@@ -21,7 +21,10 @@ fn assert_error(out: &Output, mentions: &str) {
     assert!(!out.status.success(), "expected failure; stderr: {stderr}");
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "one error line, got: {stderr}");
-    assert!(lines[0].starts_with("error: ") && lines[0].contains(mentions), "{stderr}");
+    assert!(
+        lines[0].starts_with("error: ") && lines[0].contains(mentions),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -36,16 +39,33 @@ fn run_answers_in_the_schema_or_the_grammar_and_refuses_bad_files_clearly() {
     )
     .unwrap();
     let schema = schema.to_str().unwrap();
-    let out = rill(&["--json-schema", schema, "--max-tokens", "100", "--prompt", "A user?"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = rill(&[
+        "--json-schema",
+        schema,
+        "--max-tokens",
+        "100",
+        "--prompt",
+        "A user?",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
-    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let v: serde_json::Value =
+        serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
     assert!(v["name"].is_string() && v["admin"].is_boolean(), "{v}");
     assert_eq!(v.as_object().unwrap().len(), 2, "{v}");
 
     let lark = dir.path().join("answer.lark");
     std::fs::write(&lark, r#"start: "The answer is " ("yes" | "no") ".""#).unwrap();
-    let out = rill(&["--grammar", lark.to_str().unwrap(), "--prompt", "Is Paris in France?"]);
+    let out = rill(&[
+        "--grammar",
+        lark.to_str().unwrap(),
+        "--prompt",
+        "Is Paris in France?",
+    ]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
         ["The answer is yes.", "The answer is no."].contains(&text.trim()),

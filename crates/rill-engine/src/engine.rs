@@ -26,6 +26,7 @@ use crate::constraint::{Grammar, Grammars};
 use crate::error::{Error, Result};
 pub use crate::generation::{Collected, Control, Generation};
 use crate::model::{KvType, Model, ModelInfo};
+use crate::reasoning::ReasoningSplit;
 use crate::sampler::{Candidate, Distribution, Sampler, SamplingParams};
 use crate::scheduler::SequenceState;
 use crate::sequence::{Sequence, SequenceSpec};
@@ -149,6 +150,12 @@ pub struct GenerateRequest {
     /// What the answer must match (a JSON schema, any JSON object, a Lark grammar); `None`
     /// leaves it free. A grammar that cannot be used is refused by [`Handle::generate`].
     pub grammar: Option<Grammar>,
+    /// Give a thinking model's reasoning (its `<think>` block) apart from the answer's content,
+    /// in `Event::Token`'s `reasoning`; without it the block stays in the text.
+    pub split_reasoning: bool,
+    /// With `split_reasoning`: close the thinking block after this many tokens of it (the
+    /// model goes on with its answer); `None` lets it think as long as it likes.
+    pub thinking_budget: Option<usize>,
 }
 
 /// Context-overflow policy for a conversation longer than the context window.
@@ -174,6 +181,8 @@ impl GenerateRequest {
             overflow: Overflow::DropOldest,
             top_candidates: 0,
             grammar: None,
+            split_reasoning: false,
+            thinking_budget: None,
         }
     }
 
@@ -226,6 +235,11 @@ pub enum Event {
     Token {
         id: u32,
         text: String,
+        /// The part of this token's text inside a thinking model's `<think>` block, when the
+        /// request asked for it apart ([`GenerateRequest::split_reasoning`]); `text` then holds
+        /// only the answer's content.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        reasoning: String,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         candidates: Vec<Candidate>,
     },
@@ -513,17 +527,34 @@ impl Handle {
         self.shared.grammars.matcher(grammar).map(drop)
     }
 
+    /// True when the prompt ends inside a thinking block that its template opened (the
+    /// DeepSeek-R1 distills' `<think>\n`), so the answer starts in its reasoning.
+    fn opens_thinking(&self, prompt: &Prompt) -> bool {
+        let ends_open = |text: &str| text.trim_end().ends_with(crate::reasoning::OPEN);
+        match prompt {
+            Prompt::Messages(m) => self.render(m).is_ok_and(|t| ends_open(&t)),
+            Prompt::Text(t) => ends_open(t),
+            Prompt::Tokens(ids) => ends_open(&self.shared.tokenizer.decode(ids)),
+        }
+    }
+
     /// Starts a generation. Every check that depends on the request happens here.
     pub fn generate(&self, req: GenerateRequest) -> Result<Generation> {
         let sampler = Sampler::new(req.params)?;
         if req.max_tokens == Some(0) {
             return Err(Error::param("max_tokens", "must be ≥ 1"));
         }
+        if req.thinking_budget == Some(0) {
+            return Err(Error::param("thinking_budget", "must be ≥ 1"));
+        }
         let constraint = match &req.grammar {
             Some(g) => Some(self.shared.grammars.compile(g)?),
             None => None,
         };
         let (prompt, dropped_messages) = self.fit(&req.prompt, req.max_tokens, req.overflow)?;
+        let split = req
+            .split_reasoning
+            .then(|| ReasoningSplit::new(self.opens_thinking(&req.prompt)));
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (events_tx, events) = unbounded_channel();
         let prompt_tokens = prompt.len();
@@ -546,6 +577,8 @@ impl Handle {
             dropped_messages,
             top_candidates: req.top_candidates.min(MAX_CANDIDATES),
             constraint,
+            split,
+            thinking_budget: req.thinking_budget,
             events: events_tx,
             submitted: Instant::now(),
         });
@@ -594,6 +627,8 @@ impl Handle {
             dropped_messages,
             top_candidates: req.top.clamp(1, MAX_CANDIDATES),
             constraint: None,
+            split: None,
+            thinking_budget: None,
             events: events_tx,
             submitted: Instant::now(),
         })

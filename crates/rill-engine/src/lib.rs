@@ -37,6 +37,7 @@ pub mod hub;
 pub mod kernels;
 pub mod model;
 pub(crate) mod prefix_cache;
+pub mod reasoning;
 pub mod sampler;
 pub mod scheduler;
 pub(crate) mod sequence;

@@ -16,6 +16,7 @@ use crate::constraint::Constraint;
 use crate::engine::{Event, Timings, Usage};
 use crate::error::Result;
 use crate::model::KvCache;
+use crate::reasoning::ReasoningSplit;
 use crate::sampler::Sampler;
 use crate::scheduler::{SeqView, SequenceState};
 use crate::stop::{StopCheck, StopReason, StopStrings};
@@ -49,6 +50,12 @@ pub(crate) struct Sequence {
     top_candidates: usize,
     /// The grammar the answer must match, if any.
     constraint: Option<Constraint>,
+    /// Splits a thinking model's reasoning from its content, when the request asked.
+    split: Option<ReasoningSplit>,
+    /// Close the thinking block after this many tokens of it.
+    thinking_budget: Option<usize>,
+    /// Answer tokens drawn inside the thinking block.
+    reasoning_tokens: usize,
     queue_position: Option<usize>,
     events: UnboundedSender<Event>,
     submitted: Instant,
@@ -79,6 +86,8 @@ pub(crate) struct SequenceSpec {
     /// Report this many likeliest candidates with every token (0: off).
     pub top_candidates: usize,
     pub constraint: Option<Constraint>,
+    pub split: Option<ReasoningSplit>,
+    pub thinking_budget: Option<usize>,
     pub events: UnboundedSender<Event>,
     pub submitted: Instant,
 }
@@ -106,6 +115,9 @@ impl Sequence {
             dropped_messages: s.dropped_messages,
             top_candidates: s.top_candidates,
             constraint: s.constraint,
+            split: s.split,
+            thinking_budget: s.thinking_budget,
+            reasoning_tokens: 0,
             queue_position: None,
             events: s.events,
             submitted: s.submitted,
@@ -312,10 +324,12 @@ impl Sequence {
             // The end token itself is not part of the answer; text held back for a possible stop
             // string is released with it.
             let held = self.stops.flush() + &self.decoder.flush();
-            if !held.is_empty() {
+            let (text, reasoning) = self.split_text(held, true);
+            if !text.is_empty() || !reasoning.is_empty() {
                 self.send(Event::Token {
                     id,
-                    text: held,
+                    text,
+                    reasoning,
                     candidates,
                 });
             }
@@ -323,6 +337,11 @@ impl Sequence {
             return Ok(());
         }
         self.completion_tokens += 1;
+        let thinking = self
+            .split
+            .as_ref()
+            .is_some_and(ReasoningSplit::in_reasoning);
+        self.reasoning_tokens += usize::from(thinking);
         // A complete grammar allows nothing but the end: the answer ends here, without
         // another forward pass to draw that end.
         let grammar_done = match &mut self.constraint {
@@ -352,13 +371,20 @@ impl Sequence {
             text.push_str(&self.stops.flush());
             text.push_str(&self.decoder.flush());
         }
+        let (text, reasoning) = self.split_text(text, reason.is_some());
         self.send(Event::Token {
             id,
             text,
+            reasoning,
             candidates,
         });
+        let over_budget = self
+            .thinking_budget
+            .is_some_and(|b| thinking && self.reasoning_tokens >= b);
         if let Some(r) = reason {
             self.finish(r);
+        } else if over_budget {
+            self.close_thinking(tok);
         } else if self.completion_tokens.is_multiple_of(STATS_EVERY) {
             let timings = self.timings();
             self.send(Event::Stats {
@@ -368,6 +394,58 @@ impl Sequence {
             });
         }
         Ok(())
+    }
+
+    /// Ends the thinking block the budget allows no more of: its closing tokens join the
+    /// answer as if drawn (sent as tokens, counted, run through the model with the next step),
+    /// and the model goes on with its answer after them.
+    fn close_thinking(&mut self, tok: &Tokenizer) {
+        let Ok(ids) = tok.encode_with("\n</think>\n\n", false) else {
+            return;
+        };
+        for id in ids {
+            self.tokens.push(id);
+            self.completion_tokens += 1;
+            let piece = self.decoder.push(tok, id);
+            let text = match self.stops.push(&piece) {
+                StopCheck::Continue(t) | StopCheck::Matched(t) => t,
+            };
+            let (text, reasoning) = self.split_text(text, false);
+            self.send(Event::Token {
+                id,
+                text,
+                reasoning,
+                candidates: Vec::new(),
+            });
+        }
+        if self.max_tokens.is_some_and(|m| self.completion_tokens >= m) {
+            let held = self.stops.flush() + &self.decoder.flush();
+            let (text, reasoning) = self.split_text(held, true);
+            if let (false, Some(&id)) =
+                (text.is_empty() && reasoning.is_empty(), self.tokens.last())
+            {
+                self.send(Event::Token {
+                    id,
+                    text,
+                    reasoning,
+                    candidates: Vec::new(),
+                });
+            }
+            self.finish(StopReason::Length);
+        }
+    }
+
+    /// A token's `text` as (content, reasoning), split when the request asked (`last`: the
+    /// answer ends here, so nothing stays held back).
+    fn split_text(&mut self, text: String, last: bool) -> (String, String) {
+        let Some(split) = &mut self.split else {
+            return (text, String::new());
+        };
+        let mut parts = split.push(&text);
+        if last {
+            parts.append(split.flush());
+        }
+        (parts.content, parts.reasoning)
     }
 
     fn timings(&self) -> Timings {
@@ -405,10 +483,12 @@ impl Sequence {
         if reason == StopReason::Cancelled && !self.preview {
             let held = self.stops.flush() + &self.decoder.flush();
             let last = self.tokens[self.prompt_len..].last().copied();
-            if let (false, Some(id)) = (held.is_empty(), last) {
+            let (text, reasoning) = self.split_text(held, true);
+            if let (false, Some(id)) = (text.is_empty() && reasoning.is_empty(), last) {
                 let _ = self.events.send(Event::Token {
                     id,
-                    text: held,
+                    text,
+                    reasoning,
                     candidates: Vec::new(),
                 });
             }

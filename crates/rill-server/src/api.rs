@@ -67,6 +67,8 @@ pub struct Sampling {
     pub response_format: Option<Value>,
     /// Rill's extension: a grammar in Lark (llguidance's syntax) the answer must match.
     pub grammar: Option<String>,
+    /// Rill's extension: close a thinking model's `<think>` block after this many tokens.
+    pub thinking_budget: Option<usize>,
     /// Tool calls are not served yet: a request that offers tools is refused, never ignored.
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<Value>,
@@ -165,6 +167,7 @@ impl Sampling {
             max_tokens: self.max_completion_tokens.or(self.max_tokens),
             top_candidates,
             grammar,
+            thinking_budget: self.thinking_budget,
             ..GenerateRequest::new(prompt)
         })
     }

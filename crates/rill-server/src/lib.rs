@@ -228,9 +228,12 @@ async fn chat_completions(
     let messages = req.messages()?;
     let (stream, usage) = req.sampling.streaming();
     let logprobs = req.sampling.logprobs()?;
-    let generate = req
+    let mut generate = req
         .sampling
         .into_generate(Prompt::Messages(messages.clone()), &s.defaults)?;
+    // A thinking model's block goes to `reasoning_content`. The store keeps an answer's text
+    // only so far, so a saved answer keeps its block in the text rather than losing it.
+    generate.split_reasoning = s.store.is_none();
     let save = s.store.clone().map(|store| (store, messages));
     let reply = Reply {
         kind: Kind::Chat,

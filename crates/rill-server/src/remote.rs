@@ -189,6 +189,7 @@ impl RemoteClient {
                     on_event(Event::Token {
                         id: 0,
                         text: text.to_owned(),
+                        reasoning: String::new(),
                         candidates: Vec::new(),
                     });
                 }

@@ -39,6 +39,7 @@ impl Kind {
     fn choice(
         self,
         text: Option<&str>,
+        reasoning: &str,
         finish: Option<&str>,
         chunk: bool,
         first: bool,
@@ -54,12 +55,18 @@ impl Kind {
                 if let Some(t) = text {
                     delta["content"] = json!(t);
                 }
+                if !reasoning.is_empty() {
+                    delta["reasoning_content"] = json!(reasoning);
+                }
                 json!({"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs})
             }
-            (Kind::Chat, false) => json!({
-                "index": 0, "message": {"role": "assistant", "content": text.unwrap_or("")},
-                "finish_reason": finish, "logprobs": logprobs
-            }),
+            (Kind::Chat, false) => {
+                let mut message = json!({"role": "assistant", "content": text.unwrap_or("")});
+                if !reasoning.is_empty() {
+                    message["reasoning_content"] = json!(reasoning);
+                }
+                json!({"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs})
+            }
             (Kind::Text, _) => {
                 json!({"index": 0, "text": text.unwrap_or(""), "finish_reason": finish, "logprobs": null})
             }
@@ -218,16 +225,18 @@ pub(crate) async fn respond(
         );
         return Ok(Sse::new(events).into_response());
     }
-    let mut text = String::new();
+    let (mut text, mut reasoning) = (String::new(), String::new());
     let mut entries = logprobs.as_ref().map(|_| Vec::new());
     while let Some(event) = source.next().await {
         match event {
             Event::Token {
                 text: t,
+                reasoning: r,
                 id,
                 candidates,
             } => {
                 text.push_str(&t);
+                reasoning.push_str(&r);
                 if let (Some(e), Some((h, top))) = (entries.as_mut(), &logprobs) {
                     e.push(logprob_entry(h.tokenizer(), id, &candidates, *top));
                 }
@@ -236,7 +245,7 @@ pub(crate) async fn respond(
                 drop(permit);
                 return Ok(Json(json!({
                     "id": id, "object": kind.object(false), "created": now(), "model": s.model_id,
-                    "choices": [kind.choice(Some(&text), Some(finish_reason(reason)), false, false, entries)],
+                    "choices": [kind.choice(Some(&text), &reasoning, Some(finish_reason(reason)), false, false, entries)],
                     "usage": Usage::from(usage),
                 }))
                 .into_response());
@@ -296,17 +305,25 @@ fn sse_stream(
                     match source.next().await {
                         Some(Event::Token {
                             text,
+                            reasoning,
                             id,
                             candidates,
                         }) => {
-                            if text.is_empty() && !st.first && logprobs.is_none() {
+                            let empty = text.is_empty() && reasoning.is_empty();
+                            if empty && !st.first && logprobs.is_none() {
                                 continue;
                             }
+                            // A reasoning chunk carries no `content` (OpenAI-style clients
+                            // concatenate both fields).
+                            let content =
+                                (reasoning.is_empty() || !text.is_empty()).then_some(text.as_str());
                             let entry = logprobs.as_ref().map(|(h, top)| {
                                 vec![logprob_entry(h.tokenizer(), id, &candidates, *top)]
                             });
                             let ev = chunk(
-                                json!([kind.choice(Some(&text), None, true, st.first, entry)]),
+                                json!([
+                                    kind.choice(content, &reasoning, None, true, st.first, entry)
+                                ]),
                                 None,
                             );
                             st.first = false;
@@ -317,6 +334,7 @@ fn sse_stream(
                             st.tail.push(chunk(
                                 json!([kind.choice(
                                     None,
+                                    "",
                                     Some(finish_reason(reason)),
                                     true,
                                     st.first,
@@ -372,4 +390,39 @@ fn logprob_entry(
         })
         .collect();
     json!({"token": token, "logprob": logprob(own), "bytes": bytes, "top_logprobs": alternatives})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Kind;
+
+    #[test]
+    fn reasoning_goes_to_reasoning_content_whole_and_streamed() {
+        let whole = Kind::Chat.choice(
+            Some("51."),
+            "17 × 3 is 51.",
+            Some("stop"),
+            false,
+            false,
+            None,
+        );
+        assert_eq!(whole["message"]["content"], "51.");
+        assert_eq!(whole["message"]["reasoning_content"], "17 × 3 is 51.");
+        let plain = Kind::Chat.choice(Some("51."), "", Some("stop"), false, false, None);
+        assert!(
+            plain["message"].get("reasoning_content").is_none(),
+            "{plain}"
+        );
+
+        let thinking = Kind::Chat.choice(None, "17 × 3", None, true, true, None);
+        assert_eq!(thinking["delta"]["reasoning_content"], "17 × 3");
+        assert_eq!(thinking["delta"]["role"], "assistant");
+        assert!(thinking["delta"].get("content").is_none(), "{thinking}");
+        let answer = Kind::Chat.choice(Some("51"), "", None, true, false, None);
+        assert_eq!(answer["delta"]["content"], "51");
+        assert!(
+            answer["delta"].get("reasoning_content").is_none(),
+            "{answer}"
+        );
+    }
 }

@@ -174,7 +174,7 @@ impl Grammars {
     /// the prompt is prefilled.
     pub fn compile(&self, grammar: &Grammar) -> Result<Constraint> {
         let mut c = Constraint {
-            state: State::Idle(self.matcher(grammar)?),
+            state: State::Idle(Box::new(self.matcher(grammar)?)),
             closing: grammar.is_json().then(|| self.closing()),
         };
         c.start();
@@ -184,9 +184,9 @@ impl Grammars {
 
 enum State {
     /// Between a commit and the next mask.
-    Idle(Matcher),
+    Idle(Box<Matcher>),
     /// The next mask is being computed on its own thread.
-    Computing(JoinHandle<(Matcher, std::result::Result<SimpleVob, String>)>),
+    Computing(JoinHandle<(Box<Matcher>, std::result::Result<SimpleVob, String>)>),
     /// A matcher thread panicked; the answer fails with an error.
     Broken,
 }

@@ -1,0 +1,257 @@
+//! Reasoning apart from content: a thinking model's answer split at its think markers.
+//!
+//! Qwen3, QwQ and the DeepSeek-R1 distills write `<think>…</think>` before their answer; some
+//! templates open the block themselves (the prompt ends in `<think>\n`), so the answer starts
+//! inside it. [`ReasoningSplit`] follows a stream of text, in pieces cut anywhere (a marker can
+//! span tokens), and gives each piece's reasoning and content apart:
+//!
+//! - the block is recognised only at the start of the answer (whitespace before it allowed),
+//!   as llama.cpp does: a `<think>` later in an answer (a question about HTML tags) is content;
+//! - the markers themselves belong to neither part; the whitespace right after each marker
+//!   (`<think>\n`, `</think>\n\n`) is dropped;
+//! - text that may be the start of a marker is held back until it is ruled in or out, and
+//!   [`ReasoningSplit::flush`] releases it at the end;
+//! - a block never closed (a cut answer, or a random-weight model) is all reasoning.
+
+/// A thinking block's markers.
+pub(crate) const OPEN: &str = "<think>";
+pub(crate) const CLOSE: &str = "</think>";
+
+/// Text given back by one push: its reasoning and its content.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Parts {
+    pub reasoning: String,
+    pub content: String,
+}
+
+impl Parts {
+    /// Adds `more`, which follows this text.
+    pub fn append(&mut self, more: Parts) {
+        self.reasoning.push_str(&more.reasoning);
+        self.content.push_str(&more.content);
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Where {
+    /// Nothing but whitespace yet: a block may still open.
+    Start,
+    /// Inside the block, right after its opening (leading whitespace is dropped).
+    OpenedFresh,
+    Reasoning,
+    /// Right after the block closed (leading whitespace is dropped).
+    ClosedFresh,
+    Content,
+}
+
+/// Splits one answer's text into reasoning and content.
+#[derive(Clone, Debug)]
+pub struct ReasoningSplit {
+    at: Where,
+    /// Text not yet given out: a possible marker's start, or whitespace before a block.
+    held: String,
+}
+
+/// The length of the longest end of `text` that is a start of `marker` (shorter than it).
+fn partial_marker(text: &str, marker: &str) -> usize {
+    (1..marker.len().min(text.len() + 1))
+        .rev()
+        .find(|&n| {
+            text.is_char_boundary(text.len() - n) && marker.starts_with(&text[text.len() - n..])
+        })
+        .unwrap_or(0)
+}
+
+impl ReasoningSplit {
+    /// A split for an answer that starts before any block, or (`inside`) within one that the
+    /// prompt opened.
+    pub fn new(inside: bool) -> Self {
+        ReasoningSplit {
+            at: if inside {
+                Where::OpenedFresh
+            } else {
+                Where::Start
+            },
+            held: String::new(),
+        }
+    }
+
+    /// True while the answer is inside its thinking block.
+    pub fn in_reasoning(&self) -> bool {
+        matches!(self.at, Where::OpenedFresh | Where::Reasoning)
+    }
+
+    /// Follows the answer through `text`, the next piece of it.
+    pub fn push(&mut self, text: &str) -> Parts {
+        let mut out = Parts::default();
+        let mut buf = std::mem::take(&mut self.held);
+        buf.push_str(text);
+        while !buf.is_empty() {
+            match self.at {
+                Where::Start => {
+                    let rest = buf.trim_start();
+                    if let Some(after) = rest.strip_prefix(OPEN) {
+                        buf = after.to_string();
+                        self.at = Where::OpenedFresh;
+                    } else if OPEN.starts_with(rest) {
+                        // Whitespace, or the start of `<think>`: wait for more.
+                        self.held = buf;
+                        return out;
+                    } else {
+                        self.at = Where::Content;
+                    }
+                }
+                Where::OpenedFresh | Where::ClosedFresh => {
+                    let rest = buf.trim_start();
+                    if rest.is_empty() {
+                        return out;
+                    }
+                    buf = rest.to_string();
+                    self.at = match self.at {
+                        Where::OpenedFresh => Where::Reasoning,
+                        _ => Where::Content,
+                    };
+                }
+                Where::Reasoning => match buf.find(CLOSE) {
+                    Some(i) => {
+                        out.reasoning.push_str(&buf[..i]);
+                        buf = buf[i + CLOSE.len()..].to_string();
+                        self.at = Where::ClosedFresh;
+                    }
+                    None => {
+                        let keep = partial_marker(&buf, CLOSE);
+                        self.held = buf.split_off(buf.len() - keep);
+                        out.reasoning.push_str(&buf);
+                        return out;
+                    }
+                },
+                Where::Content => {
+                    out.content.push_str(&buf);
+                    return out;
+                }
+            }
+        }
+        out
+    }
+
+    /// The end of the answer: what was held back, in the part it was in.
+    pub fn flush(&mut self) -> Parts {
+        let held = std::mem::take(&mut self.held);
+        match self.at {
+            Where::Reasoning | Where::OpenedFresh => Parts {
+                reasoning: held,
+                ..Parts::default()
+            },
+            // Whitespace before a block that never came, or an unfinished `<thi`: content.
+            _ => Parts {
+                content: held,
+                ..Parts::default()
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `text` pushed in two pieces cut at every byte boundary (and whole), flushed: every cut
+    /// gives the same parts.
+    fn split_everywhere(text: &str, inside: bool) -> Parts {
+        let whole = {
+            let mut s = ReasoningSplit::new(inside);
+            let mut p = s.push(text);
+            p.append(s.flush());
+            p
+        };
+        for cut in (1..text.len()).filter(|&c| text.is_char_boundary(c)) {
+            let mut s = ReasoningSplit::new(inside);
+            let mut p = Parts::default();
+            for piece in [&text[..cut], &text[cut..]] {
+                p.append(s.push(piece));
+            }
+            p.append(s.flush());
+            assert_eq!(p, whole, "cut at {cut} of {text:?}");
+        }
+        // And one character at a time, as byte tokens give it.
+        let mut s = ReasoningSplit::new(inside);
+        let mut p = Parts::default();
+        for ch in text.chars() {
+            p.append(s.push(ch.encode_utf8(&mut [0; 4])));
+        }
+        p.append(s.flush());
+        assert_eq!(p, whole, "char by char: {text:?}");
+        whole
+    }
+
+    fn parts(reasoning: &str, content: &str) -> Parts {
+        Parts {
+            reasoning: reasoning.into(),
+            content: content.into(),
+        }
+    }
+
+    #[test]
+    fn a_qwen3_answer_splits_at_its_block() {
+        let text = "<think>\nThe user asks for the capital of France. That is Paris.\n</think>\n\nThe capital of France is **Paris**.";
+        assert_eq!(
+            split_everywhere(text, false),
+            parts(
+                "The user asks for the capital of France. That is Paris.\n",
+                "The capital of France is **Paris**."
+            )
+        );
+    }
+
+    #[test]
+    fn a_deepseek_answer_whose_template_opened_the_block() {
+        let text = "Okay, 17 × 3: 10 × 3 = 30, 7 × 3 = 21, so 51.\n</think>\n\n17 × 3 = **51**.";
+        assert_eq!(
+            split_everywhere(text, true),
+            parts(
+                "Okay, 17 × 3: 10 × 3 = 30, 7 × 3 = 21, so 51.\n",
+                "17 × 3 = **51**."
+            )
+        );
+    }
+
+    #[test]
+    fn an_empty_block_and_thinking_turned_off() {
+        // Qwen3 with enable_thinking false: the template writes an empty block itself, and
+        // the model answers after it; a model that skips the block answers in content.
+        assert_eq!(
+            split_everywhere("<think>\n\n</think>\n\nParis.", false),
+            parts("", "Paris.")
+        );
+        assert_eq!(split_everywhere("Paris.", false), parts("", "Paris."));
+        assert_eq!(
+            split_everywhere("  Paris <b>", false),
+            parts("", "  Paris <b>")
+        );
+    }
+
+    #[test]
+    fn only_a_block_at_the_start_is_reasoning() {
+        let text = "Use <think> tags like <think>this</think> in HTML-ish markup.";
+        assert_eq!(split_everywhere(text, false), parts("", text));
+        // A second block after the first is content too.
+        assert_eq!(
+            split_everywhere("<think>a</think>b <think>c</think>", false),
+            parts("a", "b <think>c</think>")
+        );
+    }
+
+    #[test]
+    fn an_unclosed_block_is_all_reasoning_and_a_partial_marker_is_released() {
+        assert_eq!(
+            split_everywhere("<think>\nstill thinking </thi", false),
+            parts("still thinking </thi", "")
+        );
+        assert_eq!(split_everywhere("<thi", false), parts("", "<thi"));
+        assert_eq!(split_everywhere("   ", false), parts("", "   "));
+        assert_eq!(
+            split_everywhere("über </think>fin", true),
+            parts("über ", "fin")
+        );
+    }
+}
