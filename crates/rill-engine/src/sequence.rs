@@ -378,9 +378,11 @@ impl Sequence {
             reasoning,
             candidates,
         });
-        let over_budget = self
-            .thinking_budget
-            .is_some_and(|b| thinking && self.reasoning_tokens >= b);
+        // (Not under a grammar, which would have to take the closing tokens too.)
+        let over_budget = self.constraint.is_none()
+            && self
+                .thinking_budget
+                .is_some_and(|b| thinking && self.reasoning_tokens >= b);
         if let Some(r) = reason {
             self.finish(r);
         } else if over_budget {
@@ -403,20 +405,30 @@ impl Sequence {
         let Ok(ids) = tok.encode_with("\n</think>\n\n", false) else {
             return;
         };
+        if self.tokens.len() + ids.len() >= self.context_length {
+            // No room for the block's end and an answer after it.
+            self.finish(StopReason::ContextFull);
+            return;
+        }
         for id in ids {
             self.tokens.push(id);
             self.completion_tokens += 1;
             let piece = self.decoder.push(tok, id);
-            let text = match self.stops.push(&piece) {
-                StopCheck::Continue(t) | StopCheck::Matched(t) => t,
+            let (text, matched) = match self.stops.push(&piece) {
+                StopCheck::Continue(t) => (t, false),
+                StopCheck::Matched(t) => (t, true),
             };
-            let (text, reasoning) = self.split_text(text, false);
+            let (text, reasoning) = self.split_text(text, matched);
             self.send(Event::Token {
                 id,
                 text,
                 reasoning,
                 candidates: Vec::new(),
             });
+            if matched {
+                self.finish(StopReason::StopString);
+                return;
+            }
         }
         if self.max_tokens.is_some_and(|m| self.completion_tokens >= m) {
             let held = self.stops.flush() + &self.decoder.flush();

@@ -106,3 +106,25 @@ fn a_budget_of_16_closes_the_block_after_16_tokens_and_the_answer_goes_on() {
     // Its first 16 tokens are the budgeted answer's: closing the block changed nothing before.
     assert_eq!(free.ids[..16], a.ids[..16]);
 }
+
+#[test]
+fn a_budget_with_no_room_left_for_the_blocks_end_ends_the_answer_as_context_full() {
+    let model = test_model("qwen2-test.Q8_0");
+    let probe = Engine::start(EngineConfig::new(&model)).unwrap();
+    let prompt_len = probe
+        .handle()
+        .tokenize_prompt(&Prompt::Text(deepseek_prompt()))
+        .unwrap()
+        .len();
+    drop(probe);
+    // Room for the 16 budgeted tokens and two more: not for `\n</think>\n\n` and an answer.
+    let engine = Engine::start(EngineConfig {
+        context_size: Some(prompt_len + 18),
+        ..EngineConfig::new(&model)
+    })
+    .unwrap();
+    let a = answer(&engine, Some(16), 100);
+    assert_eq!(a.reason, StopReason::ContextFull);
+    assert_eq!(a.ids.len(), 16);
+    assert_eq!(a.content, "");
+}
