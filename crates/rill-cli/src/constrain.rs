@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use rill_engine::Grammar;
 
-#[derive(Args, Clone, Default)]
+#[derive(Args)]
 pub struct ConstraintArgs {
     /// The answer must be JSON matching this JSON Schema (a file).
     #[arg(long, value_name = "FILE", conflicts_with = "grammar")]

@@ -527,15 +527,12 @@ impl Handle {
         self.shared.grammars.matcher(grammar).map(drop)
     }
 
-    /// True when the prompt ends inside a thinking block that its template opened (the
+    /// True when the prompt's ids end inside a thinking block that its template opened (the
     /// DeepSeek-R1 distills' `<think>\n`), so the answer starts in its reasoning.
-    fn opens_thinking(&self, prompt: &Prompt) -> bool {
-        let ends_open = |text: &str| text.trim_end().ends_with(crate::reasoning::OPEN);
-        match prompt {
-            Prompt::Messages(m) => self.render(m).is_ok_and(|t| ends_open(&t)),
-            Prompt::Text(t) => ends_open(t),
-            Prompt::Tokens(ids) => ends_open(&self.shared.tokenizer.decode(ids)),
-        }
+    fn opens_thinking(&self, prompt: &[u32]) -> bool {
+        let tail = &prompt[prompt.len().saturating_sub(8)..];
+        let text = self.shared.tokenizer.decode(tail);
+        text.trim_end().ends_with(crate::reasoning::OPEN)
     }
 
     /// Starts a generation. Every check that depends on the request happens here.
@@ -554,7 +551,7 @@ impl Handle {
         let (prompt, dropped_messages) = self.fit(&req.prompt, req.max_tokens, req.overflow)?;
         let split = req
             .split_reasoning
-            .then(|| ReasoningSplit::new(self.opens_thinking(&req.prompt)));
+            .then(|| ReasoningSplit::new(self.opens_thinking(&prompt)));
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (events_tx, events) = unbounded_channel();
         let prompt_tokens = prompt.len();

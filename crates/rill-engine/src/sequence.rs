@@ -323,15 +323,8 @@ impl Sequence {
         if !self.ignore_eos && tok.is_eog(id) {
             // The end token itself is not part of the answer; text held back for a possible stop
             // string is released with it.
-            let held = self.stops.flush() + &self.decoder.flush();
-            let (text, reasoning) = self.split_text(held, true);
-            if !text.is_empty() || !reasoning.is_empty() {
-                self.send(Event::Token {
-                    id,
-                    text,
-                    reasoning,
-                    candidates,
-                });
+            if let Some(ev) = self.held_event(id, candidates) {
+                self.send(ev);
             }
             self.finish(StopReason::Stop);
             return Ok(());
@@ -348,11 +341,7 @@ impl Sequence {
             Some(c) => c.commit(id)?,
             None => false,
         };
-        let piece = self.decoder.push(tok, id);
-        let (mut text, matched) = match self.stops.push(&piece) {
-            StopCheck::Continue(t) => (t, false),
-            StopCheck::Matched(t) => (t, true),
-        };
+        let (mut text, matched) = self.text_of(tok, id);
         let length_reached = self.max_tokens.is_some_and(|m| self.completion_tokens >= m);
         // The cache holds `context_length` positions; the token just drawn needs one more.
         let context_full = self.tokens.len() >= self.context_length;
@@ -410,14 +399,13 @@ impl Sequence {
             self.finish(StopReason::ContextFull);
             return;
         }
+        let Some(&last) = ids.last() else {
+            return;
+        };
         for id in ids {
             self.tokens.push(id);
             self.completion_tokens += 1;
-            let piece = self.decoder.push(tok, id);
-            let (text, matched) = match self.stops.push(&piece) {
-                StopCheck::Continue(t) => (t, false),
-                StopCheck::Matched(t) => (t, true),
-            };
+            let (text, matched) = self.text_of(tok, id);
             let (text, reasoning) = self.split_text(text, matched);
             self.send(Event::Token {
                 id,
@@ -431,20 +419,34 @@ impl Sequence {
             }
         }
         if self.max_tokens.is_some_and(|m| self.completion_tokens >= m) {
-            let held = self.stops.flush() + &self.decoder.flush();
-            let (text, reasoning) = self.split_text(held, true);
-            if let (false, Some(&id)) =
-                (text.is_empty() && reasoning.is_empty(), self.tokens.last())
-            {
-                self.send(Event::Token {
-                    id,
-                    text,
-                    reasoning,
-                    candidates: Vec::new(),
-                });
+            if let Some(ev) = self.held_event(last, Vec::new()) {
+                self.send(ev);
             }
             self.finish(StopReason::Length);
         }
+    }
+
+    /// A drawn (or forced) token's text through the decoder and the stop strings: what it
+    /// releases, and whether a stop string ends there.
+    fn text_of(&mut self, tok: &Tokenizer, id: u32) -> (String, bool) {
+        let piece = self.decoder.push(tok, id);
+        match self.stops.push(&piece) {
+            StopCheck::Continue(t) => (t, false),
+            StopCheck::Matched(t) => (t, true),
+        }
+    }
+
+    /// The text still held back (a possible stop string's start, an unfinished character, a
+    /// possible think marker) as a last `Token` repeating `id`; `None` when nothing was held.
+    fn held_event(&mut self, id: u32, candidates: Vec<crate::sampler::Candidate>) -> Option<Event> {
+        let held = self.stops.flush() + &self.decoder.flush();
+        let (text, reasoning) = self.split_text(held, true);
+        (!text.is_empty() || !reasoning.is_empty()).then_some(Event::Token {
+            id,
+            text,
+            reasoning,
+            candidates,
+        })
     }
 
     /// A token's `text` as (content, reasoning), split when the request asked (`last`: the
@@ -493,16 +495,9 @@ impl Sequence {
             return;
         }
         if reason == StopReason::Cancelled && !self.preview {
-            let held = self.stops.flush() + &self.decoder.flush();
             let last = self.tokens[self.prompt_len..].last().copied();
-            let (text, reasoning) = self.split_text(held, true);
-            if let (false, Some(id)) = (text.is_empty() && reasoning.is_empty(), last) {
-                let _ = self.events.send(Event::Token {
-                    id,
-                    text,
-                    reasoning,
-                    candidates: Vec::new(),
-                });
+            if let Some(ev) = last.and_then(|id| self.held_event(id, Vec::new())) {
+                let _ = self.events.send(ev);
             }
         }
         self.finished = Some(reason);

@@ -155,7 +155,6 @@ fn json_object_and_lark_grammars_constrain_too() {
             40,
         );
         assert_eq!(reason, StopReason::Stop, "{text}");
-        println!("{text}");
         let rest = text
             .strip_prefix("yes, because ")
             .or_else(|| text.strip_prefix("no, because "))

@@ -152,6 +152,7 @@ impl Sampling {
             ..d.clone()
         };
         params.validate().map_err(ApiError::from)?;
+        self.refuse_tools()?;
         let grammar = self.grammar()?;
         let stop = match self.stop {
             None => Vec::new(),
@@ -172,9 +173,9 @@ impl Sampling {
         })
     }
 
-    /// The grammar asked for by `response_format` or `grammar` (not both), refusing what the
-    /// server cannot honour (tools, for now) rather than ignoring it.
-    fn grammar(&self) -> Result<Option<Grammar>, ApiError> {
+    /// Tools the server cannot call yet are refused, never ignored (`tool_choice: "none"`
+    /// asks for none of them, which is served).
+    fn refuse_tools(&self) -> Result<(), ApiError> {
         let offers_tools = self.tools.as_ref().is_some_and(|t| !t.is_empty());
         let choice_none = self.tool_choice.as_ref().and_then(Value::as_str) == Some("none");
         if offers_tools && !choice_none {
@@ -183,6 +184,11 @@ impl Sampling {
                 "tool calls are not supported by this server yet",
             ));
         }
+        Ok(())
+    }
+
+    /// The grammar asked for by `response_format` or `grammar` (not both).
+    fn grammar(&self) -> Result<Option<Grammar>, ApiError> {
         let format = match &self.response_format {
             None => None,
             Some(f) => response_format(f)?,
