@@ -37,7 +37,40 @@ CONVERSATIONS = {
         {"role": "user", "content": "Tell me a joke."},
     ],
     "user": [{"role": "user", "content": "Hello"}],
+    # With TOOLS offered: a call (arguments as an object, as Hugging Face passes them; Rill's
+    # API gets them as JSON text and parses them), its result, an answer, a new question.
+    "tool-call": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What's the weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call00001", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}},
+        ]},
+        {"role": "tool", "tool_call_id": "call00001", "content": "{\"temperature\": 18, \"sky\": \"sunny\"}"},
+        {"role": "assistant", "content": "It is 18 °C and sunny in Paris."},
+        {"role": "user", "content": "And in Lyon?"},
+    ],
+    "tools-offered": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What's the weather in Paris?"},
+    ],
 }
+# The tools the tool conversations offer (OpenAI's shape).
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather",
+        "description": "The current weather of a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "The city's name"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    }},
+]
+WITH_TOOLS = {"tool-call", "tools-offered"}
 
 
 class Generation(Extension):
@@ -86,6 +119,9 @@ def main():
             continue
         thinking = [None, True, False] if "enable_thinking" in source else [None]
         for name, messages in CONVERSATIONS.items():
+            tools = TOOLS if name in WITH_TOOLS else None
+            if tools and "tools" not in source:
+                continue  # a template without tools renders these as any other conversation
             for add_generation_prompt in (True, False):
                 for enable_thinking in thinking:
                     if enable_thinking is not None and not add_generation_prompt:
@@ -101,7 +137,7 @@ def main():
                     }
                     try:
                         case["output"] = template.render(
-                            messages=messages, tools=None, documents=None,
+                            messages=messages, tools=tools, documents=None,
                             add_generation_prompt=add_generation_prompt, **kwargs,
                         )
                     except Exception as e:  # a template may refuse a conversation
@@ -115,6 +151,8 @@ def main():
         "bos_token": BOS,
         "eos_token": EOS,
         "conversations": CONVERSATIONS,
+        "tools": TOOLS,
+        "with_tools": sorted(WITH_TOOLS),
         "cases": cases,
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,6 @@
-"""Structured output through the official `openai` Python client, against `rill serve`.
+"""Structured output and tool calls through the official `openai` Python client, against
+`rill serve` (SmolLM2: a template without tools, so they are described in its system message
+and called in the Hermes format).
 
 Usage: python3 tests/api_openai.py BASE_URL   (crates/rill-cli/tests/api_openai.rs runs it)
 
@@ -115,9 +117,111 @@ def test_what_cannot_be_honoured_is_a_400_that_names_it():
     assert body["param"] == "response_format" and "xml" in body["message"], body
     body = bad_request(extra_body={"grammar": "start: (unclosed"})
     assert body["param"] == "grammar", body
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    body = bad_request(tools=tools)
-    assert body["param"] == "tools", body
+    body = bad_request(tools=[{"type": "retrieval"}])
+    assert body["param"] == "tools[0]", body
+    body = bad_request(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}})
+    assert body["param"] == "tool_choice" and "nope" in body["message"], body
+    body = bad_request(tool_choice="required")
+    assert body["param"] == "tool_choice", body
+    body = bad_request(tools=TOOLS, tool_choice="required", response_format={"type": "json_object"})
+    assert body["param"] == "tool_choice", body
+    try:
+        client.chat.completions.create(model=MODEL, max_tokens=10, messages=[
+            {"role": "user", "content": "hi"}, {"role": "tool", "content": "18 C"}])
+        raise AssertionError("a tool message without tool_call_id was accepted")
+    except openai.BadRequestError as e:
+        assert e.body["param"] == "messages[1].tool_call_id", e.body
+
+
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+    },
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "The weather forecast of a city.",
+                                      "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "get_time", "description": "The local time in a city.",
+                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                     "required": ["city"]}}},
+]
+WEATHER_ASK = [{"role": "user", "content": "What will the weather be in Paris for the next 3 days?"}]
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+def call_weather(seed, **kw):
+    return client.chat.completions.create(
+        model=MODEL, messages=WEATHER_ASK, tools=TOOLS, tool_choice=NAMED,
+        temperature=1.0, max_tokens=120, seed=seed, **kw,
+    )
+
+
+def test_a_named_tool_choice_gives_a_valid_call_whole_and_streamed():
+    whole = call_weather(11).choices[0]
+    assert whole.finish_reason == "tool_calls", whole
+    assert whole.message.content is None, whole.message
+    [call] = whole.message.tool_calls
+    assert call.type == "function" and call.function.name == "get_weather", call
+    assert len(call.id) >= 9, call.id
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+
+    calls, finish = {}, None
+    for chunk in call_weather(11, stream=True):
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        finish = choice.finish_reason or finish
+        assert not choice.delta.content, choice.delta
+        for d in choice.delta.tool_calls or []:
+            c = calls.setdefault(d.index, {"id": None, "name": None, "arguments": ""})
+            if d.id:
+                assert c["id"] is None, "a call's id comes once"
+                c["id"] = d.id
+            if d.function and d.function.name:
+                assert c["name"] is None and c["arguments"] == "", "the name comes first, once"
+                c["name"] = d.function.name
+            if d.function and d.function.arguments:
+                c["arguments"] += d.function.arguments
+    assert finish == "tool_calls"
+    assert list(calls) == [0], calls
+    assert calls[0]["name"] == call.function.name and calls[0]["arguments"] == call.function.arguments, (calls, call)
+    print(f"a forced call, whole and streamed: {call.function.name}({call.function.arguments})")
+
+
+def test_required_calls_validate_against_their_own_tool():
+    for seed in range(6):
+        c = client.chat.completions.create(
+            model=MODEL, messages=WEATHER_ASK, tools=TOOLS, tool_choice="required",
+            parallel_tool_calls=False, temperature=1.0, max_tokens=120, seed=seed,
+        ).choices[0]
+        assert c.finish_reason == "tool_calls", c
+        [call] = c.message.tool_calls
+        schema = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}[call.function.name]
+        jsonschema.validate(json.loads(call.function.arguments), schema)
+
+
+def test_a_tool_result_fed_back_gives_a_final_answer():
+    first = call_weather(5).choices[0].message
+    [call] = first.tool_calls
+    messages = WEATHER_ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call.id, "type": "function",
+             "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id,
+         "content": json.dumps({"forecast": ["sunny, 24 C", "cloudy, 19 C", "rain, 15 C"]})},
+    ]
+    r = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS,
+                                       temperature=0, max_tokens=80)
+    c = r.choices[0]
+    assert c.finish_reason in ("stop", "length"), c
+    assert not c.message.tool_calls, c.message
+    assert c.message.content and c.message.content.strip(), c.message
+    print(f"after the result: {c.message.content!r}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-//! Structured output with the official `openai` Python client against `rill serve` on the real
+//! Structured output and tool calls with the official `openai` Python client against `rill serve` on the real
 //! model: the checks live in `tests/api_openai.py` (a real client and `jsonschema`, the
 //! reference validator); this runs it against a fresh server.
 
@@ -8,7 +8,7 @@ mod common;
 use common::Server;
 
 #[test]
-fn the_openai_client_gets_schema_valid_answers_and_400s_for_what_cannot_be_honoured() {
+fn the_openai_client_gets_schema_valid_answers_and_calls_and_400s_for_what_cannot_be_honoured() {
     let server = Server::start(&[]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/api_openai.py");
     let out = Command::new("python3")
@@ -23,5 +23,5 @@ fn the_openai_client_gets_schema_valid_answers_and_400s_for_what_cannot_be_honou
         out.status.success(),
         "tests/api_openai.py failed:\n{stdout}\n{stderr}"
     );
-    assert!(stdout.contains("5 passed"), "{stdout}");
+    assert!(stdout.contains("8 passed"), "{stdout}");
 }

@@ -26,6 +26,7 @@ use crate::constraint::{Grammar, Grammars};
 use crate::error::{Error, Result};
 pub use crate::generation::{Collected, Control, Generation};
 use crate::model::{KvType, Model, ModelInfo};
+pub use crate::prompting::ChatArgs;
 use crate::reasoning::ReasoningSplit;
 use crate::sampler::{Candidate, Distribution, Sampler, SamplingParams};
 use crate::scheduler::SequenceState;
@@ -156,6 +157,10 @@ pub struct GenerateRequest {
     /// With `split_reasoning`: close the thinking block after this many tokens of it (the
     /// model goes on with its answer); `None` lets it think as long as it likes.
     pub thinking_budget: Option<usize>,
+    /// For a conversation: the tools and template variables its chat template is given.
+    /// With tools, the answer's text keeps the format's marker tokens
+    /// ([`crate::tools::ToolFormat::markers`]) for the caller's tool parser.
+    pub chat: ChatArgs,
 }
 
 /// Context-overflow policy for a conversation longer than the context window.
@@ -183,6 +188,7 @@ impl GenerateRequest {
             grammar: None,
             split_reasoning: false,
             thinking_budget: None,
+            chat: ChatArgs::default(),
         }
     }
 
@@ -389,7 +395,7 @@ impl Drop for Engine {
 #[derive(Clone)]
 pub struct Handle {
     tx: mpsc::Sender<Command>,
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl Handle {
@@ -442,85 +448,6 @@ impl Handle {
             .unwrap_or_default()
     }
 
-    /// Renders a conversation with the model's chat template, ready for the answer.
-    pub fn render(&self, messages: &[Message]) -> Result<String> {
-        self.shared.template.render(messages, true)
-    }
-
-    /// The prompt's token ids, as the engine will run them.
-    pub fn tokenize_prompt(&self, prompt: &Prompt) -> Result<Vec<u32>> {
-        let empty = || Error::param("prompt", "is empty");
-        let ids = match prompt {
-            Prompt::Messages(m) => {
-                if m.iter().all(|m| m.content.trim().is_empty()) {
-                    return Err(empty());
-                }
-                self.shared.tokenizer.encode(&self.render(m)?)?
-            }
-            Prompt::Text(t) if t.is_empty() => return Err(empty()),
-            Prompt::Text(t) => self.shared.tokenizer.encode(t)?,
-            Prompt::Tokens(ids) => {
-                let vocab = self.shared.tokenizer.vocab_size() as u32;
-                if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {
-                    return Err(Error::param(
-                        "prompt",
-                        format!("token id {bad} is outside the vocabulary (size {vocab})"),
-                    ));
-                }
-                ids.clone()
-            }
-        };
-        if ids.is_empty() {
-            return Err(empty());
-        }
-        Ok(ids)
-    }
-
-    /// Fits a conversation into the context under `policy`: the prompt ids and how many
-    /// messages were dropped from the front.
-    fn fit(
-        &self,
-        prompt: &Prompt,
-        max_tokens: Option<usize>,
-        policy: Overflow,
-    ) -> Result<(Vec<u32>, usize)> {
-        let context = self.shared.context_length;
-        let mut ids = self.tokenize_prompt(prompt)?;
-        let mut dropped = 0;
-        if let (Prompt::Messages(all), Overflow::DropOldest) = (prompt, policy) {
-            // Room to answer: what was asked for, at most a quarter of the window.
-            let room = max_tokens.unwrap_or(usize::MAX).min(context / 4).max(1);
-            let mut messages = all.clone();
-            while ids.len() + room > context {
-                // The oldest turn that is not the system prompt or the last message; an answer
-                // goes with the question before it, so the roles keep alternating.
-                let Some(i) = messages
-                    .iter()
-                    .position(|m| m.role != crate::template::Role::System)
-                else {
-                    break;
-                };
-                if i + 1 >= messages.len() {
-                    break;
-                }
-                messages.remove(i);
-                dropped += 1;
-                if i + 1 < messages.len() && messages[i].role == crate::template::Role::Assistant {
-                    messages.remove(i);
-                    dropped += 1;
-                }
-                ids = self.tokenize_prompt(&Prompt::Messages(messages.clone()))?;
-            }
-        }
-        if ids.len() >= context {
-            return Err(Error::PromptTooLong {
-                prompt_tokens: ids.len(),
-                context,
-            });
-        }
-        Ok((ids, dropped))
-    }
-
     /// Checks that `grammar` can constrain an answer (a JSON schema llguidance accepts, a Lark
     /// grammar that parses), without starting anything. The first call builds the token trie.
     pub fn check_grammar(&self, grammar: &Grammar) -> Result<()> {
@@ -548,7 +475,8 @@ impl Handle {
             Some(g) => Some(self.shared.grammars.compile(g)?),
             None => None,
         };
-        let (prompt, dropped_messages) = self.fit(&req.prompt, req.max_tokens, req.overflow)?;
+        let (prompt, dropped_messages) =
+            self.fit(&req.prompt, &req.chat, req.max_tokens, req.overflow)?;
         let split = req
             .split_reasoning
             .then(|| ReasoningSplit::new(self.opens_thinking(&prompt)));
@@ -557,10 +485,13 @@ impl Handle {
         let prompt_tokens = prompt.len();
         // A new answer after a chat template drops the space a SentencePiece vocabulary puts
         // before its first word; raw text and tokens are continued as they are (issue 14).
-        let decoder = match req.prompt {
+        let mut decoder = match req.prompt {
             Prompt::Messages(_) => StreamDecoder::new(&self.shared.tokenizer),
             Prompt::Text(_) | Prompt::Tokens(_) => StreamDecoder::continuing(),
         };
+        if !req.chat.tools.is_empty() {
+            decoder.show(self.marker_ids(self.tool_format()));
+        }
         let seq = Sequence::new(SequenceSpec {
             id,
             prompt,
@@ -609,7 +540,12 @@ impl Handle {
     /// other parameters (a slider moving) is answered at once without the model.
     pub async fn preview(&self, req: PreviewRequest) -> Result<Distribution> {
         let sampler = Sampler::new(req.params)?;
-        let (prompt, dropped_messages) = self.fit(&req.prompt, None, Overflow::DropOldest)?;
+        let (prompt, dropped_messages) = self.fit(
+            &req.prompt,
+            &ChatArgs::default(),
+            None,
+            Overflow::DropOldest,
+        )?;
         let (events_tx, events) = unbounded_channel();
         let seq = Sequence::new(SequenceSpec {
             id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),

@@ -37,6 +37,7 @@ pub mod hub;
 pub mod kernels;
 pub mod model;
 pub(crate) mod prefix_cache;
+mod prompting;
 pub mod reasoning;
 pub mod sampler;
 pub mod scheduler;
@@ -45,16 +46,18 @@ pub mod stop;
 pub mod template;
 mod template_json;
 pub mod tokenizer;
+pub mod tools;
 mod worker;
 
 pub use constraint::Grammar;
 pub use engine::{
-    Activity, Collected, Control, DeviceKind, Engine, EngineConfig, Event, GenerateRequest,
-    Generation, Handle, Overflow, PreviewRequest, Prompt, Timings, Usage, MAX_PRIORITY,
+    Activity, ChatArgs, Collected, Control, DeviceKind, Engine, EngineConfig, Event,
+    GenerateRequest, Generation, Handle, Overflow, PreviewRequest, Prompt, Timings, Usage,
+    MAX_PRIORITY,
 };
 pub use error::{Error, Result};
 pub use model::{inspect, KvType, ModelInfo};
 pub use sampler::{Candidate, Distribution, SamplingParams, Shaped};
 pub use scheduler::SequenceState;
 pub use stop::StopReason;
-pub use template::{Message, Role};
+pub use template::{Message, Role, ToolCall};

@@ -5,7 +5,12 @@
 //! `apply_chat_template` (trim_blocks, lstrip_blocks, Python string methods through
 //! minijinja-contrib's pycompat) with the globals HF templates use: `bos_token`, `eos_token`,
 //! `add_generation_prompt`, `enable_thinking`, `tools`, `raise_exception`, `strftime_now` and a
-//! `tojson` that writes JSON as Python's `json.dumps` does (`template_json.rs`). Every template in
+//! `tojson` that writes JSON as Python's `json.dumps` does (`template_json.rs`), plus whatever
+//! the caller adds (OpenAI's `chat_template_kwargs`). Messages reach a template as Hugging
+//! Face's give them: tool calls as `{"id", "type": "function", "function": {"name",
+//! "arguments"}}` with the arguments as a JSON object (templates write them with `tojson`), a
+//! tool result's `tool_call_id`, and no `tool_calls` key at all on a message without calls
+//! (templates test `'tool_calls' in message`). Every template in
 //! llama.cpp's folder renders byte for byte as Python's jinja2 renders it, for a fixed set of
 //! conversations (tested). A template that cannot render is an error naming its line, never a
 //! silent fallback. A file without a template gets ChatML, which most small instruct models
@@ -22,6 +27,29 @@ pub enum Role {
     System,
     User,
     Assistant,
+    /// A tool's result, answering the call named by the message's `tool_call_id`.
+    Tool,
+}
+
+impl Role {
+    /// The role's name in templates and in OpenAI's API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+/// A function call that an assistant message made.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments as JSON text, as OpenAI's API carries them.
+    pub arguments: String,
 }
 
 /// One turn of a conversation.
@@ -29,6 +57,12 @@ pub enum Role {
 pub struct Message {
     pub role: Role,
     pub content: String,
+    /// The calls an assistant message made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For a [`Role::Tool`] message: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl Message {
@@ -36,7 +70,41 @@ impl Message {
         Message {
             role,
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
         }
+    }
+    /// A tool's result for the call `id`.
+    pub fn tool(id: impl Into<String>, content: impl Into<String>) -> Self {
+        Message {
+            tool_call_id: Some(id.into()),
+            ..Self::new(Role::Tool, content)
+        }
+    }
+
+    /// The message as a template reads it (see the module's docs).
+    fn template_view(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({ "role": self.role.as_str(), "content": self.content });
+        if !self.tool_calls.is_empty() {
+            let calls: Vec<serde_json::Value> = self
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    // Arguments that are not JSON (a client's mistake) stay the text they are.
+                    let arguments = serde_json::from_str::<serde_json::Value>(&c.arguments)
+                        .unwrap_or_else(|_| serde_json::Value::String(c.arguments.clone()));
+                    serde_json::json!({
+                        "id": c.id, "type": "function",
+                        "function": { "name": c.name, "arguments": arguments },
+                    })
+                })
+                .collect();
+            v["tool_calls"] = calls.into();
+        }
+        if let Some(id) = &self.tool_call_id {
+            v["tool_call_id"] = id.clone().into();
+        }
+        v
     }
     pub fn system(content: impl Into<String>) -> Self {
         Self::new(Role::System, content)
@@ -55,6 +123,7 @@ pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>
 /// A compiled chat template with the special tokens it may refer to.
 pub struct ChatTemplate {
     env: minijinja::Environment<'static>,
+    source: String,
     bos_token: String,
     eos_token: String,
 }
@@ -72,6 +141,12 @@ pub struct RenderOptions {
     pub add_generation_prompt: bool,
     /// `enable_thinking`, for templates that read it (Qwen3, …); unset when `None`.
     pub enable_thinking: Option<bool>,
+    /// The tools the model may call, as OpenAI's API lists them (`{"type": "function",
+    /// "function": {"name", "description", "parameters"}}`); `None` gives templates `none`.
+    pub tools: Option<Vec<serde_json::Value>>,
+    /// More variables (OpenAI's `chat_template_kwargs`, `reasoning_effort`); they never
+    /// replace the ones above.
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ChatTemplate {
@@ -110,16 +185,19 @@ impl ChatTemplate {
             now.format(&fmt).to_string()
         });
         env.add_filter("tojson", crate::template_json::tojson);
+        env.add_filter("string", crate::template_json::python_string);
+        env.set_formatter(crate::template_json::formatter);
         // Python's `is iterable`: a string, list or mapping; `none` is not (templates guard a
         // `tools | length` with it, and minijinja would otherwise call none iterable).
         env.add_test("iterable", |v: minijinja::Value| {
             !v.is_none() && !v.is_undefined() && v.try_iter().is_ok()
         });
         let source = crate::template_json::generation_as_block(source.unwrap_or(CHATML_TEMPLATE));
-        env.add_template_owned("chat", source)
+        env.add_template_owned("chat", source.clone())
             .map_err(|e| Error::Template(describe(&e)))?;
         Ok(ChatTemplate {
             env,
+            source,
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
         })
@@ -138,26 +216,52 @@ impl ChatTemplate {
     }
 
     /// Renders the conversation with the variables Hugging Face's `apply_chat_template` gives a
-    /// template: the messages, `tools` and `documents` (none), the generation prompt switch,
-    /// the special tokens, and `enable_thinking` when set.
+    /// template: the messages, `tools` (none unless given) and `documents` (none), the
+    /// generation prompt switch, the special tokens, `enable_thinking` when set, and the
+    /// caller's extra variables.
     pub fn render_with(&self, messages: &[Message], options: &RenderOptions) -> Result<String> {
+        use minijinja::Value as V;
         let tmpl = self
             .env
             .get_template("chat")
             .map_err(|e| Error::Template(describe(&e)))?;
-        let thinking = options
-            .enable_thinking
-            .map_or(minijinja::Value::UNDEFINED, minijinja::Value::from);
-        tmpl.render(minijinja::context! {
-            messages => messages,
-            tools => minijinja::Value::from(()),
-            documents => minijinja::Value::from(()),
-            add_generation_prompt => options.add_generation_prompt,
-            bos_token => self.bos_token,
-            eos_token => self.eos_token,
-            enable_thinking => thinking,
-        })
-        .map_err(|e| Error::Template(describe(&e)))
+        // The caller's variables first, so the ones Hugging Face sets always win over them;
+        // `enable_thinking` only when it is set here.
+        let mut ctx: std::collections::BTreeMap<String, V> = options
+            .extra
+            .iter()
+            .map(|(k, v)| (k.clone(), V::from_serialize(v)))
+            .collect();
+        let views: Vec<serde_json::Value> = messages.iter().map(Message::template_view).collect();
+        ctx.insert("messages".into(), V::from_serialize(&views));
+        let tools = options
+            .tools
+            .as_ref()
+            .map_or(V::from(()), V::from_serialize);
+        ctx.insert("tools".into(), tools);
+        ctx.insert("documents".into(), V::from(()));
+        ctx.insert(
+            "add_generation_prompt".into(),
+            V::from(options.add_generation_prompt),
+        );
+        ctx.insert("bos_token".into(), V::from(self.bos_token.as_str()));
+        ctx.insert("eos_token".into(), V::from(self.eos_token.as_str()));
+        if let Some(on) = options.enable_thinking {
+            ctx.insert("enable_thinking".into(), V::from(on));
+        }
+        tmpl.render(V::from(ctx))
+            .map_err(|e| Error::Template(describe(&e)))
+    }
+
+    /// Whether the template does anything with `tools` (else tools are described in the
+    /// system message, see [`crate::tools`]).
+    pub fn reads_tools(&self) -> bool {
+        self.source.contains("tools")
+    }
+
+    /// The template's source, as compiled.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 }
 

@@ -2,7 +2,9 @@
 //! indent=None, separators=None, sort_keys=False)`. Templates write tool schemas and arguments
 //! with it, and the model saw that exact text in training: `{"a": 1, "b": [1, 2]}`, with
 //! Python's spaces after `,` and `:`, non-ASCII text as it is and nothing escaped for HTML
-//! (minijinja's own `tojson` writes compact, HTML-safe JSON). Also Hugging Face's
+//! (minijinja's own `tojson` writes compact, HTML-safe JSON). Dicts and lists printed as they
+//! are (`{{ tool }}`, `tool|string`) come out as Python's `str()` writes them, `{'a': True}`,
+//! as jinja2 prints them ([`formatter`], [`python_string`]). Also Hugging Face's
 //! `{% generation %}` tag (it marks the assistant's text for training masks, and renders its
 //! body), which minijinja does not know.
 
@@ -152,6 +154,99 @@ fn write(v: &Value, style: &Style, depth: usize, out: &mut String) -> Result<(),
     Ok(())
 }
 
+/// Python's `repr` of a value: `{'k': [1, 2.5, True, None]}`.
+fn repr(v: &Value, out: &mut String) {
+    use minijinja::value::ValueKind as K;
+    match v.kind() {
+        K::Seq | K::Iterable => {
+            out.push('[');
+            for (i, x) in v.try_iter().into_iter().flatten().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                repr(&x, out);
+            }
+            out.push(']');
+        }
+        K::Map => {
+            out.push('{');
+            for (i, k) in v.try_iter().into_iter().flatten().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                repr(&k, out);
+                out.push_str(": ");
+                repr(&v.get_item(&k).unwrap_or_default(), out);
+            }
+            out.push('}');
+        }
+        K::String => repr_str(v.as_str().unwrap_or(""), out),
+        K::Bool => out.push_str(if v.is_true() { "True" } else { "False" }),
+        K::Undefined | K::None => out.push_str("None"),
+        _ => out.push_str(&serde_json::to_string(v).unwrap_or_else(|_| v.to_string())),
+    }
+}
+
+/// Python's `repr` of a string: single quotes unless it holds `'` and no `"`.
+fn repr_str(s: &str, out: &mut String) {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+}
+
+fn is_container(v: &Value) -> bool {
+    use minijinja::value::ValueKind as K;
+    matches!(v.kind(), K::Seq | K::Map)
+}
+
+/// Prints values as jinja2 does where minijinja differs: a dict or list as Python's `str()`.
+pub fn formatter(
+    out: &mut minijinja::Output,
+    state: &minijinja::State,
+    value: &Value,
+) -> Result<(), Error> {
+    if is_container(value) {
+        let mut text = String::new();
+        repr(value, &mut text);
+        return out.write_str(&text).map_err(Error::from);
+    }
+    minijinja::escape_formatter(out, state, value)
+}
+
+/// `x|string`, as Python's `str(x)`: a string as it is, anything else as Python writes it.
+pub fn python_string(value: Value) -> Value {
+    if value.as_str().is_some() {
+        return value;
+    }
+    use minijinja::value::ValueKind as K;
+    if is_container(&value) || matches!(value.kind(), K::Bool | K::None | K::Undefined) {
+        let mut text = String::new();
+        repr(&value, &mut text);
+        return Value::from(text);
+    }
+    Value::from(value.to_string())
+}
+
 /// The template with `{% generation %}` … `{% endgeneration %}` turned into a block that always
 /// renders (`{% if true %}` … `{% endif %}`), keeping any whitespace control (`{%-`, `-%}`).
 pub fn generation_as_block(source: &str) -> String {
@@ -202,6 +297,18 @@ mod tests {
                 "a{%- generation %}b{% endgeneration -%} c{{ x }}{% if y %}"
             ),
             "a{%- if true %}b{% endif -%} c{{ x }}{% if y %}"
+        );
+    }
+
+    #[test]
+    fn dicts_and_lists_print_as_pythons_str_writes_them() {
+        let mut env = Environment::new();
+        env.set_formatter(super::formatter);
+        env.add_filter("string", super::python_string);
+        let src = r#"{{ {"a": "it's", "b": [1, 2.5, true, none], "c": "q'\"\n"} }}|{{ [1, "x"] | string }}|{{ true | string }}|{{ 3 | string }}"#;
+        assert_eq!(
+            env.render_str(src, context! {}).unwrap(),
+            r#"{'a': "it's", 'b': [1, 2.5, True, None], 'c': 'q\'"\n'}|[1, 'x']|True|3"#
         );
     }
 

@@ -19,6 +19,7 @@ fn deepseek_prompt() -> String {
     let options = RenderOptions {
         add_generation_prompt: true,
         enable_thinking: Some(true),
+        ..Default::default()
     };
     let prompt = t
         .render_with(&[Message::user("What is 17 times 3?")], &options)

@@ -1,7 +1,9 @@
 //! OpenAI's wire types, and their one conversion into engine types ("parse, don't validate":
 //! after [`ChatCompletionRequest::into_generate`], nothing downstream checks a field again).
 
-use rill_engine::{GenerateRequest, Grammar, Message, Prompt, Role, SamplingParams, StopReason};
+use rill_engine::{
+    GenerateRequest, Grammar, Message, Prompt, Role, SamplingParams, StopReason, ToolCall,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -27,6 +29,26 @@ pub struct ContentPart {
 pub struct ChatMessage {
     pub role: String,
     pub content: Option<Content>,
+    /// The calls an assistant message made.
+    #[serde(default)]
+    pub tool_calls: Vec<WireToolCall>,
+    /// A `tool` message's answer to a call.
+    pub tool_call_id: Option<String>,
+}
+
+/// A call as OpenAI writes it: `{"id", "type": "function", "function": {"name", "arguments"}}`.
+#[derive(Debug, Deserialize)]
+pub struct WireToolCall {
+    pub id: Option<String>,
+    pub function: WireFunction,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireFunction {
+    pub name: String,
+    /// JSON text, as OpenAI sends it (some clients send the object itself).
+    #[serde(default)]
+    pub arguments: Value,
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,9 +91,6 @@ pub struct Sampling {
     pub grammar: Option<String>,
     /// Rill's extension: close a thinking model's `<think>` block after this many tokens.
     pub thinking_budget: Option<usize>,
-    /// Tool calls are not served yet: a request that offers tools is refused, never ignored.
-    pub tools: Option<Vec<Value>>,
-    pub tool_choice: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -80,6 +99,8 @@ pub struct ChatCompletionRequest {
     pub messages: Vec<ChatMessage>,
     #[serde(flatten)]
     pub sampling: Sampling,
+    #[serde(flatten)]
+    pub tools: crate::tools::ToolFields,
 }
 
 #[derive(Debug, Deserialize)]
@@ -152,7 +173,6 @@ impl Sampling {
             ..d.clone()
         };
         params.validate().map_err(ApiError::from)?;
-        self.refuse_tools()?;
         let grammar = self.grammar()?;
         let stop = match self.stop {
             None => Vec::new(),
@@ -171,20 +191,6 @@ impl Sampling {
             thinking_budget: self.thinking_budget,
             ..GenerateRequest::new(prompt)
         })
-    }
-
-    /// Tools the server cannot call yet are refused, never ignored (`tool_choice: "none"`
-    /// asks for none of them, which is served).
-    fn refuse_tools(&self) -> Result<(), ApiError> {
-        let offers_tools = self.tools.as_ref().is_some_and(|t| !t.is_empty());
-        let choice_none = self.tool_choice.as_ref().and_then(Value::as_str) == Some("none");
-        if offers_tools && !choice_none {
-            return Err(ApiError::invalid(
-                "tools",
-                "tool calls are not supported by this server yet",
-            ));
-        }
-        Ok(())
     }
 
     /// The grammar asked for by `response_format` or `grammar` (not both).
@@ -240,6 +246,7 @@ fn response_format(f: &Value) -> Result<Option<Grammar>, ApiError> {
 pub fn grammar_field(g: &Grammar) -> &'static str {
     match g {
         Grammar::Lark(_) => "grammar",
+        Grammar::ToolCalls(_) => "tool_choice",
         Grammar::JsonSchema(_) | Grammar::JsonObject => "response_format",
     }
 }
@@ -260,6 +267,7 @@ impl ChatCompletionRequest {
                     "system" | "developer" => Role::System,
                     "user" => Role::User,
                     "assistant" => Role::Assistant,
+                    "tool" => Role::Tool,
                     other => {
                         return Err(ApiError::invalid(
                             format!("messages[{i}].role"),
@@ -288,7 +296,39 @@ impl ChatCompletionRequest {
                         text
                     }
                 };
-                Ok(Message::new(role, content))
+                let mut message = Message::new(role, content);
+                if role == Role::Tool {
+                    let id = m.tool_call_id.clone().ok_or_else(|| {
+                        ApiError::invalid(
+                            format!("messages[{i}].tool_call_id"),
+                            "a tool message needs the `tool_call_id` it answers",
+                        )
+                    })?;
+                    message.tool_call_id = Some(id);
+                }
+                if !m.tool_calls.is_empty() && role != Role::Assistant {
+                    return Err(ApiError::invalid(
+                        format!("messages[{i}].tool_calls"),
+                        "only assistant messages carry tool calls",
+                    ));
+                }
+                message.tool_calls =
+                    m.tool_calls
+                        .iter()
+                        .enumerate()
+                        .map(|(j, c)| ToolCall {
+                            id: c.id.clone().unwrap_or_else(|| {
+                                rill_engine::tools::call_id((i * 64 + j) as u64)
+                            }),
+                            name: c.function.name.clone(),
+                            arguments: match &c.function.arguments {
+                                Value::String(s) => s.clone(),
+                                Value::Null => "{}".to_owned(),
+                                other => other.to_string(),
+                            },
+                        })
+                        .collect();
+                Ok(message)
             })
             .collect()
     }
@@ -307,6 +347,7 @@ pub fn openai_defaults() -> SamplingParams {
 
 /// OpenAI's `finish_reason` for an engine stop.
 pub fn finish_reason(r: StopReason) -> &'static str {
+    // An answer that called tools says `tool_calls` instead (reply.rs).
     match r {
         StopReason::Stop | StopReason::StopString | StopReason::Cancelled => "stop",
         StopReason::Length | StopReason::ContextFull => "length",

@@ -20,6 +20,7 @@ mod guard;
 pub mod log;
 pub mod remote;
 mod reply;
+mod tools;
 
 pub use guard::is_loopback_host;
 pub use log::{LoggedRequest, RequestLog};
@@ -228,9 +229,22 @@ async fn chat_completions(
     let messages = req.messages()?;
     let (stream, usage) = req.sampling.streaming();
     let logprobs = req.sampling.logprobs()?;
+    let tools = req.tools.check()?;
     let mut generate = req
         .sampling
         .into_generate(Prompt::Messages(messages.clone()), &s.defaults)?;
+    let format = s.handle.tool_format();
+    if let Some(g) = tools.grammar(format)? {
+        if generate.grammar.is_some() {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "a forced tool call cannot be combined with `response_format` or `grammar`",
+            ));
+        }
+        generate.grammar = Some(g);
+    }
+    let read_calls = tools.parse().then_some(format);
+    generate.chat = tools.args;
     // A thinking model's block goes to `reasoning_content`. The store keeps an answer's text
     // only so far, so a saved answer keeps its block in the text rather than losing it.
     generate.split_reasoning = s.store.is_none();
@@ -240,6 +254,7 @@ async fn chat_completions(
         stream,
         include_usage: usage,
         logprobs,
+        tools: read_calls,
     };
     reply::respond(s, reply, generate, save).await
 }
@@ -265,6 +280,7 @@ async fn completions(
         stream,
         include_usage: usage,
         logprobs: None,
+        tools: None,
     };
     reply::respond(s, reply, generate, None).await
 }

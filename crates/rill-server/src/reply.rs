@@ -11,13 +11,15 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, Stream};
 use rill_chat::Answering;
-use rill_engine::{Event, GenerateRequest, Generation, Handle, Message};
+use rill_engine::tools::ToolFormat;
+use rill_engine::{Event, GenerateRequest, Generation, Handle, Message, StopReason};
 use rill_store::Store;
 use serde_json::{json, Value};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::api::{finish_reason, Usage};
 use crate::error::ApiError;
+use crate::tools::{Delta, Reader};
 use crate::{now, AppState};
 
 /// Which endpoint a generation answers: they differ only in the shape of their JSON.
@@ -36,39 +38,55 @@ impl Kind {
         }
     }
 
+    /// One choice: a chunk's `delta` (`None` for the last chunk, which carries only the
+    /// finish reason) or the whole `message`.
     fn choice(
         self,
-        text: Option<&str>,
-        reasoning: &str,
+        d: Option<&Delta>,
         finish: Option<&str>,
         chunk: bool,
         first: bool,
         logprobs: Option<Vec<Value>>,
     ) -> Value {
         let logprobs = logprobs.map_or(Value::Null, |content| json!({ "content": content }));
+        let last = d.is_none();
+        let empty = Delta::default();
+        let d = d.unwrap_or(&empty);
         match (self, chunk) {
             (Kind::Chat, true) => {
                 let mut delta = json!({});
                 if first {
                     delta["role"] = json!("assistant");
                 }
-                if let Some(t) = text {
-                    delta["content"] = json!(t);
+                // A reasoning or call chunk carries no `content` (OpenAI-style clients
+                // concatenate the fields); the finish chunk carries nothing.
+                let plain = d.reasoning.is_empty() && d.calls.is_empty();
+                if !last && (!d.content.is_empty() || plain) {
+                    delta["content"] = json!(d.content);
                 }
-                if !reasoning.is_empty() {
-                    delta["reasoning_content"] = json!(reasoning);
+                if !d.reasoning.is_empty() {
+                    delta["reasoning_content"] = json!(d.reasoning);
+                }
+                if !d.calls.is_empty() {
+                    delta["tool_calls"] = json!(d.calls);
                 }
                 json!({"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs})
             }
             (Kind::Chat, false) => {
-                let mut message = json!({"role": "assistant", "content": text.unwrap_or("")});
-                if !reasoning.is_empty() {
-                    message["reasoning_content"] = json!(reasoning);
+                let mut message = json!({"role": "assistant", "content": d.content});
+                if !d.reasoning.is_empty() {
+                    message["reasoning_content"] = json!(d.reasoning);
+                }
+                if !d.calls.is_empty() {
+                    message["tool_calls"] = json!(d.calls);
+                    if d.content.is_empty() {
+                        message["content"] = Value::Null;
+                    }
                 }
                 json!({"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs})
             }
             (Kind::Text, _) => {
-                json!({"index": 0, "text": text.unwrap_or(""), "finish_reason": finish, "logprobs": null})
+                json!({"index": 0, "text": d.content, "finish_reason": finish, "logprobs": null})
             }
         }
     }
@@ -81,6 +99,16 @@ pub(crate) struct Reply {
     pub include_usage: bool,
     /// `top_logprobs`, when log-probabilities were asked for.
     pub logprobs: Option<usize>,
+    /// How the model writes tool calls, when the answer is to be read for them.
+    pub tools: Option<ToolFormat>,
+}
+
+/// OpenAI's `finish_reason`: `tool_calls` when the model called and stopped by itself.
+fn finish(reason: StopReason, reader: &Reader) -> &'static str {
+    match finish_reason(reason) {
+        "stop" if reader.called() => "tool_calls",
+        other => other,
+    }
 }
 
 /// Where a reply's events come from: the engine alone, or the engine through `rill_chat`,
@@ -140,12 +168,13 @@ async fn begin_saved(
         .iter()
         .filter(|m| m.role != rill_engine::Role::System)
         .map(|m| NewMessage {
-            role: if m.role == rill_engine::Role::User {
-                R::User
-            } else {
-                R::Assistant
+            // The store has no tool role yet: a result is kept as the user turn it is
+            // rendered as for templates without tools, calls as the assistant's text.
+            role: match m.role {
+                rill_engine::Role::User | rill_engine::Role::Tool => R::User,
+                _ => R::Assistant,
             },
-            content: m.content.clone(),
+            content: saved_text(m),
             status: Status::Done,
             model: None,
             settings: None,
@@ -172,6 +201,23 @@ async fn begin_saved(
             rill_chat::Error::Engine(e) => ApiError::from(e),
             other => ApiError::internal(other.to_string()),
         })
+}
+
+/// A message's text as the store keeps it: a tool result and an assistant's calls in the
+/// Hermes format's blocks.
+fn saved_text(m: &Message) -> String {
+    let mut text = match m.role {
+        rill_engine::Role::Tool => format!("<tool_response>\n{}\n</tool_response>", m.content),
+        _ => m.content.clone(),
+    };
+    for c in &m.tool_calls {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        let call = json!({"name": c.name, "arguments": c.arguments});
+        text.push_str(&format!("<tool_call>\n{call}\n</tool_call>"));
+    }
+    text
 }
 
 /// Starts the generation (saving it when `save` names a store and the conversation) and
@@ -214,8 +260,10 @@ pub(crate) async fn respond(
     );
     let logprobs = reply.logprobs.map(|top| (s.handle.clone(), top));
     if reply.stream {
+        let reader = Reader::new(reply.tools, call_seed(source.id()));
         let events = sse_stream(
             source,
+            reader,
             permit,
             kind,
             id,
@@ -225,27 +273,34 @@ pub(crate) async fn respond(
         );
         return Ok(Sse::new(events).into_response());
     }
-    let (mut text, mut reasoning) = (String::new(), String::new());
+    let mut reader = Reader::new(reply.tools, call_seed(source.id()));
     let mut entries = logprobs.as_ref().map(|_| Vec::new());
     while let Some(event) = source.next().await {
         match event {
             Event::Token {
-                text: t,
-                reasoning: r,
+                text,
+                reasoning,
                 id,
                 candidates,
             } => {
-                text.push_str(&t);
-                reasoning.push_str(&r);
+                reader.read(&text, &reasoning);
                 if let (Some(e), Some((h, top))) = (entries.as_mut(), &logprobs) {
                     e.push(logprob_entry(h.tokenizer(), id, &candidates, *top));
                 }
             }
             Event::Done { reason, usage, .. } => {
                 drop(permit);
+                reader.finish();
+                let (content, reasoning, calls) = reader.whole();
+                let whole = Delta {
+                    content: content.to_owned(),
+                    reasoning: reasoning.to_owned(),
+                    calls,
+                };
+                let finish = finish(reason, &reader);
                 return Ok(Json(json!({
                     "id": id, "object": kind.object(false), "created": now(), "model": s.model_id,
-                    "choices": [kind.choice(Some(&text), &reasoning, Some(finish_reason(reason)), false, false, entries)],
+                    "choices": [kind.choice(Some(&whole), Some(finish), false, false, entries)],
                     "usage": Usage::from(usage),
                 }))
                 .into_response());
@@ -259,11 +314,22 @@ pub(crate) async fn respond(
     ))
 }
 
+/// A seed for an answer's call ids: its generation's id and the clock, so ids differ across
+/// answers and server runs.
+fn call_seed(generation: u64) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ generation.rotate_left(32)
+}
+
 /// The answer as server-sent events: a chunk per token, a last chunk with `finish_reason`, the
 /// usage chunk if asked for, then `[DONE]`. Dropping the stream (the client left) drops the
 /// source, which cancels the generation.
+#[allow(clippy::too_many_arguments)]
 fn sse_stream(
     source: Source,
+    reader: Reader,
     permit: OwnedSemaphorePermit,
     kind: Kind,
     id: String,
@@ -273,6 +339,7 @@ fn sse_stream(
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     struct St {
         source: Option<Source>,
+        reader: Reader,
         _permit: OwnedSemaphorePermit,
         first: bool,
         tail: Vec<SseEvent>,
@@ -288,6 +355,7 @@ fn sse_stream(
     stream::unfold(
         St {
             source: Some(source),
+            reader,
             _permit: permit,
             first: true,
             tail: Vec::new(),
@@ -309,21 +377,15 @@ fn sse_stream(
                             id,
                             candidates,
                         }) => {
-                            let empty = text.is_empty() && reasoning.is_empty();
-                            if empty && !st.first && logprobs.is_none() {
+                            let delta = st.reader.read(&text, &reasoning);
+                            if delta.is_empty() && !st.first && logprobs.is_none() {
                                 continue;
                             }
-                            // A reasoning chunk carries no `content` (OpenAI-style clients
-                            // concatenate both fields).
-                            let content =
-                                (reasoning.is_empty() || !text.is_empty()).then_some(text.as_str());
                             let entry = logprobs.as_ref().map(|(h, top)| {
                                 vec![logprob_entry(h.tokenizer(), id, &candidates, *top)]
                             });
                             let ev = chunk(
-                                json!([
-                                    kind.choice(content, &reasoning, None, true, st.first, entry)
-                                ]),
+                                json!([kind.choice(Some(&delta), None, true, st.first, entry)]),
                                 None,
                             );
                             st.first = false;
@@ -331,15 +393,17 @@ fn sse_stream(
                         }
                         Some(Event::Done { reason, usage, .. }) => {
                             st.source = None;
-                            st.tail.push(chunk(
-                                json!([kind.choice(
+                            let rest = st.reader.finish();
+                            if !rest.is_empty() {
+                                st.tail.push(chunk(
+                                    json!([kind.choice(Some(&rest), None, true, st.first, None)]),
                                     None,
-                                    "",
-                                    Some(finish_reason(reason)),
-                                    true,
-                                    st.first,
-                                    None
-                                )]),
+                                ));
+                                st.first = false;
+                            }
+                            let finish = finish(reason, &st.reader);
+                            st.tail.push(chunk(
+                                json!([kind.choice(None, Some(finish), true, st.first, None)]),
                                 None,
                             ));
                             if include_usage {
@@ -394,13 +458,17 @@ fn logprob_entry(
 
 #[cfg(test)]
 mod tests {
-    use super::Kind;
+    use super::{Delta, Kind};
 
     #[test]
     fn reasoning_goes_to_reasoning_content_whole_and_streamed() {
+        let d = |content: &str, reasoning: &str| Delta {
+            content: content.into(),
+            reasoning: reasoning.into(),
+            calls: Vec::new(),
+        };
         let whole = Kind::Chat.choice(
-            Some("51."),
-            "17 × 3 is 51.",
+            Some(&d("51.", "17 × 3 is 51.")),
             Some("stop"),
             false,
             false,
@@ -408,21 +476,39 @@ mod tests {
         );
         assert_eq!(whole["message"]["content"], "51.");
         assert_eq!(whole["message"]["reasoning_content"], "17 × 3 is 51.");
-        let plain = Kind::Chat.choice(Some("51."), "", Some("stop"), false, false, None);
+        let plain = Kind::Chat.choice(Some(&d("51.", "")), Some("stop"), false, false, None);
         assert!(
             plain["message"].get("reasoning_content").is_none(),
             "{plain}"
         );
 
-        let thinking = Kind::Chat.choice(None, "17 × 3", None, true, true, None);
+        let thinking = Kind::Chat.choice(Some(&d("", "17 × 3")), None, true, true, None);
         assert_eq!(thinking["delta"]["reasoning_content"], "17 × 3");
         assert_eq!(thinking["delta"]["role"], "assistant");
         assert!(thinking["delta"].get("content").is_none(), "{thinking}");
-        let answer = Kind::Chat.choice(Some("51"), "", None, true, false, None);
+        let answer = Kind::Chat.choice(Some(&d("51", "")), None, true, false, None);
         assert_eq!(answer["delta"]["content"], "51");
         assert!(
             answer["delta"].get("reasoning_content").is_none(),
             "{answer}"
         );
+        let last = Kind::Chat.choice(None, Some("stop"), true, false, None);
+        assert_eq!(last["delta"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn calls_go_to_tool_calls_and_a_message_of_calls_alone_has_null_content() {
+        let call = serde_json::json!({"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}});
+        let d = Delta {
+            content: String::new(),
+            reasoning: String::new(),
+            calls: vec![call.clone()],
+        };
+        let whole = Kind::Chat.choice(Some(&d), Some("tool_calls"), false, false, None);
+        assert_eq!(whole["message"]["content"], serde_json::Value::Null);
+        assert_eq!(whole["message"]["tool_calls"][0], call);
+        let chunk = Kind::Chat.choice(Some(&d), None, true, false, None);
+        assert!(chunk["delta"].get("content").is_none(), "{chunk}");
+        assert_eq!(chunk["delta"]["tool_calls"][0], call);
     }
 }

@@ -42,6 +42,9 @@ pub enum Grammar {
     JsonObject,
     /// A grammar in Lark, llguidance's own grammar language.
     Lark(String),
+    /// Tool calls a client insists on (`tool_choice`), as a Lark grammar of the model's call
+    /// format around JSON ([`crate::tools::prompt::grammar`]); steered to close as JSON is.
+    ToolCalls(String),
 }
 
 impl Grammar {
@@ -69,7 +72,9 @@ impl Grammar {
             Grammar::Lark(text) if text.trim().is_empty() => {
                 return Err(Error::Grammar("the grammar is empty".to_string()))
             }
-            Grammar::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
+            Grammar::Lark(text) | Grammar::ToolCalls(text) => {
+                TopLevelGrammar::from_lark(text.clone())
+            }
         })
     }
 }

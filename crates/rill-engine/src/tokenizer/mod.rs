@@ -467,6 +467,8 @@ fn spm_bpe(tokens: &[String], scores: &[f32], types: &[i32], unk: Option<u32>) -
 pub struct StreamDecoder {
     pending: Vec<u8>,
     strip_leading_space: bool,
+    /// Control tokens written as their text (a tool format's markers).
+    shown: Vec<u32>,
 }
 
 impl StreamDecoder {
@@ -476,7 +478,13 @@ impl StreamDecoder {
         StreamDecoder {
             pending: Vec::new(),
             strip_leading_space: tokenizer.strip_leading_space,
+            shown: Vec::new(),
         }
+    }
+
+    /// Writes these control tokens as their text instead of nothing.
+    pub fn show(&mut self, ids: Vec<u32>) {
+        self.shown = ids;
     }
 
     /// For text that continues a prompt (a raw completion, a continued answer): every space is
@@ -488,7 +496,10 @@ impl StreamDecoder {
     /// The text that token `id` completes: possibly empty (half a character so far), possibly
     /// more than the token (the rest of a character started earlier).
     pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> String {
-        self.pending.extend_from_slice(tokenizer.piece_bytes(id));
+        match self.shown.contains(&id).then(|| tokenizer.token_text(id)) {
+            Some(Some(text)) => self.pending.extend_from_slice(text.as_bytes()),
+            _ => self.pending.extend_from_slice(tokenizer.piece_bytes(id)),
+        }
         if self.strip_leading_space && !self.pending.is_empty() {
             if self.pending[0] == b' ' {
                 self.pending.remove(0);

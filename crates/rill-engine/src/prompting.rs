@@ -1,0 +1,154 @@
+//! From a request's prompt to the ids the engine runs: the chat template with what it is given
+//! besides the messages ([`ChatArgs`]: tools, `chat_template_kwargs`), tools described in the
+//! system message for a template that knows none ([`crate::tools::prompt`]), and the fitting
+//! of a long conversation into the context.
+
+use serde_json::{Map, Value};
+
+use crate::engine::{Handle, Overflow, Prompt};
+use crate::error::{Error, Result};
+use crate::template::{Message, RenderOptions, Role};
+use crate::tools::{self, ToolFormat};
+
+/// What a conversation's chat template is given besides the messages.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChatArgs {
+    /// Tools the model may call, as OpenAI's API lists them; empty for none.
+    pub tools: Vec<Value>,
+    /// More template variables (OpenAI's `chat_template_kwargs`: `enable_thinking`,
+    /// `reasoning_effort`, …).
+    pub kwargs: Map<String, Value>,
+}
+
+impl Handle {
+    /// Renders a conversation with the model's chat template, ready for the answer.
+    pub fn render(&self, messages: &[Message]) -> Result<String> {
+        self.render_chat(messages, &ChatArgs::default())
+    }
+
+    /// [`render`](Self::render) with tools and template variables. A template that does not
+    /// read `tools` gets them described in the system message, and past calls and results
+    /// written out, in the Hermes format.
+    pub fn render_chat(&self, messages: &[Message], args: &ChatArgs) -> Result<String> {
+        let template = &self.shared.template;
+        let described;
+        let history = messages
+            .iter()
+            .any(|m| m.role == Role::Tool || !m.tool_calls.is_empty());
+        let (messages, tools) = if template.reads_tools() {
+            let tools = (!args.tools.is_empty()).then(|| args.tools.clone());
+            (messages, tools)
+        } else if args.tools.is_empty() && !history {
+            (messages, None)
+        } else {
+            described = tools::prompt::described(messages, &args.tools);
+            (described.as_slice(), None)
+        };
+        let options = RenderOptions {
+            add_generation_prompt: true,
+            enable_thinking: None,
+            tools,
+            extra: args.kwargs.clone(),
+        };
+        template.render_with(messages, &options)
+    }
+
+    /// How this model writes tool calls (from its chat template).
+    pub fn tool_format(&self) -> ToolFormat {
+        ToolFormat::of(self.shared.template.source())
+    }
+
+    /// The control tokens of `format`'s markers, whose text an answer with tools must keep.
+    pub(crate) fn marker_ids(&self, format: ToolFormat) -> Vec<u32> {
+        let tok = &self.shared.tokenizer;
+        format
+            .markers()
+            .iter()
+            .filter_map(|m| match tok.encode_with(m, false).ok()?.as_slice() {
+                [id] if tok.piece_bytes(*id).is_empty() => Some(*id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The prompt's token ids, as the engine will run them.
+    pub fn tokenize_prompt(&self, prompt: &Prompt) -> Result<Vec<u32>> {
+        self.tokenize_chat(prompt, &ChatArgs::default())
+    }
+
+    /// [`tokenize_prompt`](Self::tokenize_prompt), a conversation rendered with `args`.
+    pub fn tokenize_chat(&self, prompt: &Prompt, args: &ChatArgs) -> Result<Vec<u32>> {
+        let empty = || Error::param("prompt", "is empty");
+        let ids = match prompt {
+            Prompt::Messages(m) => {
+                let said = |m: &Message| !m.content.trim().is_empty() || !m.tool_calls.is_empty();
+                if !m.iter().any(said) {
+                    return Err(empty());
+                }
+                self.shared.tokenizer.encode(&self.render_chat(m, args)?)?
+            }
+            Prompt::Text(t) if t.is_empty() => return Err(empty()),
+            Prompt::Text(t) => self.shared.tokenizer.encode(t)?,
+            Prompt::Tokens(ids) => {
+                let vocab = self.shared.tokenizer.vocab_size() as u32;
+                if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {
+                    return Err(Error::param(
+                        "prompt",
+                        format!("token id {bad} is outside the vocabulary (size {vocab})"),
+                    ));
+                }
+                ids.clone()
+            }
+        };
+        if ids.is_empty() {
+            return Err(empty());
+        }
+        Ok(ids)
+    }
+
+    /// Fits a conversation into the context under `policy`: the prompt ids and how many
+    /// messages were dropped from the front.
+    pub(crate) fn fit(
+        &self,
+        prompt: &Prompt,
+        args: &ChatArgs,
+        max_tokens: Option<usize>,
+        policy: Overflow,
+    ) -> Result<(Vec<u32>, usize)> {
+        let context = self.shared.context_length;
+        let mut ids = self.tokenize_chat(prompt, args)?;
+        let mut dropped = 0;
+        if let (Prompt::Messages(all), Overflow::DropOldest) = (prompt, policy) {
+            // Room to answer: what was asked for, at most a quarter of the window.
+            let room = max_tokens.unwrap_or(usize::MAX).min(context / 4).max(1);
+            let mut messages = all.clone();
+            while ids.len() + room > context {
+                // The oldest turn that is not the system prompt or the last message; what
+                // answers it (the assistant's reply, tool results) goes with it, so the roles
+                // keep alternating.
+                let Some(i) = messages.iter().position(|m| m.role != Role::System) else {
+                    break;
+                };
+                if i + 1 >= messages.len() {
+                    break;
+                }
+                messages.remove(i);
+                dropped += 1;
+                while i + 1 < messages.len()
+                    && matches!(messages[i].role, Role::Assistant | Role::Tool)
+                {
+                    messages.remove(i);
+                    dropped += 1;
+                }
+                ids = self.tokenize_chat(&Prompt::Messages(messages.clone()), args)?;
+            }
+        }
+        if ids.len() >= context {
+            return Err(Error::PromptTooLong {
+                prompt_tokens: ids.len(),
+                context,
+            });
+        }
+        Ok((ids, dropped))
+    }
+}
