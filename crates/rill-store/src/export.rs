@@ -6,7 +6,8 @@
 //! is refused with a clear error and changes nothing (the import is one transaction). Secrets
 //! never leave in an export: any `api_key` in the settings is left out (issue 13; the app keeps
 //! keys apart from settings anyway).
-//! Markdown is for reading: the current branch, one heading per turn.
+//! Markdown is for reading: the current branch, one heading per turn, an answer's reasoning
+//! in a folded `<details>` block above it.
 
 use std::collections::HashMap;
 
@@ -16,8 +17,9 @@ use serde_json::Value;
 use crate::{Error, Result, Role, Status, Store};
 
 /// The JSON format this build writes, and the newest it reads. Version 2 added the messages'
-/// `tokens`; version 1 files are read as they are.
-pub const EXPORT_VERSION: u32 = 2;
+/// `tokens`, version 3 their `reasoning` (with its token count and time); older files are read
+/// as they are.
+pub const EXPORT_VERSION: u32 = 3;
 const FORMAT: &str = "rill-conversation";
 
 #[derive(Serialize, Deserialize)]
@@ -53,6 +55,13 @@ struct ExportMessage {
     parent: Option<usize>,
     role: Role,
     content: String,
+    /// A thinking model's reasoning, when the answer had some.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    reasoning: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reasoning_tokens: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reasoning_ms: Option<f64>,
     status: Status,
     model: Option<String>,
     settings: Option<Value>,
@@ -131,6 +140,9 @@ impl Store {
                     parent: m.parent_id.and_then(|p| position.get(&p).copied()),
                     role: m.role,
                     content: m.content,
+                    reasoning: m.reasoning,
+                    reasoning_tokens: m.stats.reasoning_tokens,
+                    reasoning_ms: m.stats.reasoning_ms,
                     status: m.status,
                     tokens: tokens.remove(&m.id),
                     model: m.model,
@@ -200,14 +212,16 @@ impl Store {
         let mut ids: Vec<i64> = Vec::with_capacity(file.messages.len());
         for m in &file.messages {
             let id = sqlx::query(
-                "INSERT INTO messages (conversation_id, parent_id, role, content, status, model, settings, prompt_tokens,
-                     completion_tokens, ttft_ms, decode_tps, error, created_at, updated_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO messages (conversation_id, parent_id, role, content, reasoning, status, model, settings,
+                     prompt_tokens, completion_tokens, ttft_ms, decode_tps, reasoning_tokens, reasoning_ms, error,
+                     created_at, updated_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(conversation)
             .bind(m.parent.map(|p| ids[p]))
             .bind(m.role)
             .bind(&m.content)
+            .bind(&m.reasoning)
             // An answer exported while it streamed has no writer here: it is interrupted.
             .bind(match m.status {
                 Status::Streaming => Status::Interrupted,
@@ -219,6 +233,8 @@ impl Store {
             .bind(m.completion_tokens)
             .bind(m.ttft_ms)
             .bind(m.decode_tps)
+            .bind(m.reasoning_tokens)
+            .bind(m.reasoning_ms)
             .bind(&m.error)
             .bind(m.created_at)
             .bind(m.updated_at)
@@ -279,7 +295,15 @@ impl Store {
                         .unwrap_or_default()
                 ),
             };
-            out.push_str(&format!("## {who}{note}\n\n{}\n\n", m.content.trim_end()));
+            out.push_str(&format!("## {who}{note}\n\n"));
+            if !m.reasoning.trim().is_empty() {
+                // A folded block, as the window shows it (GitHub and most viewers fold it).
+                out.push_str(&format!(
+                    "<details><summary>Thinking</summary>\n\n{}\n\n</details>\n\n",
+                    m.reasoning.trim()
+                ));
+            }
+            out.push_str(&format!("{}\n\n", m.content.trim_end()));
         }
         Ok(out)
     }

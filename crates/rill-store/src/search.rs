@@ -1,4 +1,5 @@
-//! Full-text search over every message (SQLite FTS5, BM25 ranking, snippets).
+//! Full-text search over every message, its content and its reasoning (SQLite FTS5, BM25
+//! ranking, a snippet from the column that matched best).
 
 use crate::{Result, SearchHit, Store};
 
@@ -26,7 +27,7 @@ impl Store {
         };
         Ok(sqlx::query_as(
             "SELECT m.conversation_id, m.id AS message_id, c.title, m.role,
-                    snippet(messages_fts, 0, '[', ']', '…', 12) AS snippet,
+                    snippet(messages_fts, -1, '[', ']', '…', 12) AS snippet,
                     bm25(messages_fts) AS rank
              FROM messages_fts
              JOIN messages m ON m.id = messages_fts.rowid

@@ -54,6 +54,9 @@ pub struct Message {
     pub parent_id: Option<i64>,
     pub role: Role,
     pub content: String,
+    /// A thinking model's reasoning, apart from its answer (empty when it had none).
+    #[serde(default)]
+    pub reasoning: String,
     pub status: Status,
     pub model: Option<String>,
     #[sqlx(json(nullable))]
@@ -73,6 +76,11 @@ pub struct MessageStats {
     pub completion_tokens: Option<i64>,
     pub ttft_ms: Option<f64>,
     pub decode_tps: Option<f64>,
+    /// How many of the answer's tokens were reasoning, and how long it thought (ms).
+    #[serde(default)]
+    pub reasoning_tokens: Option<i64>,
+    #[serde(default)]
+    pub reasoning_ms: Option<f64>,
 }
 
 /// What a new conversation starts with.

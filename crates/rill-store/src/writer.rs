@@ -3,14 +3,14 @@
 //! [`Store::begin_answer`] and [`Store::resume_answer`] claim an answer row for one writer
 //! (see [`crate::lease`]): a second writer on the same row is refused, in this process or
 //! another, so a double click on Continue cannot start two generations that overwrite each
-//! other (issue 13). A [`StreamWriter`] owns a small task that holds the answer's text. Text is
-//! pushed without waiting (from any thread: the engine's token loop must not block on the
-//! disk); the task writes it out at most 250 ms after the oldest unwritten piece arrived, says
-//! it is alive every second, and writes once more at the end with the final status and stats.
-//! A write that fails (a full disk, a locked file) is tried again 250 ms later, and so is the
-//! final one, for a while. So a crash loses at most the last 250 ms of an answer, and the store
-//! opens it as `interrupted`. If the writer is dropped without `finish`, what it has is saved
-//! as `interrupted`.
+//! other (issue 13). A [`StreamWriter`] owns a small task that holds the answer's text and its
+//! reasoning. Both are pushed without waiting (from any thread: the engine's token loop must
+//! not block on the disk); the task writes them out at most 250 ms after the oldest unwritten
+//! piece arrived, says it is alive every second, and writes once more at the end with the final
+//! status and stats. A write that fails (a full disk, a locked file) is tried again 250 ms
+//! later, and so is the final one, for a while. So a crash loses at most the last 250 ms of an
+//! answer, and the store opens it as `interrupted`. If the writer is dropped without `finish`,
+//! what it has is saved as `interrupted`.
 
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ const FINISH_TRIES: usize = 12;
 
 enum Cmd {
     Text(String),
+    Reasoning(String),
     Finish {
         status: Status,
         stats: MessageStats,
@@ -59,7 +60,7 @@ impl Store {
             model,
             settings,
         };
-        let id = crate::insert_message(&mut tx, conversation, parent, &new).await?;
+        let id = crate::messages::insert_message(&mut tx, conversation, parent, &new).await?;
         sqlx::query(
             "UPDATE messages SET writer_pid = ?, writer_token = ?, writer_seen_at = ? WHERE id = ?",
         )
@@ -70,7 +71,7 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(StreamWriter::start(self.clone(), id, String::new(), claim))
+        Ok(StreamWriter::start(self.clone(), id, Texts::default(), claim))
     }
 
     /// Continues a `stopped` or `interrupted` answer in place: the text grows from what it
@@ -98,17 +99,22 @@ impl Store {
                 status: m.status,
             });
         }
-        Ok(StreamWriter::start(self.clone(), message, m.content, claim))
+        let texts = Texts {
+            content: m.content,
+            reasoning: m.reasoning,
+        };
+        Ok(StreamWriter::start(self.clone(), message, texts, claim))
     }
 
     /// Writes a streaming answer's text, if `token` still writes it.
-    async fn write_streaming(&self, id: i64, token: i64, text: &str) -> Result<bool> {
+    async fn write_streaming(&self, id: i64, token: i64, text: &Texts) -> Result<bool> {
         let now = crate::now_ms();
         Ok(sqlx::query(
-            "UPDATE messages SET content = ?, writer_seen_at = ?, updated_at = ?
+            "UPDATE messages SET content = ?, reasoning = ?, writer_seen_at = ?, updated_at = ?
              WHERE id = ? AND writer_token = ? AND status = 'streaming'",
         )
-        .bind(text)
+        .bind(&text.content)
+        .bind(&text.reasoning)
         .bind(now)
         .bind(now)
         .bind(id)
@@ -136,13 +142,14 @@ impl Store {
         &self,
         id: i64,
         token: i64,
-        text: &str,
+        text: &Texts,
         status: Status,
         stats: &MessageStats,
         error: Option<&str>,
     ) -> Result<()> {
+        let texts = (text.content.as_str(), Some(text.reasoning.as_str()));
         let written = self
-            .set_message(id, Some(token), text, status, stats, error)
+            .set_message(id, Some(token), texts, status, stats, error)
             .await?;
         if written == 0 {
             self.message(id).await?; // gone: MessageNotFound
@@ -155,8 +162,15 @@ impl Store {
     }
 }
 
+/// What a streaming answer has so far: its content and its reasoning.
+#[derive(Default)]
+struct Texts {
+    content: String,
+    reasoning: String,
+}
+
 impl StreamWriter {
-    fn start(store: Store, message_id: i64, initial: String, claim: Claim) -> Self {
+    fn start(store: Store, message_id: i64, initial: Texts, claim: Claim) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(store, message_id, initial, rx, claim));
         StreamWriter { message_id, tx }
@@ -170,6 +184,13 @@ impl StreamWriter {
     pub fn push(&self, text: &str) {
         if !text.is_empty() {
             let _ = self.tx.send(Cmd::Text(text.to_owned()));
+        }
+    }
+
+    /// Appends reasoning (a thinking model's thoughts, kept apart from the text); never waits.
+    pub fn push_reasoning(&self, text: &str) {
+        if !text.is_empty() {
+            let _ = self.tx.send(Cmd::Reasoning(text.to_owned()));
         }
     }
 
@@ -199,7 +220,7 @@ impl StreamWriter {
 async fn run(
     store: Store,
     id: i64,
-    mut text: String,
+    mut text: Texts,
     mut rx: mpsc::UnboundedReceiver<Cmd>,
     claim: Claim,
 ) {
@@ -237,7 +258,11 @@ async fn run(
         };
         match cmd {
             Some(Cmd::Text(t)) => {
-                text.push_str(&t);
+                text.content.push_str(&t);
+                dirty_since.get_or_insert_with(Instant::now);
+            }
+            Some(Cmd::Reasoning(t)) => {
+                text.reasoning.push_str(&t);
                 dirty_since.get_or_insert_with(Instant::now);
             }
             Some(Cmd::Finish {

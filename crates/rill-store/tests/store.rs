@@ -246,6 +246,7 @@ async fn a_streaming_answer_is_on_disk_within_250_ms_and_finished_with_its_stats
         completion_tokens: Some(3),
         ttft_ms: Some(40.0),
         decode_tps: Some(30.0),
+        ..Default::default()
     };
     let done = w.finish(Status::Done, stats.clone(), None).await.unwrap();
     assert_eq!(
@@ -546,6 +547,7 @@ async fn a_conversation_saved_whole_is_never_seen_half_written() {
                 completion_tokens: Some(i),
                 ttft_ms: Some(12.5),
                 decode_tps: Some(30.0),
+                ..Default::default()
             };
             store
                 .save_conversation(NewConversation::default(), &messages, &stats)
