@@ -54,6 +54,17 @@ CONVERSATIONS = {
         {"role": "system", "content": "You are a helpful assistant."},
         {"role": "user", "content": "What's the weather in Paris?"},
     ],
+    # Answers that thought first, their reasoning apart (Rill gives it under both names that
+    # templates read: `reasoning_content`, Qwen3's and DeepSeek's, and `thinking`, gpt-oss's);
+    # the template decides what the model sees again (Qwen3 keeps only the last turn's).
+    "reasoning": [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "4.", "reasoning_content": "Two and two make four.",
+         "thinking": "Two and two make four."},
+        {"role": "user", "content": "And 3+3?"},
+        {"role": "assistant", "content": "6.", "reasoning_content": "Three and three make six.",
+         "thinking": "Three and three make six."},
+    ],
 }
 # The tools the tool conversations offer (OpenAI's shape).
 TOOLS = [

@@ -63,6 +63,11 @@ pub struct Message {
     /// For a [`Role::Tool`] message: the call it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An assistant message's reasoning (a thinking model's thoughts, kept apart from its
+    /// content). Templates see it as `reasoning_content` (Qwen3, DeepSeek) and `thinking`
+    /// (gpt-oss) and decide whether the model reads it again; most drop it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
 }
 
 impl Message {
@@ -72,6 +77,7 @@ impl Message {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            reasoning: None,
         }
     }
     /// A tool's result for the call `id`.
@@ -103,6 +109,10 @@ impl Message {
         }
         if let Some(id) = &self.tool_call_id {
             v["tool_call_id"] = id.clone().into();
+        }
+        if let Some(r) = self.reasoning.as_ref().filter(|r| !r.is_empty()) {
+            v["reasoning_content"] = r.clone().into();
+            v["thinking"] = r.clone().into();
         }
         v
     }

@@ -36,6 +36,7 @@ fn messages(v: &Value) -> Vec<Message> {
             };
             let mut message = Message::new(role, m["content"].as_str().unwrap());
             message.tool_call_id = m["tool_call_id"].as_str().map(str::to_owned);
+            message.reasoning = m["reasoning_content"].as_str().map(str::to_owned);
             // Calls arrive as OpenAI's API gives them, the arguments as JSON text.
             for c in m["tool_calls"].as_array().into_iter().flatten() {
                 message.tool_calls.push(ToolCall {
