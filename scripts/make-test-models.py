@@ -86,6 +86,14 @@ FAMILIES = {
                        "rope.scaling.attn_factor": float(np.sqrt(1 + np.log(8) / np.log(512)))}),
 }
 
+# The same weights under another family's template: one Q8_0 file each.
+VARIANTS = {
+    # A thinking model: the DeepSeek-R1 Qwen distills' template opens the `<think>` block
+    # itself, so a random-weight model answers inside it (the reasoning tests, issue 16).
+    "deepseek-r1-qwen": ("qwen2", dict(FAMILIES["qwen2"],
+                                       template="deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")),
+}
+
 
 def assets() -> Path:
     out = subprocess.run(["bash", str(ROOT / "scripts/fetch-llama-cpp-assets.sh")],
@@ -275,6 +283,14 @@ def main():
                 print(quantize_k(family, a.out, models, qtype))
             else:
                 print(write(family, FAMILIES[family], qtype, path, models))
+    for name, (family, spec) in VARIANTS.items():
+        path = a.out / f"{name}-test.Q8_0.gguf"
+        if family not in a.families:
+            continue
+        if path.is_file() and not a.force:
+            print(path)
+        else:
+            print(write(family, spec, gguf.GGMLQuantizationType.Q8_0, path, models))
 
 
 if __name__ == "__main__":

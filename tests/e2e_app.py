@@ -12,7 +12,10 @@ window; a chat set to a remote OpenAI-compatible server (the app's own API, over
 its answer from there, and one set to an unreachable server shows a clear error; the API
 stops answering when turned off; the window opens on an empty chat ready to type in; files are
 chosen only in dialogs the app opens itself (a page script naming a path writes nothing, reads
-nothing); a remote server's key is kept apart from the conversation. Screenshots of the window
+nothing); a remote server's key is kept apart from the conversation; other families' test
+models chat in the window as `rill run` does; a thinking model's reasoning streams into an open
+Thinking block that folds when the answer starts, and is saved; an API client's tool calls,
+kept as a conversation, show as call cards. Screenshots of the window
 go to tests/screenshots/ (git-ignored).
 
 The app's dialogs are answered through RILL_TEST_DIALOG (read by debug builds only): the test
@@ -22,7 +25,6 @@ writes the answer (a path, or nothing for cancel) into that file before it click
 import json
 import os
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -34,116 +36,108 @@ from pathlib import Path
 
 from selenium import webdriver
 from selenium.webdriver.common.by import By
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, TimeoutException
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support.ui import WebDriverWait
+
+from e2e_lib import App, free_port, wait_port
 
 QUESTION = "What is the capital of France? Answer in one word."
 LONG = "Write a long story about a dragon who learns to paint. Make it at least ten paragraphs."
-SHOTS = Path(__file__).resolve().parent / "screenshots"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The forecast for a city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
 
-def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"tauri-driver exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError("tauri-driver did not start")
+def tools_chat(app: App, d: webdriver.Remote, address: str, failures: list) -> None:
+    body = json.dumps({
+        "messages": [
+            {"role": "user", "content": "What is the weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call0abcd", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "tool_call_id": "call0abcd", "content": '{"forecast": ["sunny", "rain"]}'},
+            {"role": "user", "content": "And in Rome?"},
+        ],
+        "tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        "temperature": 0, "max_tokens": 40,
+    }).encode()
+    request = urllib.request.Request(f"{address}/chat/completions", data=body, headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as r:
+        call = json.load(r)["choices"][0]["message"]["tool_calls"][0]
+    print(f"API tool call: {call['function']}")
+    app.find('[aria-label="Close the settings"]').click()
+    app.new_chat()  # the sidebar reads the conversations again
+    item = app.wait(lambda: [i for i in d.find_elements(By.CSS_SELECTOR, '[data-testid="conversation-item"]')
+                             if "What is the weather in Paris?" in i.text], 30, "the API's tool chat is not in the sidebar")
+    item[0].find_element(By.CSS_SELECTOR, "button.conv-open").click()
+    # The client's past call, and the model's.
+    cards = lambda: d.find_elements(By.CSS_SELECTOR, '[data-testid="tool-call"]')
+    app.wait(lambda: len(cards()) == 2, 30, "no call cards")
+    names = app.fresh(lambda: [c.find_element(By.CSS_SELECTOR, '[data-testid="tool-call-name"]').text for c in cards()])
+    result = app.fresh(lambda: app.tid("tool-result").text)
+    last_args = app.fresh(lambda: cards()[1].find_element(By.CSS_SELECTOR, '[data-testid="tool-call-arguments"]').text)
+    print(f"call cards: {names}; result card {result!r}; the model's call {last_args!r}")
+    app.shot("app-tool-calls")
+    if names != ["get_weather", "get_weather"]:
+        failures.append(f"the saved calls are not shown as call cards: {names}")
+    if "Result of get_weather" not in result or "sunny" not in result:
+        failures.append(f"the tool's result is not shown as its card: {result!r}")
+    if json.loads(last_args) != json.loads(call["function"]["arguments"]):
+        failures.append(f"the model's call card is not the call the client got: {last_args!r} vs {call}")
 
 
-# The views redraw as data arrives over IPC: an element found a moment ago may be replaced
-# before it is read. A wait tries again then, as it does when the element is not there yet.
-RETRY = (NoSuchElementException, StaleElementReferenceException)
-
-
-class App:
-    def __init__(self, driver: webdriver.Remote):
-        self.d = driver
-
-    def find(self, selector: str, scope=None, timeout: float = 30):
-        """The element once it is there: views render after their data arrives over IPC."""
-        where = scope or self.d
-        return WebDriverWait(self.d, timeout, poll_frequency=0.1, ignored_exceptions=RETRY).until(
-            lambda _: where.find_element(By.CSS_SELECTOR, selector), f"no {selector} on the page"
-        )
-
-    def tid(self, name: str, scope=None):
-        return self.find(f'[data-testid="{name}"]', scope)
-
-    def wait(self, what, timeout: float = 300, message: str = ""):
-        return WebDriverWait(self.d, timeout, poll_frequency=0.2, ignored_exceptions=RETRY).until(
-            lambda _: what(), message
-        )
-
-    def fresh(self, read):
-        """`read()`, again if the view redrew an element it held (a few times, as `wait` would)."""
-        for _ in range(50):
-            try:
-                return read()
-            except StaleElementReferenceException:
-                time.sleep(0.1)
-        return read()
-
-    def answers(self):
-        return self.d.find_elements(By.CSS_SELECTOR, '[data-testid="message"][data-role="assistant"]')
-
-    def last_answer(self):
-        found = self.answers()
-        return found[-1] if found else None
-
-    def set_field(self, selector: str, value: str) -> None:
-        field = self.find(selector)
-        field.send_keys(Keys.CONTROL, "a")
-        field.send_keys(Keys.BACKSPACE)
-        if value:
-            field.send_keys(value)
-
-    def new_chat(self) -> None:
-        before = len(self.d.find_elements(By.CSS_SELECTOR, '[data-testid="conversation-item"]'))
-        self.tid("new-chat").click()
-        self.wait(lambda: len(self.d.find_elements(By.CSS_SELECTOR, '[data-testid="conversation-item"]')) > before, 30)
-        self.wait(lambda: self.tid("composer").is_displayed(), 30)
-
-    def ask(self, text: str) -> str:
-        """Sends `text` in the open chat; returns the id of the answer's message element."""
-        count = len(self.answers())
-        composer = self.tid("composer")
-        composer.send_keys(text)
-        composer.send_keys(Keys.ENTER)
-        self.wait(lambda: len(self.answers()) > count, 60, "no answer appeared")
-        return self.fresh(lambda: self.last_answer().get_attribute("data-id"))
-
-    def status_of(self, answer_id: str) -> str | None:
-        # The answer may be in a chat that is not open now: ask the sidebar/live state via DOM.
-        def read():
-            found = self.d.find_elements(By.CSS_SELECTOR, f'[data-testid="message"][data-id="{answer_id}"]')
-            return found[0].get_attribute("data-status") if found else None
-
-        return self.fresh(read)
-
-    def stop(self, answer_id: str) -> None:
-        """Clicks a streaming answer's Stop and waits until it is stopped. A click in the page,
-        not at coordinates: the answer streams fast enough that the button moves between
-        WebDriver measuring it and clicking."""
-        stop = self.tid("stop", self.find(f'[data-testid="message"][data-id="{answer_id}"]'))
-        self.d.execute_script("arguments[0].click()", stop)
-        self.wait(lambda: self.status_of(answer_id) == "stopped", 60, "stop did not stop")
-
-    def shot(self, name: str) -> None:
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        self.d.save_screenshot(str(SHOTS / f"{name}.png"))
+def think_thinking(app: App, d: webdriver.Remote, path: Path, db: Path, failures: list) -> None:
+    app.tid("model-picker").click()
+    rows = app.wait(lambda: [r for r in d.find_elements(By.CSS_SELECTOR, ".model-list li") if str(path) in r.text], 30,
+                    f"{path.name} is not in the manager")
+    rows[0].find_element(By.CSS_SELECTOR, "button").click()
+    app.wait(lambda: "deepseek-r1-qwen" in app.tid("model-picker").text.lower(), 120, f"{path.name} did not load")
+    if d.find_elements(By.CSS_SELECTOR, '[aria-label="Close the model manager"]'):
+        d.find_element(By.CSS_SELECTOR, '[aria-label="Close the model manager"]').click()
+    app.new_chat()
+    app.set_field('[aria-label="Temperature value"]', "0")
+    app.set_field("#max-tokens-field", "600")
+    # llama.cpp's DeepSeek-R1 template thinks when asked: the switch starts off.
+    think = app.tid("param-think")
+    if think.is_selected():
+        failures.append("the Think switch of a template that thinks on request starts on")
+    think.click()
+    app.set_field("#thinking-budget-field", "300")
+    # Every state the block shows, with whether it was open and its summary, as the page changes.
+    d.execute_script(
+        "window.__thought = [];"
+        "new MutationObserver(() => document.querySelectorAll('[data-testid=thinking]').forEach((e) =>"
+        "  window.__thought.push([e.dataset.state, e.open, e.querySelector('summary').textContent])))"
+        ".observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});"
+    )
+    answer = app.ask("What is 17 times 3?")
+    app.wait(lambda: app.status_of(answer) in ("done", "stopped"), 300, "the thinking answer did not finish")
+    seen = d.execute_script("return window.__thought")
+    thinking = [s for s in seen if s[0] == "thinking"]
+    block = lambda: app.tid("thinking", app.find(f'[data-testid="message"][data-id="{answer}"]'))
+    summary = app.fresh(lambda: block().find_element(By.CSS_SELECTOR, "summary").text)
+    is_open = app.fresh(lambda: block().get_attribute("open"))
+    print(f"thinking: {len(thinking)} states seen while thinking, e.g. {thinking[-1:]}; at the end {summary!r}, open={is_open}")
+    app.shot("app-thinking")
+    if not thinking or not all(s[1] for s in thinking):
+        failures.append(f"the Thinking block was not seen open while the model thought: {seen[:5]}")
+    if not any(s[2].startswith("Thinking…") and "tokens" in s[2] for s in thinking):
+        failures.append(f"the Thinking block did not count its tokens while streaming: {thinking[:5]}")
+    if not summary.startswith("Thought for") or "300 tokens" not in summary or is_open:
+        failures.append(f"the Thinking block did not fold to how long it thought: {summary!r}, open={is_open}")
+    # Open it: its text is the saved reasoning; the answer is the rest.
+    app.fresh(lambda: block().find_element(By.CSS_SELECTOR, "summary").click())
+    app.wait(lambda: block().get_attribute("open") is not None, 30, "the Thinking block did not open on a click")
+    shown = app.fresh(lambda: app.find('[data-testid="thinking-text"]', block()).text)
+    with sqlite3.connect(db) as c:
+        (content, reasoning, tokens) = c.execute(
+            "SELECT content, reasoning, reasoning_tokens FROM messages WHERE id = ?", (int(answer),)).fetchone()
+    print(f"saved reasoning: {reasoning[:60]!r}… ({tokens} tokens); content {content[:60]!r}…")
+    if tokens != 300 or not reasoning.strip() or not content.strip():
+        failures.append(f"the reasoning is not saved beside the answer: {tokens} tokens, {reasoning[:80]!r}, {content[:80]!r}")
+    if " ".join(shown.split()) != " ".join(reasoning.split()):
+        failures.append(f"the Thinking block does not show the saved reasoning: {shown[:80]!r} vs {reasoning[:80]!r}")
 
 
 def main() -> int:
@@ -165,9 +159,10 @@ def main() -> int:
     # window to switch to (step 7).
     (work / "models").mkdir(parents=True)
     family_models = []
-    for name in ("qwen3-test.Q8_0.gguf", "gemma3-test.Q8_0.gguf"):
+    for name in ("qwen3-test.Q8_0.gguf", "gemma3-test.Q8_0.gguf", "deepseek-r1-qwen-test.Q8_0.gguf"):
         shutil.copy(ROOT / "models/test-models" / name, work / "models" / name)
         family_models.append(work / "models" / name)
+    thinking_model = family_models.pop()
     port, native_port = free_port(), free_port()
     driver_bin = shutil.which("tauri-driver") or str(Path.home() / ".cargo/bin/tauri-driver")
     log = open(work / "tauri-driver.log", "w")
@@ -303,6 +298,7 @@ def main() -> int:
             api_port = free_port()
             app.tid("settings").click()
             app.set_field('[aria-label="API port"]', str(api_port))
+            d.find_element(By.CSS_SELECTOR, '[aria-label="Keep API chats as conversations"]').click()
             app.tid("api-toggle").click()
             app.wait(lambda: "Serving at" in app.tid("api-status").text, 30, "the API did not start")
             address = app.fresh(lambda: app.tid("api-status").text).split("Serving at ", 1)[1].strip()
@@ -321,6 +317,15 @@ def main() -> int:
                 failures.append(f"the API answer does not contain Paris: {content!r}")
             app.wait(lambda: "POST /v1/chat/completions" in app.tid("api-log").text, 30, "the request is not in the log")
             app.shot("app-api")
+            # Kept as a conversation ("Keep API chats" is on): a client's tool call, its result
+            # and the model's next call show as call cards in the window.
+            tools_chat(app, d, address, failures)
+            app.tid("settings").click()
+            app.tid("api-toggle").click()
+            app.wait(lambda: "Not serving" in app.tid("api-status").text, 30, "the API did not stop")
+            d.find_element(By.CSS_SELECTOR, '[aria-label="Keep API chats as conversations"]').click()
+            app.tid("api-toggle").click()
+            app.wait(lambda: "Serving at" in app.tid("api-status").text, 30, "the API did not start again")
             app.find('[aria-label="Close the settings"]').click()
 
             # 4. A chat answered by a remote OpenAI-compatible server (here: this app's own
@@ -553,6 +558,13 @@ def main() -> int:
                     failures.append(f"the {family} answer is not saved as a finished answer: {status} {stored!r}")
                 if stored != expected:
                     failures.append(f"the {family} answer in the window is not rill run's greedy answer: {stored!r} vs {expected!r}")
+
+            # 8. A thinking model: the qwen2 test model under the DeepSeek-R1 template, which
+            #    opens the block when the Think switch is on (so the random model thinks until
+            #    the budget closes it). The
+            #    Thinking block streams open with its count, then folds to "Thought for …" as
+            #    the answer starts; the reasoning is saved beside the answer.
+            think_thinking(app, d, thinking_model, db, failures)
         except Exception:
             app.shot("app-failure")
             print("page text at failure:", d.find_element(By.TAG_NAME, "body").text[:2000])

@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use rill_engine::{Event, ModelInfo, Prompt, SamplingParams};
+use rill_engine::{Event, ModelInfo, Prompt};
 use rill_store::{Conversation, Message, NewConversation, NewMessage, SearchHit};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tauri::ipc::Channel;
 use tauri::{AppHandle, Manager, State};
 
@@ -18,62 +18,7 @@ use crate::state::{ApiSettings, AppState, LiveAnswer};
 
 // ---- wire types ---------------------------------------------------------------------------
 
-/// The sampling panel: the engine's parameters plus the answer-length cap. Stored per
-/// conversation (and as the default for new ones).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PanelSettings {
-    #[serde(flatten)]
-    pub params: SamplingParams,
-    pub max_tokens: Option<usize>,
-    /// Keep every answer token's likeliest candidates (for the probability popover, the
-    /// tinting and the export). Costs about 4% of decode speed; on unless switched off.
-    #[serde(default = "yes")]
-    pub token_probs: bool,
-    /// Answer with a remote OpenAI-compatible server instead of this machine's engine.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote: Option<crate::remote::RemoteBackend>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// Candidates kept per token when the panel asks for token probabilities.
-const TOKEN_CANDIDATES: usize = 8;
-
-impl Default for PanelSettings {
-    fn default() -> Self {
-        PanelSettings {
-            params: SamplingParams::default(),
-            max_tokens: None,
-            token_probs: true,
-            remote: None,
-        }
-    }
-}
-
-impl PanelSettings {
-    fn from_json(v: &serde_json::Value) -> Self {
-        serde_json::from_value(v.clone()).unwrap_or_default()
-    }
-
-    fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(self).unwrap_or_default()
-    }
-
-    fn options(&self) -> rill_chat::AnswerOptions {
-        rill_chat::AnswerOptions {
-            params: self.params.clone(),
-            stop: Vec::new(),
-            max_tokens: self.max_tokens,
-            top_candidates: if self.token_probs {
-                TOKEN_CANDIDATES
-            } else {
-                0
-            },
-        }
-    }
-}
+pub use crate::panel::PanelSettings;
 
 /// What an answer's channel carries, in order: maybe `queued`, `started`, `token`s with
 /// `stats` now and then, then `done` (the saved message) or `error`.
@@ -90,6 +35,9 @@ pub enum ChatEvent {
     },
     Token {
         text: String,
+        /// A thinking model's reasoning in this token (its `<think>` block), apart from `text`.
+        #[serde(skip_serializing_if = "String::is_empty")]
+        reasoning: String,
         /// The token's candidates, when the panel keeps token probabilities.
         #[serde(skip_serializing_if = "Option::is_none")]
         probs: Option<rill_chat::TokenProbs>,
@@ -287,6 +235,7 @@ pub async fn set_params(
 ) -> Result<()> {
     let mut settings = settings;
     settings.params.validate()?;
+    settings.check(state.handle().ok().as_ref())?;
     if let Some(r) = settings.remote.as_mut() {
         r.validate()?;
         // The key goes to the secrets file, never into the settings: "" forgets it, no key
@@ -540,11 +489,17 @@ fn stream(
                     dropped_messages: *dropped_messages,
                 },
                 Event::Token {
-                    text, candidates, ..
-                } if !text.is_empty() || !candidates.is_empty() => ChatEvent::Token {
-                    text: text.clone(),
-                    probs: probs.cloned(),
-                },
+                    text,
+                    reasoning,
+                    candidates,
+                    ..
+                } if !text.is_empty() || !reasoning.is_empty() || !candidates.is_empty() => {
+                    ChatEvent::Token {
+                        text: text.clone(),
+                        reasoning: reasoning.clone(),
+                        probs: probs.cloned(),
+                    }
+                }
                 Event::Stats {
                     completion_tokens,
                     tokens_per_second,
@@ -792,33 +747,4 @@ pub async fn set_api(state: State<'_, AppState>, settings: ApiSettings) -> Resul
         .set_setting("api", &serde_json::to_value(&settings).unwrap_or_default())
         .await?;
     api_status(state).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn panel_settings_round_trip_through_the_stored_json() {
-        let s = PanelSettings {
-            params: SamplingParams {
-                temperature: 0.2,
-                top_p: 0.5,
-                seed: Some(7),
-                ..Default::default()
-            },
-            max_tokens: Some(64),
-            token_probs: false,
-            remote: None,
-        };
-        assert_eq!(PanelSettings::from_json(&s.to_json()), s);
-        // Token probabilities are kept unless switched off, also for settings saved before
-        // the switch existed.
-        assert!(PanelSettings::from_json(&serde_json::json!({"temperature": 0.3})).token_probs);
-        // Settings stored by an older Rill, or none at all, give the defaults.
-        assert_eq!(
-            PanelSettings::from_json(&serde_json::json!({})),
-            PanelSettings::default()
-        );
-    }
 }

@@ -14,6 +14,7 @@ pub mod dialogs;
 pub mod error;
 pub mod files;
 pub mod models;
+pub mod panel;
 pub mod remote;
 pub mod secrets;
 pub mod state;

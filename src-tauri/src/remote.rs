@@ -89,15 +89,34 @@ pub async fn answer(
             params: settings.params,
             stop: Vec::new(),
             max_tokens: settings.max_tokens,
+            json_schema: settings.json_schema.clone(),
         };
         let mut done = None;
         let mut tokens = 0usize;
+        // A thinking model's reasoning, when the server sends it apart: how many chunks and
+        // how long (until the first content).
+        let mut reasoning_tokens = 0usize;
+        let mut thought_since = None;
+        let mut thought_ms = None;
         let outcome = {
             let run = client.generate(&request, |e| match e {
-                Event::Token { text, .. } => {
+                Event::Token {
+                    text, reasoning, ..
+                } => {
                     tokens += 1;
+                    if !reasoning.is_empty() {
+                        reasoning_tokens += 1;
+                        thought_since.get_or_insert_with(std::time::Instant::now);
+                    } else if let Some(since) = thought_since.filter(|_| thought_ms.is_none()) {
+                        thought_ms = Some(since.elapsed().as_secs_f64() * 1000.0);
+                    }
+                    writer.push_reasoning(&reasoning);
                     writer.push(&text);
-                    let _ = on_event.send(ChatEvent::Token { text, probs: None });
+                    let _ = on_event.send(ChatEvent::Token {
+                        text,
+                        reasoning,
+                        probs: None,
+                    });
                 }
                 Event::Done { usage, timings, .. } => done = Some((usage, timings)),
                 _ => {}
@@ -109,8 +128,14 @@ pub async fn answer(
         };
         let (status, stats, error) = match outcome {
             Some(Ok(())) => {
-                let (usage, timings) = done.unwrap_or_default();
-                (Status::Done, rill_chat::stats_of(usage, timings), None)
+                let (mut usage, timings) = done.unwrap_or_default();
+                if usage.reasoning_tokens == 0 {
+                    usage.reasoning_tokens = reasoning_tokens;
+                }
+                let thought =
+                    thought_ms.or(thought_since.map(|s| s.elapsed().as_secs_f64() * 1000.0));
+                let stats = rill_chat::stats_of(usage, timings, thought);
+                (Status::Done, stats, None)
             }
             Some(Err(e)) => (Status::Error, MessageStats::default(), Some(e.to_string())),
             None => {

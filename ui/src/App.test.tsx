@@ -1,43 +1,14 @@
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { beforeEach, describe, expect, it } from "vitest";
 import { act, cleanup, fireEvent, render, screen, waitFor, within } from "@testing-library/react";
-import { clearMocks, mockIPC } from "@tauri-apps/api/mocks";
-// @ts-expect-error plain JS shared with the browser test
-import { createMockBackend } from "../tests/mock-backend.js";
 import App from "./App";
+import { answer, frame, installMockBackend, startChat as startWith, type Backend } from "./testing";
 
-// jsdom has no layout: give the virtualised list a size so it renders its rows.
-Object.defineProperty(HTMLElement.prototype, "offsetHeight", { configurable: true, get: () => 600 });
-Object.defineProperty(HTMLElement.prototype, "offsetWidth", { configurable: true, get: () => 800 });
-Object.defineProperty(HTMLElement.prototype, "clientHeight", { configurable: true, get: () => 600 });
-Object.defineProperty(HTMLElement.prototype, "clientWidth", { configurable: true, get: () => 800 });
-
-let backend: ReturnType<typeof createMockBackend>;
-
+let backend: Backend;
 beforeEach(() => {
-  backend = createMockBackend();
-  mockIPC((cmd, args) => backend.handler(cmd, args));
+  backend = installMockBackend();
 });
 
-afterEach(() => {
-  cleanup();
-  clearMocks();
-});
-
-async function startChat() {
-  render(<App />);
-  // The first screen is an empty chat, ready (see the first test).
-  const composer = await screen.findByTestId("composer");
-  await waitFor(() => expect(document.activeElement).toBe(composer));
-  fireEvent.change(composer, { target: { value: "What is the capital of France?" } });
-  fireEvent.keyDown(composer, { key: "Enter" });
-  await waitFor(() => expect(backend.lastAnswerId()).toBeDefined());
-  const id = backend.lastAnswerId();
-  await waitFor(() => expect(document.querySelector(`[data-testid=message][data-id="${id}"]`)).not.toBeNull());
-  return id as number;
-}
-
-const answer = (id: number) => document.querySelector(`[data-testid=message][data-id="${id}"]`) as HTMLElement;
-const frame = () => act(() => new Promise((r) => setTimeout(r, 40)));
+const startChat = () => startWith(backend);
 
 describe("the chat window", () => {
   it("opens on an empty chat with the composer focused, no click needed", async () => {

@@ -148,9 +148,14 @@ export default function App() {
     (settings: PanelSettings) => {
       if (!view) return;
       setView({ ...view, settings });
-      api.setParams(view.conversation.id, settings).catch((e) => setError(errorText(e)));
+      // A refused change (a schema the engine cannot use) shows why, and the panel goes back
+      // to what the chat keeps.
+      api.setParams(view.conversation.id, settings).catch((e) => {
+        setError(errorText(e));
+        reloadCurrent();
+      });
     },
-    [view],
+    [view, reloadCurrent],
   );
 
   const noModel = status !== null && !status.model;
@@ -249,6 +254,7 @@ export default function App() {
               .catch((e) => setError(errorText(e)))
           }
           onError={setError}
+          thinking={status?.model?.thinking ?? "none"}
           answering={view.messages[view.messages.length - 1]?.status === "streaming"}
           turn={`${view.messages.length}:${view.messages[view.messages.length - 1]?.id ?? 0}:${view.messages[view.messages.length - 1]?.status ?? ""}`}
         />

@@ -13,6 +13,7 @@ export function createMockBackend() {
     file_bytes: 98362432,
     context_length: 8192,
     has_chat_template: true,
+    thinking: "none",
   };
   const defaults = {
     temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1, repeat_last_n: 64,
@@ -69,7 +70,7 @@ export function createMockBackend() {
 
   function addMessage(conversation, parent, role, content, status) {
     const m = {
-      id: state.nextId++, conversation_id: conversation, parent_id: parent, role, content, status,
+      id: state.nextId++, conversation_id: conversation, parent_id: parent, role, content, reasoning: "", status,
       model: null, ...noStats, error: null, created_at: now(), updated_at: now(),
     };
     state.messages.push(m);
@@ -121,7 +122,14 @@ export function createMockBackend() {
     set_pinned: ({ id, pinned }) => { conv(id).pinned = pinned; },
     delete_conversation: ({ id }) => { state.conversations = state.conversations.filter((c) => c.id !== id); },
     search_conversations: () => [],
-    set_params: ({ conversation, settings }) => { conv(conversation).settings = settings; },
+    set_params: ({ conversation, settings }) => {
+      // As the engine refuses a schema llguidance cannot use, naming the problem.
+      const type = settings.json_schema?.type;
+      if (type !== undefined && !["object", "array", "string", "number", "integer", "boolean", "null"].includes(type)) {
+        throw { kind: "invalid", message: `the JSON schema: unknown type \`${type}\`` };
+      }
+      conv(conversation).settings = settings;
+    },
     set_system_prompt: ({ id, prompt }) => { conv(id).system_prompt = prompt; },
     context_usage: () => ({ used_tokens: 42, context_length: 8192, overflow: "drop_oldest" }),
     presets: () => state.presets,
@@ -175,6 +183,7 @@ export function createMockBackend() {
       const m = msg(answerId);
       if (event.event === "token") {
         m.content += event.data.text;
+        m.reasoning += event.data.reasoning ?? "";
         if (event.data.probs) state.tokens.set(answerId, [...(state.tokens.get(answerId) ?? []), event.data.probs]);
       }
       if (event.event === "done") {
@@ -191,6 +200,18 @@ export function createMockBackend() {
         const role = i % 2 ? "assistant" : "user";
         parent = addMessage(c.id, parent, role, `message ${i}: ${role === "user" ? "a question" : "an **answer** with `code`"}`, "done").id;
       }
+      return c.id;
+    },
+    /** A conversation an API client had with tools, as `--save` keeps it: a question, the
+     * model's call, the client's result for it, and the answer. */
+    seedToolChat() {
+      const c = commands.create_conversation();
+      const q = addMessage(c.id, null, "user", "What is the weather in Paris?", "done");
+      const call = addMessage(c.id, q.id, "assistant", "", "done");
+      call.tool_calls = [{ id: "call0abcd", name: "get_weather", arguments: { city: "Paris", days: 2 } }];
+      const result = addMessage(c.id, call.id, "tool", '{"forecast":["sunny","rain"]}', "done");
+      result.tool_call_id = "call0abcd";
+      addMessage(c.id, result.id, "assistant", "Sunny, then rain.", "done");
       return c.id;
     },
     /** Drives a download started from the page: progress, then done (the model is loaded). */

@@ -5,9 +5,11 @@
 //! all call [`answer`] (or [`continue_answer`] for an interrupted one), so a generation is
 //! started, streamed and saved the same way everywhere.
 
+use std::time::Instant;
+
 use rill_engine::{
-    Control, Event, GenerateRequest, Generation, Handle, Message, Prompt, Role, SamplingParams,
-    StopReason, Timings, Usage,
+    ChatArgs, Control, Event, GenerateRequest, Generation, Grammar, Handle, Message, Prompt, Role,
+    SamplingParams, StopReason, Timings, ToolCall, Usage,
 };
 use rill_store::{MessageStats, Status, Store};
 
@@ -31,6 +33,12 @@ pub struct AnswerOptions {
     pub max_tokens: Option<usize>,
     /// Keep each token's likeliest candidates (this many; 0: none) with the answer.
     pub top_candidates: usize,
+    /// Variables for the chat template (the panel's Think switch is `enable_thinking`).
+    pub chat: ChatArgs,
+    /// Close a thinking model's block after this many tokens of it.
+    pub thinking_budget: Option<usize>,
+    /// What every answer must match (the panel's structured output: a JSON schema).
+    pub grammar: Option<Grammar>,
 }
 
 /// One answer token as kept with its message: the text it added and the candidates it was
@@ -103,13 +111,55 @@ pub fn status_of(reason: StopReason) -> Status {
     }
 }
 
-/// An ended answer's token counts and speed, as the store keeps them.
-pub fn stats_of(usage: Usage, timings: Timings) -> MessageStats {
+/// An ended answer's token counts and speed, as the store keeps them; `reasoning_ms` is how
+/// long it thought, for an answer that did.
+pub fn stats_of(usage: Usage, timings: Timings, reasoning_ms: Option<f64>) -> MessageStats {
+    let thought = usage.reasoning_tokens > 0 || reasoning_ms.is_some();
     MessageStats {
         prompt_tokens: Some(usage.prompt_tokens as i64),
         completion_tokens: Some(usage.completion_tokens as i64),
         ttft_ms: Some(timings.ttft_ms),
         decode_tps: Some(timings.decode_tps),
+        reasoning_tokens: thought.then_some(usage.reasoning_tokens as i64),
+        reasoning_ms: thought.then(|| reasoning_ms.unwrap_or(0.0)),
+    }
+}
+
+/// How long an answer thinks: from its first reasoning to the first content after it (or the
+/// answer's end), added to what an answer being continued had thought already; and how many
+/// tokens of reasoning that one had.
+#[derive(Clone, Debug, Default)]
+struct Thinking {
+    before_tokens: usize,
+    before_ms: f64,
+    since: Option<Instant>,
+    /// Set once the reasoning is over.
+    ms: Option<f64>,
+}
+
+impl Thinking {
+    fn continuing(before_ms: Option<f64>, before_tokens: usize) -> Self {
+        Thinking {
+            before_tokens,
+            before_ms: before_ms.unwrap_or(0.0),
+            ms: before_ms,
+            since: None,
+        }
+    }
+
+    fn see(&mut self, reasoning: &str, content: &str) {
+        if !reasoning.is_empty() && self.since.is_none() {
+            self.since = Some(Instant::now());
+        }
+        if !content.is_empty() {
+            self.end();
+        }
+    }
+
+    fn end(&mut self) {
+        if let Some(since) = self.since.take() {
+            self.ms = Some(self.before_ms + since.elapsed().as_secs_f64() * 1000.0);
+        }
     }
 }
 
@@ -125,9 +175,47 @@ pub fn history(system_prompt: Option<&str>, path: &[rill_store::Message]) -> Vec
                 rill_store::Role::System => Role::System,
                 rill_store::Role::User => Role::User,
                 rill_store::Role::Assistant => Role::Assistant,
+                rill_store::Role::Tool => Role::Tool,
             };
-            Message::new(role, m.content.clone())
+            let mut message = Message::new(role, m.content.clone());
+            // The template decides whether the model reads its past reasoning again.
+            message.reasoning = (!m.reasoning.is_empty()).then(|| m.reasoning.clone());
+            message.tool_calls = m.tool_calls.as_ref().map(calls_of).unwrap_or_default();
+            message.tool_call_id = m.tool_call_id.clone();
+            message
         }))
+        .collect()
+}
+
+/// Tool calls as the store keeps them: `[{"id", "name", "arguments"}]`, the arguments as
+/// JSON (or as the text the model wrote, when that is not JSON).
+pub fn calls_json(calls: &[ToolCall]) -> serde_json::Value {
+    calls
+        .iter()
+        .map(|c| {
+            let arguments = serde_json::from_str(&c.arguments)
+                .unwrap_or_else(|_| serde_json::Value::String(c.arguments.clone()));
+            serde_json::json!({"id": c.id, "name": c.name, "arguments": arguments})
+        })
+        .collect()
+}
+
+/// The calls of [`calls_json`]'s form (entries that are not calls are left out).
+pub fn calls_of(v: &serde_json::Value) -> Vec<ToolCall> {
+    let text = |a: &serde_json::Value| match a {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            Some(ToolCall {
+                id: c["id"].as_str()?.to_owned(),
+                name: c["name"].as_str()?.to_owned(),
+                arguments: text(&c["arguments"]),
+            })
+        })
         .collect()
 }
 
@@ -219,8 +307,10 @@ pub async fn begin_continue(
     let conv = store.conversation(partial.conversation_id).await?;
     let path = store.path_to(message).await?;
     let before = history(conv.system_prompt.as_deref(), &path[..path.len() - 1]);
-    // The template opens the assistant's turn; the partial answer follows it verbatim.
-    let prompt = handle.render(&before)? + &partial.content;
+    // The template opens the assistant's turn; the partial answer follows it verbatim, its
+    // thinking block written back around its reasoning.
+    let opened = handle.render_chat(&before, &options.chat)?;
+    let (prompt, inside) = continued(&opened, &partial.reasoning, &partial.content);
     let writer = store.resume_answer(message).await?;
     // It keeps the probabilities of the part it already has.
     let kept = match options.top_candidates {
@@ -230,7 +320,51 @@ pub async fn begin_continue(
             None => Vec::new(),
         },
     };
-    start(handle, store, writer, Prompt::Text(prompt), options, kept).await
+    // The budget counts the reasoning the answer already has (an interrupted answer has no
+    // count saved: its text's tokens).
+    let thought = match partial.stats.reasoning_tokens {
+        Some(n) => n.max(0) as usize,
+        None if partial.reasoning.is_empty() => 0,
+        None => handle
+            .tokenizer()
+            .encode_with(&partial.reasoning, false)?
+            .len(),
+    };
+    let request = GenerateRequest {
+        continues_reasoning: Some(inside),
+        thinking_budget: options
+            .thinking_budget
+            .map(|b| b.saturating_sub(thought).max(1)),
+        ..request_of(Prompt::Text(prompt), options)
+    };
+    let thinking = Thinking::continuing(partial.stats.reasoning_ms, thought);
+    start_request(handle, store, writer, request, kept, thinking).await
+}
+
+/// The prompt that continues a partial answer after `opened` (the rendered conversation, its
+/// assistant turn opened), and whether the answer stopped inside its thinking block.
+fn continued(opened: &str, reasoning: &str, content: &str) -> (String, bool) {
+    use rill_engine::reasoning::{CLOSE, OPEN};
+    let template_opened = opened.trim_end().ends_with(OPEN);
+    if reasoning.is_empty() && !template_opened {
+        return (format!("{opened}{content}"), false);
+    }
+    let mut prompt = opened.to_owned();
+    if !template_opened {
+        prompt.push_str(OPEN);
+        prompt.push('\n');
+    }
+    prompt.push_str(reasoning);
+    if content.is_empty() {
+        return (prompt, true);
+    }
+    if !prompt.ends_with('\n') {
+        prompt.push('\n');
+    }
+    prompt.push_str(CLOSE);
+    prompt.push_str("\n\n");
+    prompt.push_str(content);
+    (prompt, false)
 }
 
 /// An answer on its way: the stored message it grows into, the controls of its generation
@@ -246,6 +380,8 @@ pub struct Answering {
     probs: Option<(Store, Vec<TokenProbs>)>,
     /// The saved answer, once `Done` came.
     answer: Option<Answer>,
+    thinking: Thinking,
+    store: Store,
 }
 
 async fn start(
@@ -256,14 +392,24 @@ async fn start(
     options: AnswerOptions,
     kept: Vec<TokenProbs>,
 ) -> Result<Answering> {
-    let request = GenerateRequest {
+    let request = request_of(prompt, options);
+    start_request(handle, store, writer, request, kept, Thinking::default()).await
+}
+
+/// The engine's request for an answer with `options`. A thinking model's reasoning comes apart
+/// from its content, as the store keeps them.
+fn request_of(prompt: Prompt, options: AnswerOptions) -> GenerateRequest {
+    GenerateRequest {
         params: options.params,
         stop: options.stop,
         max_tokens: options.max_tokens,
         top_candidates: options.top_candidates,
+        split_reasoning: true,
+        thinking_budget: options.thinking_budget,
+        chat: options.chat,
+        grammar: options.grammar,
         ..GenerateRequest::new(prompt)
-    };
-    start_request(handle, store, writer, request, kept).await
+    }
 }
 
 /// Starts `request` as the answer under `parent`, saved as it streams, for a caller whose
@@ -284,7 +430,15 @@ pub async fn begin_request(
             Some(request.params.to_json()),
         )
         .await?;
-    start_request(handle, store, writer, request, Vec::new()).await
+    start_request(
+        handle,
+        store,
+        writer,
+        request,
+        Vec::new(),
+        Thinking::default(),
+    )
+    .await
 }
 
 async fn start_request(
@@ -293,6 +447,7 @@ async fn start_request(
     writer: rill_store::StreamWriter,
     request: GenerateRequest,
     kept: Vec<TokenProbs>,
+    thinking: Thinking,
 ) -> Result<Answering> {
     let keep_probs = request.top_candidates > 0;
     match handle.generate(request) {
@@ -303,6 +458,8 @@ async fn start_request(
             handle: handle.clone(),
             probs: keep_probs.then(|| (store.clone(), kept)),
             answer: None,
+            thinking,
+            store: store.clone(),
         }),
         Err(e) => {
             writer
@@ -327,6 +484,15 @@ impl Answering {
     /// How many tokens the prompt has.
     pub fn prompt_tokens(&self) -> usize {
         self.generation.prompt_tokens()
+    }
+
+    /// Keeps the tool calls read from the ended answer's text as its calls, and `content`,
+    /// the text besides them, as its text.
+    pub async fn save_calls(&self, content: &str, calls: &[ToolCall]) -> Result<()> {
+        Ok(self
+            .store
+            .set_tool_calls(self.message_id, content, &calls_json(calls))
+            .await?)
     }
 
     /// The saved answer, once [`next_event`](Self::next_event) has returned `Done`.
@@ -360,8 +526,12 @@ impl Answering {
             None => None,
         };
         match &event {
-            Event::Token { text, .. } => {
+            Event::Token {
+                text, reasoning, ..
+            } => {
+                writer.push_reasoning(reasoning);
                 writer.push(text);
+                self.thinking.see(reasoning, text);
                 if let (Some((_, kept)), Some(p)) = (self.probs.as_mut(), &token_probs) {
                     kept.push(p.clone());
                 }
@@ -372,9 +542,13 @@ impl Answering {
                 timings,
             } => {
                 let w = self.writer.take().expect("checked above");
-                let message = w
-                    .finish(status_of(*reason), stats_of(*usage, *timings), None)
-                    .await?;
+                self.thinking.end();
+                let usage = Usage {
+                    reasoning_tokens: usage.reasoning_tokens + self.thinking.before_tokens,
+                    ..*usage
+                };
+                let stats = stats_of(usage, *timings, self.thinking.ms);
+                let message = w.finish(status_of(*reason), stats, None).await?;
                 self.save_probs().await?;
                 self.answer = Some(Answer {
                     message,

@@ -7,6 +7,7 @@
 mod bench;
 mod constrain;
 mod conversations;
+mod output;
 mod tokenize;
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -176,6 +177,8 @@ struct RunArgs {
     sampling: SamplingArgs,
     #[command(flatten)]
     constraint: constrain::ConstraintArgs,
+    #[command(flatten)]
+    think: output::ThinkArgs,
     /// System prompt.
     #[arg(long)]
     system: Option<String>,
@@ -230,6 +233,8 @@ struct ChatArgs {
     model: ModelArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    think: output::ThinkArgs,
     /// System prompt (for a new conversation).
     #[arg(long)]
     system: Option<String>,
@@ -355,46 +360,6 @@ fn read_messages(a: &RunArgs) -> Result<Vec<Message>> {
     Ok(messages)
 }
 
-/// Writes one event as `run` prints it: the text, or with `--json` one object per line.
-fn print_event(out: &mut impl Write, event: &Event, json: bool) -> std::io::Result<()> {
-    match event {
-        Event::Token { id, text, .. } if json => writeln!(
-            out,
-            "{}",
-            serde_json::json!({"event": "token", "id": id, "text": text})
-        )?,
-        Event::Token { text, .. } => write!(out, "{text}")?,
-        Event::Done {
-            reason,
-            usage,
-            timings,
-        } if json => writeln!(
-            out,
-            "{}",
-            serde_json::json!({"event": "done", "reason": reason, "usage": usage, "timings": timings})
-        )?,
-        Event::Done { .. } => writeln!(out)?,
-        _ => return Ok(()),
-    }
-    out.flush()
-}
-
-/// Streams one generation to stdout; returns the answer text.
-fn stream(gen: rill_engine::Generation, json: bool) -> Result<String> {
-    let mut out = std::io::stdout().lock();
-    let mut answer = String::new();
-    for event in gen {
-        print_event(&mut out, &event, json)?;
-        match event {
-            Event::Token { text, .. } => answer.push_str(&text),
-            Event::Done { .. } => return Ok(answer),
-            Event::Error { message } => bail!("{message}"),
-            Event::Queued { .. } | Event::Started { .. } | Event::Stats { .. } => {}
-        }
-    }
-    bail!("the engine stopped before the answer ended")
-}
-
 fn serve(a: ServeArgs) -> Result<()> {
     let defaults = a.sampling.over(rill_server::api::openai_defaults());
     defaults.validate()?;
@@ -423,7 +388,12 @@ fn serve(a: ServeArgs) -> Result<()> {
 }
 
 /// `run --remote`: the same answer, streamed from a remote OpenAI-compatible server.
-fn run_remote(a: &RunArgs, url: &str, messages: Vec<Message>) -> Result<()> {
+fn run_remote(
+    a: &RunArgs,
+    url: &str,
+    messages: Vec<Message>,
+    json_schema: Option<serde_json::Value>,
+) -> Result<()> {
     let client = rill_server::remote::RemoteClient::new(
         url,
         a.remote_model.as_deref().unwrap_or_default(),
@@ -434,11 +404,12 @@ fn run_remote(a: &RunArgs, url: &str, messages: Vec<Message>) -> Result<()> {
         params: a.sampling.params(),
         stop: a.sampling.stop.clone(),
         max_tokens: a.sampling.max_tokens,
+        json_schema,
     };
     let mut out = std::io::stdout().lock();
-    let json = a.json;
+    let mut printer = output::Printer::new(a.json);
     runtime()?.block_on(client.generate(&request, |event| {
-        let _ = print_event(&mut out, &event, json);
+        let _ = printer.print(&mut out, &event);
     }))?;
     Ok(())
 }
@@ -449,17 +420,27 @@ fn run(a: RunArgs) -> Result<()> {
     let messages = read_messages(&a)?;
     let grammar = a.constraint.grammar()?;
     if let Some(url) = &a.remote {
-        if grammar.is_some() {
-            bail!("--json-schema and --grammar run on this machine's engine, not with --remote");
+        // A JSON schema goes to the server as `response_format`; the rest only this machine's
+        // engine does.
+        let schema = match grammar {
+            None => None,
+            Some(rill_engine::Grammar::JsonSchema(s)) => Some(s),
+            Some(_) => bail!("--grammar runs on this machine's engine, not with --remote"),
+        };
+        if a.think.think.is_some() || a.think.thinking_budget.is_some() {
+            bail!("--think and --thinking-budget run on this machine's engine, not with --remote");
         }
-        return run_remote(&a, url, messages);
+        return run_remote(&a, url, messages, schema);
     }
     let engine = a.model.start()?;
     let gen = engine.handle().generate(GenerateRequest {
         grammar,
+        split_reasoning: true,
+        thinking_budget: a.think.budget(),
+        chat: a.think.chat(),
         ..a.sampling.request(Prompt::Messages(messages))
     })?;
-    stream(gen, a.json)?;
+    output::stream(gen, a.json)?;
     Ok(())
 }
 
@@ -468,11 +449,6 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .worker_threads(2)
         .enable_all()
         .build()?)
-}
-
-/// Prints an answer's tokens as they come, and a newline at its end.
-fn print_tokens(event: &Event) {
-    let _ = print_event(&mut std::io::stdout().lock(), event, false);
 }
 
 fn chat(a: ChatArgs) -> Result<()> {
@@ -486,6 +462,15 @@ fn chat(a: ChatArgs) -> Result<()> {
         stop: a.sampling.stop.clone(),
         max_tokens: a.sampling.max_tokens,
         top_candidates: 0,
+        chat: a.think.chat(),
+        thinking_budget: a.think.budget(),
+        grammar: None,
+    };
+    // Prints an answer's tokens as they come (its reasoning in its block), and a newline at
+    // its end.
+    let mut printer = output::Printer::new(false);
+    let mut print_tokens = |event: &Event| {
+        let _ = printer.print(&mut std::io::stdout().lock(), event);
     };
     let conversation = match a.continue_id {
         Some(id) => {
@@ -508,7 +493,7 @@ fn chat(a: ChatArgs) -> Result<()> {
                     &store,
                     last.id,
                     options(),
-                    print_tokens,
+                    &mut print_tokens,
                 ))?;
             }
             conv.id
@@ -554,7 +539,7 @@ fn chat(a: ChatArgs) -> Result<()> {
             &store,
             conversation,
             options(),
-            print_tokens,
+            &mut print_tokens,
         ))?;
     }
     Ok(())
@@ -565,6 +550,7 @@ fn role_name(role: rill_store::Role) -> &'static str {
         rill_store::Role::System => "system",
         rill_store::Role::User => "user",
         rill_store::Role::Assistant => "assistant",
+        rill_store::Role::Tool => "tool",
     }
 }
 

@@ -157,6 +157,10 @@ pub struct GenerateRequest {
     /// With `split_reasoning`: close the thinking block after this many tokens of it (the
     /// model goes on with its answer); `None` lets it think as long as it likes.
     pub thinking_budget: Option<usize>,
+    /// With `split_reasoning`, for an answer continued from a partial one whose text ends the
+    /// prompt: whether it stopped inside its thinking block (`Some(true)`) or in its content.
+    /// `None` (a new answer) reads it from the prompt: inside when it ends by opening a block.
+    pub continues_reasoning: Option<bool>,
     /// For a conversation: the tools and template variables its chat template is given.
     /// With tools, the answer's text keeps the format's marker tokens
     /// ([`crate::tools::ToolFormat::markers`]) for the caller's tool parser.
@@ -188,6 +192,7 @@ impl GenerateRequest {
             grammar: None,
             split_reasoning: false,
             thinking_budget: None,
+            continues_reasoning: None,
             chat: ChatArgs::default(),
         }
     }
@@ -202,6 +207,10 @@ impl GenerateRequest {
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// How many of the answer's tokens were inside its thinking block (counted when the
+    /// request split the reasoning apart; 0 otherwise).
+    #[serde(default)]
+    pub reasoning_tokens: usize,
 }
 
 /// Speed of a finished generation.
@@ -450,8 +459,10 @@ impl Handle {
 
     /// Checks that `grammar` can constrain an answer (a JSON schema llguidance accepts, a Lark
     /// grammar that parses), without starting anything. The first call builds the token trie.
+    /// What it compiled is kept for the next answer with the same grammar, so a check before
+    /// [`generate`](Self::generate) does not compile a large schema twice.
     pub fn check_grammar(&self, grammar: &Grammar) -> Result<()> {
-        self.shared.grammars.matcher(grammar).map(drop)
+        self.shared.grammars.check(grammar)
     }
 
     /// True when the prompt's ids end inside a thinking block that its template opened (the
@@ -462,9 +473,40 @@ impl Handle {
         text.trim_end().ends_with(crate::reasoning::OPEN)
     }
 
+    /// Under a grammar, which waits for a thinking block to close, opens the block that a
+    /// thinking template leaves to its model (Qwen3 writes `<think>` itself): held to the
+    /// grammar from its first token, the model could not think at all. Only when the answer
+    /// thinks (the template's default, or the request's `enable_thinking`), and there is room.
+    /// True when it opened it.
+    fn open_thinking(&self, req: &GenerateRequest, prompt: &mut Vec<u32>) -> bool {
+        let asked = req
+            .chat
+            .kwargs
+            .get("enable_thinking")
+            .and_then(|v| v.as_bool());
+        if req.grammar.is_none()
+            || !matches!(req.prompt, Prompt::Messages(_))
+            || !self.shared.info.thinking.on(asked)
+        {
+            return false;
+        }
+        let Ok(open) = self
+            .shared
+            .tokenizer
+            .encode_with(&format!("{}\n", crate::reasoning::OPEN), false)
+        else {
+            return false;
+        };
+        if prompt.len() + open.len() + 1 >= self.shared.context_length {
+            return false;
+        }
+        prompt.extend(open);
+        true
+    }
+
     /// Starts a generation. Every check that depends on the request happens here.
     pub fn generate(&self, req: GenerateRequest) -> Result<Generation> {
-        let sampler = Sampler::new(req.params)?;
+        let sampler = Sampler::new(req.params.clone())?;
         if req.max_tokens == Some(0) {
             return Err(Error::param("max_tokens", "must be ≥ 1"));
         }
@@ -475,11 +517,16 @@ impl Handle {
             Some(g) => Some(self.shared.grammars.compile(g)?),
             None => None,
         };
-        let (prompt, dropped_messages) =
+        let (mut prompt, dropped_messages) =
             self.fit(&req.prompt, &req.chat, req.max_tokens, req.overflow)?;
-        let split = req
-            .split_reasoning
-            .then(|| ReasoningSplit::new(self.opens_thinking(&prompt)));
+        let split = match (req.split_reasoning, req.continues_reasoning) {
+            (false, _) => None,
+            (true, Some(inside)) => Some(ReasoningSplit::resumed(inside)),
+            (true, None) => {
+                let opened = self.opens_thinking(&prompt) || self.open_thinking(&req, &mut prompt);
+                Some(ReasoningSplit::new(opened))
+            }
+        };
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (events_tx, events) = unbounded_channel();
         let prompt_tokens = prompt.len();

@@ -60,4 +60,4 @@ pub use model::{inspect, KvType, ModelInfo};
 pub use sampler::{Candidate, Distribution, SamplingParams, Shaped};
 pub use scheduler::SequenceState;
 pub use stop::StopReason;
-pub use template::{Message, Role, ToolCall};
+pub use template::{Message, Role, Thinking, ToolCall};

@@ -14,8 +14,8 @@
 //! - a block never closed (a cut answer, or a random-weight model) is all reasoning.
 
 /// A thinking block's markers.
-pub(crate) const OPEN: &str = "<think>";
-pub(crate) const CLOSE: &str = "</think>";
+pub const OPEN: &str = "<think>";
+pub const CLOSE: &str = "</think>";
 
 /// Text given back by one push: its reasoning and its content.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -71,6 +71,19 @@ impl ReasoningSplit {
                 Where::OpenedFresh
             } else {
                 Where::Start
+            },
+            held: String::new(),
+        }
+    }
+
+    /// A split for an answer that goes on from a partial one: inside its thinking block
+    /// (`inside`) or past it, in the middle of a part (its whitespace is kept).
+    pub fn resumed(inside: bool) -> Self {
+        ReasoningSplit {
+            at: if inside {
+                Where::Reasoning
+            } else {
+                Where::Content
             },
             held: String::new(),
         }
@@ -213,6 +226,21 @@ mod tests {
                 "17 × 3 = **51**."
             )
         );
+    }
+
+    #[test]
+    fn a_continued_answer_goes_on_in_the_part_it_stopped_in() {
+        // Mid-thought: the space before the next word is kept, the block still closes.
+        let mut s = ReasoningSplit::resumed(true);
+        let mut p = s.push(" so 51.\n</thi");
+        p.append(s.push("nk>\n\nIt is 51."));
+        p.append(s.flush());
+        assert_eq!(p, parts(" so 51.\n", "It is 51."));
+        // Past the block: a marker in the rest of the answer is content.
+        let mut s = ReasoningSplit::resumed(false);
+        let mut p = s.push(" <think>more</think>");
+        p.append(s.flush());
+        assert_eq!(p, parts("", " <think>more</think>"));
     }
 
     #[test]

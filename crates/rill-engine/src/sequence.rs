@@ -300,8 +300,18 @@ impl Sequence {
         Ok(())
     }
 
+    /// True while the answer is inside its thinking block (when the request split it).
+    fn thinking(&self) -> bool {
+        self.split
+            .as_ref()
+            .is_some_and(ReasoningSplit::in_reasoning)
+    }
+
     fn sample_and_emit(&mut self, tok: &Tokenizer, logits: &mut [f32]) -> Result<()> {
-        if let Some(c) = &mut self.constraint {
+        // A grammar shapes the answer, not the thinking before it: it waits (its first mask
+        // kept) until the block closes.
+        let thinking = self.thinking();
+        if let Some(c) = self.constraint.as_mut().filter(|_| !thinking) {
             // Room left: the length limit's, and the context's (one position per token).
             let room = self.context_length.saturating_sub(self.tokens.len());
             let left = self
@@ -330,14 +340,10 @@ impl Sequence {
             return Ok(());
         }
         self.completion_tokens += 1;
-        let thinking = self
-            .split
-            .as_ref()
-            .is_some_and(ReasoningSplit::in_reasoning);
         self.reasoning_tokens += usize::from(thinking);
         // A complete grammar allows nothing but the end: the answer ends here, without
         // another forward pass to draw that end.
-        let grammar_done = match &mut self.constraint {
+        let grammar_done = match self.constraint.as_mut().filter(|_| !thinking) {
             Some(c) => c.commit(id)?,
             None => false,
         };
@@ -367,11 +373,10 @@ impl Sequence {
             reasoning,
             candidates,
         });
-        // (Not under a grammar, which would have to take the closing tokens too.)
-        let over_budget = self.constraint.is_none()
-            && self
-                .thinking_budget
-                .is_some_and(|b| thinking && self.reasoning_tokens >= b);
+        // (A grammar waits for the block's end, so the closing tokens are not its to take.)
+        let over_budget = self
+            .thinking_budget
+            .is_some_and(|b| thinking && self.reasoning_tokens >= b);
         if let Some(r) = reason {
             self.finish(r);
         } else if over_budget {
@@ -504,6 +509,7 @@ impl Sequence {
         let usage = Usage {
             prompt_tokens: self.prompt_len,
             completion_tokens: self.completion_tokens,
+            reasoning_tokens: self.reasoning_tokens,
         };
         let _ = self.events.send(Event::Done {
             reason,

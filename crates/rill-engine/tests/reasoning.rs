@@ -8,7 +8,8 @@ mod common;
 use common::{llama_cpp_assets, test_model};
 use rill_engine::template::{ChatTemplate, RenderOptions};
 use rill_engine::{
-    Engine, EngineConfig, Event, GenerateRequest, Message, Prompt, SamplingParams, StopReason,
+    Engine, EngineConfig, Event, GenerateRequest, Grammar, Message, Prompt, SamplingParams,
+    StopReason, Thinking,
 };
 
 /// The DeepSeek-R1 distill's prompt for one question, thinking on: it ends in `<think>\n`.
@@ -45,6 +46,10 @@ fn answer(engine: &Engine, budget: Option<usize>, max: usize) -> Answer {
         thinking_budget: budget,
         ..GenerateRequest::new(Prompt::Text(deepseek_prompt()))
     };
+    collect(engine, req)
+}
+
+fn collect(engine: &Engine, req: GenerateRequest) -> Answer {
     let mut a = Answer {
         ids: Vec::new(),
         content: String::new(),
@@ -128,4 +133,114 @@ fn a_budget_with_no_room_left_for_the_blocks_end_ends_the_answer_as_context_full
     assert_eq!(a.reason, StopReason::ContextFull);
     assert_eq!(a.ids.len(), 16);
     assert_eq!(a.content, "");
+}
+
+/// A schema for the answer after the thinking.
+fn verdict() -> Grammar {
+    Grammar::JsonSchema(serde_json::json!({
+        "type": "object",
+        "properties": {"product": {"type": "integer"}, "sure": {"type": "boolean"}},
+        "required": ["product", "sure"],
+        "additionalProperties": false
+    }))
+}
+
+fn check_verdict(a: &Answer) {
+    let v: serde_json::Value = serde_json::from_str(&a.content).unwrap_or_else(|e| {
+        panic!(
+            "the answer after the thinking is not JSON ({e}): {:?}",
+            a.content
+        )
+    });
+    // An integer, as JSON Schema counts them (`-2.8e+105` is one).
+    let product = v["product"].as_f64().unwrap_or(0.5);
+    assert!(product.fract() == 0.0 && v["sure"].is_boolean(), "{v}");
+    assert_eq!(a.reason, StopReason::Stop, "the grammar ends the answer");
+}
+
+#[test]
+fn a_grammar_waits_for_the_thinking_block_to_close_and_shapes_the_answer_after_it() {
+    let engine = Engine::start(EngineConfig::new(test_model("qwen2-test.Q8_0"))).unwrap();
+    let constrained = |budget| {
+        collect(
+            &engine,
+            GenerateRequest {
+                grammar: Some(verdict()),
+                max_tokens: Some(200),
+                split_reasoning: true,
+                thinking_budget: Some(budget),
+                params: SamplingParams::greedy(),
+                ..GenerateRequest::new(Prompt::Text(deepseek_prompt()))
+            },
+        )
+    };
+    let a = constrained(8);
+    // The thinking is the model's own, as without a grammar: the same 8 tokens.
+    let free = answer(&engine, Some(8), 12);
+    assert_eq!(a.reasoning, free.reasoning);
+    assert_eq!(a.ids[..8], free.ids[..8]);
+    check_verdict(&a);
+}
+
+#[test]
+fn a_thinking_template_that_leaves_the_block_to_its_model_gets_it_opened_under_a_grammar() {
+    // Qwen3's template: the model writes `<think>` itself, which a grammar from the first token
+    // would forbid. The engine opens the block, the budget closes it, the grammar shapes the rest.
+    let engine = Engine::start(EngineConfig::new(test_model("qwen3-test.Q8_0"))).unwrap();
+    let ask = |think: Option<bool>| {
+        let mut req = GenerateRequest {
+            grammar: Some(verdict()),
+            max_tokens: Some(200),
+            split_reasoning: true,
+            thinking_budget: Some(6),
+            params: SamplingParams::greedy(),
+            ..GenerateRequest::chat(vec![Message::user("What is 17 times 3?")])
+        };
+        if let Some(on) = think {
+            req.chat.kwargs.insert("enable_thinking".into(), on.into());
+        }
+        collect(&engine, req)
+    };
+    for think in [None, Some(true)] {
+        let a = ask(think);
+        assert!(!a.reasoning.trim().is_empty(), "{think:?}: no thinking");
+        check_verdict(&a);
+    }
+    // Thinking turned off: the template writes the empty block, the answer is JSON at once.
+    let a = ask(Some(false));
+    assert_eq!(a.reasoning, "");
+    check_verdict(&a);
+}
+
+#[test]
+fn templates_say_how_their_models_think() {
+    let thinking = |name: &str| {
+        let source =
+            std::fs::read_to_string(llama_cpp_assets().join("templates").join(name)).unwrap();
+        ChatTemplate::new(Some(&source), "<s>", "</s>")
+            .unwrap()
+            .thinking()
+    };
+    // Thinks unless `enable_thinking` is false.
+    assert_eq!(thinking("Qwen-Qwen3-0.6B.jinja"), Thinking::Optional);
+    // llama.cpp's version opens the block and closes it again unless `enable_thinking` is true.
+    assert_eq!(
+        thinking("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"),
+        Thinking::OnRequest
+    );
+    assert_eq!(thinking("Qwen-QwQ-32B.jinja"), Thinking::OnRequest);
+    // Opens the block whatever it is told.
+    assert_eq!(
+        thinking("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"),
+        Thinking::Always
+    );
+    assert_eq!(
+        thinking("meta-llama-Llama-3.2-3B-Instruct.jinja"),
+        Thinking::None
+    );
+    // And the test model's file says so.
+    let info = rill_engine::inspect(&test_model("deepseek-r1-qwen-test.Q8_0")).unwrap();
+    assert_eq!(info.thinking, Thinking::OnRequest);
+    assert!(Thinking::OnRequest.on(Some(true)) && !Thinking::OnRequest.on(None));
+    assert!(Thinking::Optional.on(None) && !Thinking::Optional.on(Some(false)));
 }

@@ -359,6 +359,14 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    /// OpenAI's breakdown: how many answer tokens were reasoning (only when some were).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CompletionDetails {
+    pub reasoning_tokens: usize,
 }
 
 impl From<rill_engine::Usage> for Usage {
@@ -367,6 +375,9 @@ impl From<rill_engine::Usage> for Usage {
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
             total_tokens: u.prompt_tokens + u.completion_tokens,
+            completion_tokens_details: (u.reasoning_tokens > 0).then_some(CompletionDetails {
+                reasoning_tokens: u.reasoning_tokens,
+            }),
         }
     }
 }

@@ -245,9 +245,9 @@ async fn chat_completions(
     }
     let read_calls = tools.parse().then_some(format);
     generate.chat = tools.args;
-    // A thinking model's block goes to `reasoning_content`. The store keeps an answer's text
-    // only so far, so a saved answer keeps its block in the text rather than losing it.
-    generate.split_reasoning = s.store.is_none();
+    // A thinking model's block goes to `reasoning_content` (and, with `--save`, to the saved
+    // answer's reasoning).
+    generate.split_reasoning = true;
     let save = s.store.clone().map(|store| (store, messages));
     let reply = Reply {
         kind: Kind::Chat,

@@ -41,6 +41,9 @@ pub struct RemoteRequest {
     pub params: SamplingParams,
     pub stop: Vec<String>,
     pub max_tokens: Option<usize>,
+    /// Structured output: the answer must be JSON this schema accepts (sent as OpenAI's
+    /// `response_format`, which vLLM, Ollama and llama.cpp's server enforce).
+    pub json_schema: Option<Value>,
 }
 
 impl RemoteClient {
@@ -66,9 +69,19 @@ impl RemoteClient {
     ) -> Result<(), RemoteError> {
         let url = format!("{}/v1/chat/completions", self.base);
         let p = &req.params;
+        // Past reasoning stays here: OpenAI's messages have no field for it, and some servers
+        // (DeepSeek's) refuse one.
+        let messages: Vec<Message> = req
+            .messages
+            .iter()
+            .map(|m| Message {
+                reasoning: None,
+                ..m.clone()
+            })
+            .collect();
         let mut body = json!({
             "model": self.model,
-            "messages": req.messages,
+            "messages": messages,
             "stream": true,
             "stream_options": {"include_usage": true},
             "temperature": p.temperature,
@@ -95,6 +108,12 @@ impl RemoteClient {
         }
         if !req.stop.is_empty() {
             body["stop"] = json!(req.stop);
+        }
+        if let Some(schema) = &req.json_schema {
+            body["response_format"] = json!({
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": schema, "strict": true},
+            });
         }
         let mut call = self.http.post(&url).json(&body);
         if let Some(key) = &self.api_key {
@@ -148,6 +167,7 @@ impl RemoteClient {
                     let usage = usage.unwrap_or(Usage {
                         prompt_tokens: 0,
                         completion_tokens: tokens,
+                        reasoning_tokens: 0,
                     });
                     on_event(Event::Done {
                         reason: reason.unwrap_or(StopReason::Stop),
@@ -174,13 +194,21 @@ impl RemoteClient {
                     usage = Some(Usage {
                         prompt_tokens: u["prompt_tokens"].as_u64().unwrap_or(0) as usize,
                         completion_tokens: u["completion_tokens"].as_u64().unwrap_or(0) as usize,
+                        reasoning_tokens: u["completion_tokens_details"]["reasoning_tokens"]
+                            .as_u64()
+                            .unwrap_or(0) as usize,
                     });
                 }
                 let choice = &chunk["choices"][0];
-                if let Some(text) = choice["delta"]["content"]
-                    .as_str()
-                    .filter(|t| !t.is_empty())
-                {
+                let part = |key: &str| choice["delta"][key].as_str().unwrap_or_default();
+                let text = part("content");
+                // A thinking model's reasoning: `reasoning_content` (vLLM, llama.cpp, DeepSeek)
+                // or `reasoning` (Ollama, OpenRouter).
+                let reasoning = match part("reasoning_content") {
+                    "" => part("reasoning"),
+                    r => r,
+                };
+                if !text.is_empty() || !reasoning.is_empty() {
                     let now = Instant::now();
                     first.get_or_insert(now);
                     last = Some(now);
@@ -189,7 +217,7 @@ impl RemoteClient {
                     on_event(Event::Token {
                         id: 0,
                         text: text.to_owned(),
-                        reasoning: String::new(),
+                        reasoning: reasoning.to_owned(),
                         candidates: Vec::new(),
                     });
                 }

@@ -141,6 +141,20 @@ impl Source {
     }
 }
 
+impl Source {
+    /// A saved answer that called tools keeps them as calls (the window's call cards), its
+    /// content without their text: `called` is [`Reader::called_with`]'s. Before the source
+    /// goes: the answer is saved by then.
+    async fn keep_calls(&self, called: Option<(String, Vec<rill_engine::ToolCall>)>) {
+        let (Source::Saved(Some(a)), Some((content, calls))) = (self, called) else {
+            return;
+        };
+        if let Err(e) = a.save_calls(&content, &calls).await {
+            tracing::warn!(error = %e, "could not save the answer's tool calls");
+        }
+    }
+}
+
 impl Drop for Source {
     fn drop(&mut self) {
         if let Source::Saved(a) = self {
@@ -159,7 +173,7 @@ async fn begin_saved(
     messages: &[Message],
     request: GenerateRequest,
 ) -> Result<Answering, ApiError> {
-    use rill_store::{MessageStats, NewConversation, NewMessage, Role as R, Status};
+    use rill_store::{MessageStats, NewConversation, NewMessage, Role as R};
     let system = messages
         .iter()
         .find(|m| m.role == rill_engine::Role::System)
@@ -167,17 +181,18 @@ async fn begin_saved(
     let turns: Vec<NewMessage> = messages
         .iter()
         .filter(|m| m.role != rill_engine::Role::System)
-        .map(|m| NewMessage {
-            // The store has no tool role yet: a result is kept as the user turn it is
-            // rendered as for templates without tools, calls as the assistant's text.
-            role: match m.role {
-                rill_engine::Role::User | rill_engine::Role::Tool => R::User,
+        .map(|m| {
+            let role = match m.role {
+                rill_engine::Role::User => R::User,
+                rill_engine::Role::Tool => R::Tool,
                 _ => R::Assistant,
-            },
-            content: saved_text(m),
-            status: Status::Done,
-            model: None,
-            settings: None,
+            };
+            NewMessage {
+                tool_calls: (!m.tool_calls.is_empty())
+                    .then(|| rill_chat::calls_json(&m.tool_calls)),
+                tool_call_id: m.tool_call_id.clone(),
+                ..NewMessage::new(role, m.content.clone())
+            }
         })
         .collect();
     let conversation = NewConversation {
@@ -201,23 +216,6 @@ async fn begin_saved(
             rill_chat::Error::Engine(e) => ApiError::from(e),
             other => ApiError::internal(other.to_string()),
         })
-}
-
-/// A message's text as the store keeps it: a tool result and an assistant's calls in the
-/// Hermes format's blocks.
-fn saved_text(m: &Message) -> String {
-    let mut text = match m.role {
-        rill_engine::Role::Tool => format!("<tool_response>\n{}\n</tool_response>", m.content),
-        _ => m.content.clone(),
-    };
-    for c in &m.tool_calls {
-        if !text.is_empty() {
-            text.push('\n');
-        }
-        let call = json!({"name": c.name, "arguments": c.arguments});
-        text.push_str(&format!("<tool_call>\n{call}\n</tool_call>"));
-    }
-    text
 }
 
 /// Starts the generation (saving it when `save` names a store and the conversation) and
@@ -291,6 +289,7 @@ pub(crate) async fn respond(
             Event::Done { reason, usage, .. } => {
                 drop(permit);
                 reader.finish();
+                source.keep_calls(reader.called_with()).await;
                 let (content, reasoning, calls) = reader.whole();
                 let whole = Delta {
                     content: content.to_owned(),
@@ -392,8 +391,10 @@ fn sse_stream(
                             return Some((Ok(ev), st));
                         }
                         Some(Event::Done { reason, usage, .. }) => {
-                            st.source = None;
                             let rest = st.reader.finish();
+                            if let Some(source) = st.source.take() {
+                                source.keep_calls(st.reader.called_with()).await;
+                            }
                             if !rest.is_empty() {
                                 st.tail.push(chunk(
                                     json!([kind.choice(Some(&rest), None, true, st.first, None)]),

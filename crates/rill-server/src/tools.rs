@@ -262,6 +262,26 @@ impl Reader {
         (&self.gathered.content, &self.gathered.reasoning, calls)
     }
 
+    /// When the model called tools: the answer's content besides them, and the calls with
+    /// their ids, as the engine and the store take them.
+    pub fn called_with(&self) -> Option<(String, Vec<rill_engine::ToolCall>)> {
+        if !self.called() {
+            return None;
+        }
+        let calls = self
+            .gathered
+            .calls
+            .iter()
+            .zip(&self.ids)
+            .map(|(c, id)| rill_engine::ToolCall {
+                id: id.clone(),
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+            })
+            .collect();
+        Some((self.gathered.content.clone(), calls))
+    }
+
     /// Whether the model called a tool.
     pub fn called(&self) -> bool {
         !self.gathered.calls.is_empty()

@@ -17,9 +17,10 @@ use serde_json::Value;
 use crate::{Error, Result, Role, Status, Store};
 
 /// The JSON format this build writes, and the newest it reads. Version 2 added the messages'
-/// `tokens`, version 3 their `reasoning` (with its token count and time); older files are read
-/// as they are.
-pub const EXPORT_VERSION: u32 = 3;
+/// `tokens`, version 3 their `reasoning` (with its token count and time), version 4 tool calls
+/// and results (`tool_calls`, role `tool` with `tool_call_id`); older files are read as they
+/// are.
+pub const EXPORT_VERSION: u32 = 4;
 const FORMAT: &str = "rill-conversation";
 
 #[derive(Serialize, Deserialize)]
@@ -62,6 +63,12 @@ struct ExportMessage {
     reasoning_tokens: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     reasoning_ms: Option<f64>,
+    /// An assistant's tool calls: `[{"id", "name", "arguments"}]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Value>,
+    /// A tool result's call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<String>,
     status: Status,
     model: Option<String>,
     settings: Option<Value>,
@@ -143,6 +150,8 @@ impl Store {
                     reasoning: m.reasoning,
                     reasoning_tokens: m.stats.reasoning_tokens,
                     reasoning_ms: m.stats.reasoning_ms,
+                    tool_calls: m.tool_calls,
+                    tool_call_id: m.tool_call_id,
                     status: m.status,
                     tokens: tokens.remove(&m.id),
                     model: m.model,
@@ -212,16 +221,18 @@ impl Store {
         let mut ids: Vec<i64> = Vec::with_capacity(file.messages.len());
         for m in &file.messages {
             let id = sqlx::query(
-                "INSERT INTO messages (conversation_id, parent_id, role, content, reasoning, status, model, settings,
-                     prompt_tokens, completion_tokens, ttft_ms, decode_tps, reasoning_tokens, reasoning_ms, error,
-                     created_at, updated_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO messages (conversation_id, parent_id, role, content, reasoning, tool_calls,
+                     tool_call_id, status, model, settings, prompt_tokens, completion_tokens, ttft_ms,
+                     decode_tps, reasoning_tokens, reasoning_ms, error, created_at, updated_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(conversation)
             .bind(m.parent.map(|p| ids[p]))
             .bind(m.role)
             .bind(&m.content)
             .bind(&m.reasoning)
+            .bind(m.tool_calls.as_ref().map(Value::to_string))
+            .bind(&m.tool_call_id)
             // An answer exported while it streamed has no writer here: it is interrupted.
             .bind(match m.status {
                 Status::Streaming => Status::Interrupted,
@@ -284,6 +295,7 @@ impl Store {
                 Role::System => "System",
                 Role::User => "User",
                 Role::Assistant => "Assistant",
+                Role::Tool => "Tool result",
             };
             let note = match m.status {
                 Status::Done | Status::Streaming => String::new(),
@@ -303,7 +315,22 @@ impl Store {
                     m.reasoning.trim()
                 ));
             }
-            out.push_str(&format!("{}\n\n", m.content.trim_end()));
+            if m.role == Role::Tool {
+                out.push_str(&format!("```json\n{}\n```\n\n", m.content.trim_end()));
+                continue;
+            }
+            if !m.content.trim().is_empty() {
+                out.push_str(&format!("{}\n\n", m.content.trim_end()));
+            }
+            for call in m
+                .tool_calls
+                .iter()
+                .flat_map(|c| c.as_array().into_iter().flatten())
+            {
+                let name = call["name"].as_str().unwrap_or_default();
+                let args = serde_json::to_string_pretty(&call["arguments"]).unwrap_or_default();
+                out.push_str(&format!("**Call** `{name}`\n\n```json\n{args}\n```\n\n"));
+            }
         }
         Ok(out)
     }

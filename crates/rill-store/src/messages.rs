@@ -4,10 +4,11 @@
 use serde_json::Value;
 use sqlx::SqliteConnection;
 
-use crate::{now_ms, title_from, Error, Message, MessageStats, NewMessage, Result, Role, Status, Store};
+use crate::{
+    now_ms, title_from, Error, Message, MessageStats, NewMessage, Result, Role, Status, Store,
+};
 
 impl Store {
-
     /// Adds a message after the conversation's current leaf, and makes it the new leaf.
     pub async fn append(&self, conversation: i64, message: NewMessage) -> Result<Message> {
         let leaf = self.conversation(conversation).await?.current_leaf_id;
@@ -52,7 +53,8 @@ impl Store {
         let sql = format!(
             "SELECT COALESCE(json_group_array(json_object(
                  'id', id, 'conversation_id', conversation_id, 'parent_id', parent_id, 'role', role,
-                 'content', content, 'reasoning', reasoning, 'status', status, 'model', model,
+                 'content', content, 'reasoning', reasoning, 'tool_calls', json(tool_calls),
+                 'tool_call_id', tool_call_id, 'status', status, 'model', model,
                  'settings', json(settings), 'prompt_tokens', prompt_tokens,
                  'completion_tokens', completion_tokens, 'ttft_ms', ttft_ms, 'decode_tps', decode_tps,
                  'reasoning_tokens', reasoning_tokens, 'reasoning_ms', reasoning_ms, 'error', error, 'created_at', created_at, 'updated_at', updated_at)), '[]')
@@ -130,11 +132,10 @@ impl Store {
     pub async fn edit(&self, message: i64, content: &str) -> Result<Message> {
         let m = self.message(message).await?;
         let new = NewMessage {
-            role: m.role,
-            content: content.to_owned(),
-            status: Status::Done,
             model: m.model,
             settings: m.settings,
+            tool_call_id: m.tool_call_id,
+            ..NewMessage::new(m.role, content)
         };
         self.add_child(m.conversation_id, m.parent_id, new).await
     }
@@ -153,6 +154,25 @@ impl Store {
             .await?
             == 0
         {
+            return Err(Error::MessageNotFound(id));
+        }
+        Ok(())
+    }
+
+    /// An answer's tool calls once they are read from its text, and the text left besides them
+    /// (a JSON array of `{"id", "name", "arguments"}`).
+    pub async fn set_tool_calls(&self, id: i64, content: &str, calls: &Value) -> Result<()> {
+        let written = sqlx::query(
+            "UPDATE messages SET content = ?, tool_calls = ?, updated_at = ? WHERE id = ?",
+        )
+        .bind(content)
+        .bind(calls.to_string())
+        .bind(now_ms())
+        .bind(id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if written == 0 {
             return Err(Error::MessageNotFound(id));
         }
         Ok(())
@@ -224,8 +244,9 @@ pub(crate) async fn insert_message(
         }
     }
     let id = sqlx::query(
-        "INSERT INTO messages (conversation_id, parent_id, role, content, status, model, settings, created_at, updated_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO messages (conversation_id, parent_id, role, content, status, model, settings,
+             tool_calls, tool_call_id, created_at, updated_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(conversation)
     .bind(parent)
@@ -234,6 +255,8 @@ pub(crate) async fn insert_message(
     .bind(m.status)
     .bind(&m.model)
     .bind(m.settings.as_ref().map(Value::to_string))
+    .bind(m.tool_calls.as_ref().map(Value::to_string))
+    .bind(&m.tool_call_id)
     .bind(now)
     .bind(now)
     .execute(&mut *conn)

@@ -11,6 +11,8 @@ pub enum Role {
     System,
     User,
     Assistant,
+    /// A tool's result, answering an assistant's call (`tool_call_id`).
+    Tool,
 }
 
 /// Where a message stands. An answer is `streaming` while it is written; it ends `done`,
@@ -57,6 +59,13 @@ pub struct Message {
     /// A thinking model's reasoning, apart from its answer (empty when it had none).
     #[serde(default)]
     pub reasoning: String,
+    /// An assistant message's tool calls: a JSON array of `{"id", "name", "arguments"}`.
+    #[sqlx(json(nullable))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Value>,
+    /// A tool message's call, by id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
     pub status: Status,
     pub model: Option<String>,
     #[sqlx(json(nullable))]
@@ -99,26 +108,39 @@ pub struct NewMessage {
     pub status: Status,
     pub model: Option<String>,
     pub settings: Option<Value>,
+    /// An assistant's calls (a JSON array of `{"id", "name", "arguments"}`).
+    pub tool_calls: Option<Value>,
+    /// For a [`Role::Tool`] result: the call it answers.
+    pub tool_call_id: Option<String>,
 }
 
 impl NewMessage {
-    pub fn user(content: impl Into<String>) -> Self {
+    /// A finished message of `role`.
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
         NewMessage {
-            role: Role::User,
+            role,
             content: content.into(),
             status: Status::Done,
             model: None,
             settings: None,
+            tool_calls: None,
+            tool_call_id: None,
         }
     }
 
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new(Role::User, content)
+    }
+
     pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new(Role::Assistant, content)
+    }
+
+    /// A tool's result for the call `id`.
+    pub fn tool(id: impl Into<String>, content: impl Into<String>) -> Self {
         NewMessage {
-            role: Role::Assistant,
-            content: content.into(),
-            status: Status::Done,
-            model: None,
-            settings: None,
+            tool_call_id: Some(id.into()),
+            ..Self::new(Role::Tool, content)
         }
     }
 }

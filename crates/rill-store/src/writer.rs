@@ -54,11 +54,10 @@ impl Store {
         let claim = Claim::new();
         let mut tx = self.write_tx().await?;
         let new = NewMessage {
-            role: Role::Assistant,
-            content: String::new(),
             status: Status::Streaming,
             model,
             settings,
+            ..NewMessage::new(Role::Assistant, "")
         };
         let id = crate::messages::insert_message(&mut tx, conversation, parent, &new).await?;
         sqlx::query(
@@ -71,7 +70,12 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(StreamWriter::start(self.clone(), id, Texts::default(), claim))
+        Ok(StreamWriter::start(
+            self.clone(),
+            id,
+            Texts::default(),
+            claim,
+        ))
     }
 
     /// Continues a `stopped` or `interrupted` answer in place: the text grows from what it

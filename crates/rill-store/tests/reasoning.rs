@@ -31,7 +31,10 @@ async fn answered(store: &Store) -> (i64, i64) {
         .append(c.id, NewMessage::user("Is 91 prime?"))
         .await
         .unwrap();
-    let w = store.begin_answer(c.id, Some(q.id), None, None).await.unwrap();
+    let w = store
+        .begin_answer(c.id, Some(q.id), None, None)
+        .await
+        .unwrap();
     w.push_reasoning("91 is 7 times 13, a quasiprime");
     w.push("No: 91 = 7 × 13.");
     let m = w
@@ -145,7 +148,7 @@ async fn both_exports_carry_the_reasoning() {
 
     let json = store.export_json(c).await.unwrap();
     let file: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(file["version"], 3);
+    assert_eq!(file["version"], 4);
     let answer = &file["messages"][1];
     assert_eq!(answer["reasoning"], "91 is 7 times 13, a quasiprime");
     assert_eq!(answer["reasoning_tokens"], 9);
@@ -161,7 +164,9 @@ async fn both_exports_carry_the_reasoning() {
 
     let md = store.export_markdown(c).await.unwrap();
     let fold = md
-        .find("<details><summary>Thinking</summary>\n\n91 is 7 times 13, a quasiprime\n\n</details>")
+        .find(
+            "<details><summary>Thinking</summary>\n\n91 is 7 times 13, a quasiprime\n\n</details>",
+        )
         .expect(&md);
     assert!(fold < md.find("No: 91 = 7 × 13.").unwrap(), "{md}");
     assert_eq!(md.matches("<details>").count(), 1, "{md}");

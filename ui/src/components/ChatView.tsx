@@ -23,6 +23,8 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
   const [showProbs, setShowProbs] = useState(false);
   const messages = view.messages;
   const running = store.running(id);
+  // A tool result's card names the function it answers: calls by id, from the branch shown.
+  const callNames = new Map(messages.flatMap((m) => (m.tool_calls ?? []).map((c) => [c.id, c.name] as const)));
 
   // Only the messages on screen are in the page: 10,000 messages open and scroll like 10.
   const virtualizer = useVirtualizer({
@@ -65,10 +67,10 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
   }, [messages.length, store.getVersion(), virtualizer]);
 
   const startAnswer = useCallback(
-    async (start: (ch: Channel<ChatEvent>) => Promise<number>, initial = "") => {
+    async (start: (ch: Channel<ChatEvent>) => Promise<number>, initial = "", initialReasoning = "") => {
       try {
         atBottom.current = true;
-        await live.start(id, initial, start);
+        await live.start(id, initial, start, initialReasoning);
         await reload();
         onSent();
       } catch (e) {
@@ -97,6 +99,11 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
     <section className="chat" aria-label="Conversation">
       <div className="chat-header">
         <h1 title={view.conversation.title || undefined}>{view.conversation.title || "New chat"}</h1>
+        {view.settings.json_schema && (
+          <span className="badge" data-testid="structured-badge" title="Every answer is JSON that the chat's schema accepts.">
+            JSON
+          </span>
+        )}
         {view.settings.remote && (
           <span className="badge" title={view.settings.remote.url}>
             via {view.settings.remote.model}
@@ -150,11 +157,13 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
                   onPause={(mid) => api.pause(mid).then(() => live.setPaused(mid, true), (e) => onError(errorText(e)))}
                   onResume={(mid) => api.resume(mid).then(() => live.setPaused(mid, false), (e) => onError(errorText(e)))}
                   onRegenerate={(mid) => startAnswer((ch) => api.regenerate(mid, ch))}
-                  onContinue={(mid) => startAnswer((ch) => api.continueAnswer(mid, ch), m.content)}
+                  onContinue={(mid) => startAnswer((ch) => api.continueAnswer(mid, ch), m.content, m.reasoning ?? "")}
                   onEdit={(mid, text) => startAnswer(async (ch) => (await api.editMessage(mid, text, ch)).answer_id)}
                   onBranch={(mid) => api.switchBranch(mid).then(onView, (e) => onError(errorText(e)))}
                   showProbs={showProbs}
                   onExportProbs={exportProbs}
+                  structured={!!view.settings.json_schema}
+                  callName={m.tool_call_id ? callNames.get(m.tool_call_id) : undefined}
                 />
               </div>
             );

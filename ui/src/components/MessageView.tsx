@@ -3,6 +3,8 @@ import { api, type TokenProbs, type ViewMessage } from "../lib/ipc";
 import type { LiveAnswer } from "../lib/live";
 import { markdownBlocks, renderMarkdown } from "../lib/markdown";
 import Sparkline from "./Sparkline";
+import ThinkingBlock from "./ThinkingBlock";
+import { CallCards, ResultCard } from "./ToolCards";
 import TokenView from "./TokenView";
 
 /** Stored answers' token probabilities, fetched once per message when first shown. */
@@ -41,6 +43,21 @@ interface Props {
   /** Show answers as tokens tinted by probability, with a popover of candidates. */
   showProbs: boolean;
   onExportProbs: (id: number) => void;
+  /** The chat asks for structured output: answers are JSON, shown formatted. */
+  structured?: boolean;
+  /** For a tool result: the name of the function whose call it answers. */
+  callName?: string;
+}
+
+/** A JSON answer, indented; `null` while it is not (yet) whole JSON. */
+export function formattedJson(text: string): string | null {
+  const t = text.trim();
+  if (!t.startsWith("{") && !t.startsWith("[")) return null;
+  try {
+    return JSON.stringify(JSON.parse(t), null, 2);
+  } catch {
+    return null;
+  }
 }
 
 /** Copy buttons and links inside rendered markdown, handled by delegation: sanitised HTML
@@ -87,7 +104,7 @@ function Stats({ m, live }: { m: ViewMessage; live: LiveAnswer | undefined }) {
   );
 }
 
-function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegenerate, onContinue, onEdit, onBranch, showProbs, onExportProbs }: Props) {
+function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegenerate, onContinue, onEdit, onBranch, showProbs, onExportProbs, structured, callName }: Props) {
   const m = message;
   const text = live ? live.text : m.content;
   const status = live && !live.final ? live.status : live?.final?.status ?? m.status;
@@ -96,7 +113,12 @@ function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegen
   const stored = useStoredTokens(m.id, showProbs && assistant && !running && !live?.tokens.length);
   const tokens = live?.tokens.length ? live.tokens : stored;
   const asTokens = showProbs && assistant && !!tokens?.length;
-  const blocks = useMemo(() => (assistant && !asTokens ? markdownBlocks(text) : []), [assistant, asTokens, text]);
+  const json = useMemo(() => (structured && assistant && !asTokens ? formattedJson(text) : null), [structured, assistant, asTokens, text]);
+  const asJson = structured && assistant && !asTokens;
+  const blocks = useMemo(() => (assistant && !asTokens && !asJson ? markdownBlocks(text) : []), [assistant, asTokens, asJson, text]);
+  const reasoning = live ? live.reasoning : m.reasoning ?? "";
+  const thought = live && !live.final ? live.thinking : null;
+  const thinkingNow = running && thought !== null && thought.since !== null && thought.ms === null;
   const [editing, setEditing] = useState(false);
   const [draft, setDraft] = useState(m.content);
   const index = m.siblings.indexOf(m.id);
@@ -108,8 +130,16 @@ function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegen
       data-role={m.role}
       data-status={status}
       data-id={m.id}
-      aria-label={`${m.role === "user" ? "You" : "Assistant"}${running ? " (writing)" : ""}`}
+      aria-label={`${m.role === "user" ? "You" : m.role === "tool" ? "Tool result" : "Assistant"}${running ? " (writing)" : ""}`}
     >
+      {assistant && reasoning && (
+        <ThinkingBlock
+          text={reasoning}
+          thinking={thinkingNow}
+          tokens={thought ? thought.tokens : (live?.final ?? m).reasoning_tokens}
+          ms={thought ? thought.ms : (live?.final ?? m).reasoning_ms}
+        />
+      )}
       {editing ? (
         <div className="edit">
           <textarea aria-label="Edit message" value={draft} onChange={(e) => setDraft(e.target.value)} />
@@ -120,8 +150,14 @@ function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegen
             Cancel
           </button>
         </div>
+      ) : m.role === "tool" ? (
+        <ResultCard content={text} name={callName} callId={m.tool_call_id} />
       ) : asTokens && tokens ? (
         <TokenView tokens={tokens} streaming={status === "streaming"} />
+      ) : asJson ? (
+        <pre className="json-answer" data-testid="json-answer" data-valid={json !== null}>
+          <code>{json ?? text}</code>
+        </pre>
       ) : assistant ? (
         <div className="md" onClick={onMarkdownClick}>
           {blocks.map((source, i) => (
@@ -131,6 +167,7 @@ function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegen
       ) : (
         <div className="plain">{text}</div>
       )}
+      {assistant && !!m.tool_calls?.length && <CallCards calls={m.tool_calls} />}
       {status === "queued" && <div className="muted">Waiting for memory… (position {(live?.queuePosition ?? 0) + 1})</div>}
       {(m.error || live?.error) && status === "error" && <div className="error">{live?.error ?? m.error}</div>}
       <footer className="message-bar">

@@ -1,6 +1,7 @@
 import { useEffect, useState } from "react";
 import NextTokenChart from "./NextTokenChart";
-import { api, errorText, DEFAULT_SETTINGS, type Conversation, type PanelSettings, type Preset, type RemoteBackend } from "../lib/ipc";
+import { StructuredOutput, ThinkingSettings } from "./OutputSettings";
+import { api, errorText, DEFAULT_SETTINGS, type Conversation, type PanelSettings, type Preset, type RemoteBackend, type Thinking } from "../lib/ipc";
 
 interface Props {
   conversation: Conversation;
@@ -11,6 +12,8 @@ interface Props {
   /** Changes when the chat's last message does (the preview's prompt changed). */
   turn: string;
   answering: boolean;
+  /** How the loaded model thinks (its Think switch and budget show when it does). */
+  thinking?: Thinking;
 }
 
 interface SliderProps {
@@ -157,7 +160,7 @@ function Backend({ remote, onChange }: { remote: RemoteBackend | null | undefine
   );
 }
 
-export default function SamplingPanel({ conversation, settings, onChange, onSystemPrompt, onError, turn, answering }: Props) {
+export default function SamplingPanel({ conversation, settings, onChange, onSystemPrompt, onError, turn, answering, thinking = "none" }: Props) {
   const s = { ...DEFAULT_SETTINGS, ...settings };
   const set = (patch: Partial<PanelSettings>) => onChange({ ...s, ...patch });
   const [system, setSystem] = useState(conversation.system_prompt ?? "");
@@ -191,6 +194,8 @@ export default function SamplingPanel({ conversation, settings, onChange, onSyst
         <input type="checkbox" data-testid="param-token-probs" checked={s.token_probs !== false} onChange={(e) => set({ token_probs: e.target.checked })} />
         Keep token probabilities
       </label>
+      {!s.remote && <ThinkingSettings thinking={thinking} settings={s} set={set} />}
+      <StructuredOutput schema={s.json_schema} onChange={(json_schema) => set({ json_schema })} />
 
       <div className="param">
         <label htmlFor="system-prompt">System prompt</label>

@@ -3,7 +3,14 @@
 import { Channel, invoke } from "@tauri-apps/api/core";
 
 export type Status = "streaming" | "done" | "stopped" | "interrupted" | "error";
-export type Role = "system" | "user" | "assistant";
+export type Role = "system" | "user" | "assistant" | "tool";
+
+/** A tool call an assistant made: its arguments as JSON (or the text the model wrote). */
+export interface ToolCall {
+  id: string;
+  name: string;
+  arguments: unknown;
+}
 
 export interface Conversation {
   id: number;
@@ -24,6 +31,9 @@ export interface MessageStats {
   completion_tokens: number | null;
   ttft_ms: number | null;
   decode_tps: number | null;
+  /** How many of the answer's tokens were reasoning, and how long it thought (ms). */
+  reasoning_tokens?: number | null;
+  reasoning_ms?: number | null;
 }
 
 /** The store flattens an answer's stats into the message. */
@@ -33,6 +43,11 @@ export interface Message extends MessageStats {
   parent_id: number | null;
   role: Role;
   content: string;
+  /** A thinking model's reasoning, apart from its answer ("" when it had none). */
+  reasoning?: string;
+  /** An assistant's tool calls; a tool message's call (API conversations saved with --save). */
+  tool_calls?: ToolCall[] | null;
+  tool_call_id?: string | null;
   status: Status;
   model: string | null;
   error: string | null;
@@ -59,6 +74,12 @@ export interface PanelSettings {
   token_probs?: boolean;
   /** Answer with a remote OpenAI-compatible server instead of this machine. */
   remote?: RemoteBackend | null;
+  /** The Think switch, for models whose template has one (Qwen3); null: the template's own. */
+  think?: boolean | null;
+  /** Close a thinking model's block after this many tokens. */
+  thinking_budget?: number | null;
+  /** Structured output: every answer is JSON this schema accepts. */
+  json_schema?: Record<string, unknown> | null;
 }
 
 export interface RemoteBackend {
@@ -111,7 +132,12 @@ export interface ModelInfo {
   file_bytes: number;
   context_length: number;
   has_chat_template: boolean;
+  /** How its template lets it think: a Think switch on by default (Qwen3) or off by default,
+   * always (QwQ, DeepSeek-R1), or not at all. */
+  thinking?: Thinking;
 }
+
+export type Thinking = "none" | "optional" | "on_request" | "always";
 
 export interface LocalModel extends ModelInfo {
   source: "models" | "imported" | "hf-cache";
@@ -150,7 +176,7 @@ export interface ContextUsage {
 export type ChatEvent =
   | { event: "queued"; data: { position: number } }
   | { event: "started"; data: { prompt_tokens: number; reused_tokens: number; dropped_messages: number } }
-  | { event: "token"; data: { text: string; probs?: TokenProbs } }
+  | { event: "token"; data: { text: string; reasoning?: string; probs?: TokenProbs } }
   | { event: "stats"; data: { completion_tokens: number; tokens_per_second: number } }
   | { event: "done"; data: { message: Message } }
   | { event: "error"; data: { message: string } };

@@ -20,6 +20,17 @@ export interface LiveAnswer {
   tokens: TokenProbs[];
   /** Tokens per second over the last half-second windows, oldest first (a sparkline). */
   rates: number[];
+  /** A thinking model's reasoning so far, apart from `text`. */
+  reasoning: string;
+  thinking: Thought;
+}
+
+/** How an answer's thinking goes: tokens of reasoning, when it began, and how long it took
+ * once over (null while the model still thinks, or when it never did). */
+export interface Thought {
+  tokens: number;
+  since: number | null;
+  ms: number | null;
 }
 
 /** Window of one sparkline sample, and how many samples are kept. */
@@ -37,6 +48,8 @@ export class LiveStore {
   private answers = new Map<number, LiveAnswer>();
   private pending = new Map<number, string>();
   private pendingTokens = new Map<number, TokenProbs[]>();
+  private pendingReasoning = new Map<number, string>();
+  private thoughts = new Map<number, Thought>();
   /** Per answer: tokens seen, and the time and count at the start of the current window. */
   private counts = new Map<number, { seen: number; since: number; at: number }>();
   private scheduled = false;
@@ -80,7 +93,12 @@ export class LiveStore {
    * Starts an answer: `start` gets the channel and resolves to the answer's message id. Events
    * that arrive before the id is known are kept and replayed, so no token is lost.
    */
-  async start(conversationId: number, initialText: string, start: (ch: Channel<ChatEvent>) => Promise<number>) {
+  async start(
+    conversationId: number,
+    initialText: string,
+    start: (ch: Channel<ChatEvent>) => Promise<number>,
+    initialReasoning = "",
+  ) {
     let id: number | null = null;
     const early: ChatEvent[] = [];
     const channel = new Channel<ChatEvent>();
@@ -98,6 +116,8 @@ export class LiveStore {
       final: null,
       tokens: [],
       rates: [],
+      reasoning: initialReasoning,
+      thinking: { tokens: 0, since: null, ms: null },
     });
     this.changed();
     for (const e of early) this.apply(id, e);
@@ -119,6 +139,15 @@ export class LiveStore {
     switch (e.event) {
       case "token": {
         this.pending.set(id, (this.pending.get(id) ?? "") + e.data.text);
+        const reasoning = e.data.reasoning ?? "";
+        const thought = this.thoughts.get(id) ?? { tokens: 0, since: null, ms: null };
+        if (reasoning) {
+          this.pendingReasoning.set(id, (this.pendingReasoning.get(id) ?? "") + reasoning);
+          thought.tokens++;
+          thought.since ??= now();
+        }
+        if (e.data.text && thought.since !== null && thought.ms === null) thought.ms = now() - thought.since;
+        this.thoughts.set(id, thought);
         if (e.data.probs) {
           const list = this.pendingTokens.get(id) ?? [];
           list.push(e.data.probs);
@@ -147,7 +176,7 @@ export class LiveStore {
         this.flush();
         const m = e.data.message;
         const status: LiveStatus = m.status === "stopped" ? "stopped" : m.status === "error" ? "error" : "done";
-        const done = { ...this.answers.get(id)!, text: m.content, status, final: m, error: m.error };
+        const done = { ...this.answers.get(id)!, text: m.content, reasoning: m.reasoning ?? "", status, final: m, error: m.error };
         this.answers.set(id, done);
         this.changed();
         this.doneListeners.forEach((l) => l(done));
@@ -173,7 +202,7 @@ export class LiveStore {
 
   private flush() {
     this.scheduled = false;
-    if (this.pending.size === 0) return;
+    if (this.pending.size === 0 && this.pendingReasoning.size === 0) return;
     const t = now();
     for (const [id, text] of this.pending) {
       const a = this.answers.get(id);
@@ -186,10 +215,13 @@ export class LiveStore {
         c.since = c.seen;
         c.at = t;
       }
-      this.answers.set(id, { ...a, text: a.text + text, tokens: more ? [...a.tokens, ...more] : a.tokens, rates });
+      const reasoning = a.reasoning + (this.pendingReasoning.get(id) ?? "");
+      const thinking = { ...(this.thoughts.get(id) ?? a.thinking) };
+      this.answers.set(id, { ...a, text: a.text + text, reasoning, thinking, tokens: more ? [...a.tokens, ...more] : a.tokens, rates });
     }
     this.pending.clear();
     this.pendingTokens.clear();
+    this.pendingReasoning.clear();
     this.changed();
   }
 

@@ -40,8 +40,108 @@ pub struct Server {
     pub base: String,
 }
 
+/// Conversation `id` of the database `db`, as `rill conversations export --format json` gives it.
+pub fn export_json(db: &str, id: i64) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args(["conversations", "--db", db, "export", &id.to_string()])
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "export failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A test model of `scripts/make-test-models.py` (seeded random weights), by file stem.
+pub fn test_model(name: &str) -> PathBuf {
+    let dir = std::env::var_os("RILL_TEST_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/test-models")
+        });
+    let p = dir.join(format!("{name}.gguf"));
+    assert!(
+        p.is_file(),
+        "test model missing at {}: run python3 scripts/make-test-models.py",
+        p.display()
+    );
+    p
+}
+
+/// What a process printed before it was killed with SIGKILL mid-stream: all of it, and what it
+/// had printed at least `margin` before the kill (what must have reached the disk).
+pub struct Killed {
+    pub printed: String,
+    pub before: String,
+}
+
+/// Reads `child`'s stdout until at least `enough` bytes came over at least a second (machines
+/// under load are slow), then kills it with SIGKILL.
+pub fn kill_mid_stream(child: &mut Child, enough: usize, margin: Duration) -> Killed {
+    use std::io::Read;
+    use std::sync::{Arc, Mutex};
+
+    let received: Arc<Mutex<Vec<(Instant, u8)>>> = Arc::default();
+    let mut stdout = child.stdout.take().unwrap();
+    let sink = received.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let now = Instant::now();
+            sink.lock()
+                .unwrap()
+                .extend(buf[..n].iter().map(|&b| (now, b)));
+        }
+    });
+    let started = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let got = received.lock().unwrap();
+        if got.len() >= enough
+            && got
+                .first()
+                .is_some_and(|(t, _)| t.elapsed() > Duration::from_millis(1000))
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the answer did not stream"
+        );
+    }
+    let killed_at = Instant::now();
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    reader.join().unwrap();
+
+    let received = received.lock().unwrap();
+    let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+    let cutoff = killed_at - margin;
+    Killed {
+        printed: text(received.iter().map(|(_, b)| *b).collect()),
+        before: text(
+            received
+                .iter()
+                .filter(|(t, _)| *t <= cutoff)
+                .map(|(_, b)| *b)
+                .collect(),
+        ),
+    }
+}
+
 impl Server {
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_with(&model(), extra)
+    }
+
+    /// `rill serve` on another model file.
+    pub fn start_with(model: &std::path::Path, extra: &[&str]) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -51,7 +151,7 @@ impl Server {
             .args([
                 "serve",
                 "--model",
-                model().to_str().unwrap(),
+                model.to_str().unwrap(),
                 "--port",
                 &port.to_string(),
             ])

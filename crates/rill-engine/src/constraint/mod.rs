@@ -19,7 +19,7 @@
 //!   than being cut mid-value. Within the mask this changes which allowed token is likeliest,
 //!   never what is allowed.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use llguidance::api::TopLevelGrammar;
@@ -48,6 +48,11 @@ pub enum Grammar {
 }
 
 impl Grammar {
+    /// The grammar as text, to know it again.
+    fn key(&self) -> String {
+        format!("{self:?}")
+    }
+
     fn is_json(&self) -> bool {
         !matches!(self, Grammar::Lark(_))
     }
@@ -107,7 +112,14 @@ pub(crate) struct Grammars {
     factory: OnceLock<std::result::Result<Arc<ParserFactory>, String>>,
     /// The tokens that can close a JSON string, array or object.
     closers: OnceLock<Arc<ClosingTokens>>,
+    /// Matchers that [`Grammars::check`] compiled, kept for the answer that follows the check
+    /// (the API checks a grammar before it saves or starts anything): a large schema is then
+    /// compiled once, not twice. The newest few, each taken by one answer.
+    checked: Mutex<Vec<(String, Matcher)>>,
 }
+
+/// How many checked matchers are kept for the answers that follow their checks.
+const CHECKED_KEPT: usize = 4;
 
 impl Grammars {
     pub fn new(tokenizer: Arc<Tokenizer>) -> Self {
@@ -115,6 +127,7 @@ impl Grammars {
             tokenizer,
             factory: OnceLock::new(),
             closers: OnceLock::new(),
+            checked: Mutex::new(Vec::new()),
         }
     }
 
@@ -175,11 +188,32 @@ impl Grammars {
         }
     }
 
-    /// Compiles `grammar` into a constraint for one answer; its first mask is computed while
-    /// the prompt is prefilled.
+    /// Checks that `grammar` can be used, keeping its matcher for the answer that follows.
+    pub fn check(&self, grammar: &Grammar) -> Result<()> {
+        let matcher = self.matcher(grammar)?;
+        if let Ok(mut kept) = self.checked.lock() {
+            if kept.len() >= CHECKED_KEPT {
+                kept.remove(0);
+            }
+            kept.push((grammar.key(), matcher));
+        }
+        Ok(())
+    }
+
+    /// Compiles `grammar` into a constraint for one answer (or takes the matcher its check
+    /// kept); its first mask is computed while the prompt is prefilled.
     pub fn compile(&self, grammar: &Grammar) -> Result<Constraint> {
+        let key = grammar.key();
+        let kept = self.checked.lock().ok().and_then(|mut kept| {
+            let i = kept.iter().position(|(k, _)| *k == key)?;
+            Some(kept.remove(i).1)
+        });
+        let matcher = match kept {
+            Some(m) => m,
+            None => self.matcher(grammar)?,
+        };
         let mut c = Constraint {
-            state: State::Idle(Box::new(self.matcher(grammar)?)),
+            state: State::Idle(Box::new(matcher)),
             closing: grammar.is_json().then(|| self.closing()),
         };
         c.start();

@@ -52,6 +52,8 @@ pub struct ModelInfo {
     /// Trained context length.
     pub context_length: usize,
     pub has_chat_template: bool,
+    /// How its chat template lets it think (a Think switch, always, or not at all).
+    pub thinking: crate::template::Thinking,
 }
 
 /// Everything the engine needs from a model file.
@@ -144,6 +146,12 @@ fn info_of(path: &Path, content: &gguf_file::Content, len: u64) -> Result<ModelI
         file_bytes: len,
         context_length,
         has_chat_template: md.contains_key("tokenizer.chat_template"),
+        thinking: md
+            .get("tokenizer.chat_template")
+            .and_then(|v| v.to_string().ok())
+            .and_then(|t| ChatTemplate::new(Some(t), "", "").ok())
+            .map(|t| t.thinking())
+            .unwrap_or_default(),
     })
 }
 

@@ -1,0 +1,65 @@
+"""A thinking model's reasoning through the official `openai` Python client, against `rill serve`
+on the qwen2 test model under llama.cpp's DeepSeek-R1-Distill-Qwen template (which opens the
+thinking block itself when `enable_thinking` is true; a random-weight model never closes it, so
+a thinking budget of 16 does).
+
+Usage: python3 tests/api_reasoning.py BASE_URL   (crates/rill-cli/tests/thinking.rs runs it)
+
+Prints, last, one JSON line with the whole answer's reasoning and content, which the Rust test
+compares with `rill run --json` and with the saved answer.
+"""
+
+import json
+import sys
+
+import openai
+
+BASE = sys.argv[1]
+client = openai.OpenAI(base_url=BASE + "/v1", api_key="unused", max_retries=0, timeout=600)
+MODEL = client.models.list().data[0].id
+ASK = [{"role": "user", "content": "What is 17 times 3?"}]
+
+
+def ask(think, **extra):
+    return client.chat.completions.create(
+        model=MODEL, messages=ASK, temperature=0, max_tokens=40,
+        extra_body={"thinking_budget": 16, **think}, **extra)
+
+
+# Thinking asked for as the template's variable, and as OpenAI's reasoning effort.
+ON = {"chat_template_kwargs": {"enable_thinking": True}}
+whole = ask(ON)
+message = whole.choices[0].message
+reasoning = getattr(message, "reasoning_content", None)
+assert reasoning and reasoning.strip(), message
+assert message.content and message.content.strip(), message
+assert "think>" not in reasoning and "think>" not in message.content, message
+assert whole.usage.completion_tokens_details.reasoning_tokens == 16, whole.usage
+assert whole.usage.completion_tokens == 40, whole.usage
+assert whole.choices[0].finish_reason == "length"
+
+stream = ask({"reasoning_effort": "medium"}, stream=True, stream_options={"include_usage": True})
+reasoning_parts, content_parts, usage = [], [], None
+for chunk in stream:
+    if chunk.usage:
+        usage = chunk.usage
+    if chunk.choices:
+        delta = chunk.choices[0].delta
+        reasoning_parts.append(getattr(delta, "reasoning_content", None) or "")
+        content_parts.append(delta.content or "")
+assert "".join(reasoning_parts) == reasoning, ("".join(reasoning_parts), reasoning)
+assert "".join(content_parts) == message.content, ("".join(content_parts), message.content)
+# The thinking streams first, then the answer: no reasoning after the first content.
+first = next(i for i, c in enumerate(content_parts) if c)
+assert not any(reasoning_parts[first:]), reasoning_parts
+assert sum(1 for r in reasoning_parts if r) > 1, "the reasoning streamed in pieces"
+assert usage.completion_tokens_details.reasoning_tokens == 16, usage
+
+# Effort `none` turns thinking off: no reasoning, and no reasoning tokens counted.
+off = ask({"reasoning_effort": "none"})
+assert not getattr(off.choices[0].message, "reasoning_content", None), off.choices[0].message
+assert off.choices[0].message.content, off.choices[0].message
+assert off.usage.completion_tokens_details is None, off.usage
+
+print(f"reasoning {reasoning!r}, then content {message.content!r}: whole and streamed alike")
+print(json.dumps({"reasoning": reasoning, "content": message.content}))
