@@ -47,7 +47,7 @@ pub enum ChatEvent {
         tokens_per_second: f64,
     },
     Done {
-        message: Message,
+        message: Box<Message>,
     },
     Error {
         message: String,
@@ -517,13 +517,15 @@ fn stream(
         state.untrack(id);
         let last = match result {
             Ok(answer) => ChatEvent::Done {
-                message: answer.message,
+                message: Box::new(answer.message),
             },
             Err(e) => {
                 tracing::warn!(error = %e, answer = id, "answer failed");
                 match state.store.message(id).await {
                     Ok(message) if message.status != rill_store::Status::Streaming => {
-                        ChatEvent::Done { message }
+                        ChatEvent::Done {
+                            message: Box::new(message),
+                        }
                     }
                     _ => ChatEvent::Error {
                         message: e.to_string(),

@@ -151,7 +151,9 @@ pub async fn answer(
         let saved = writer.finish(status, stats, error).await;
         app.state::<AppState>().untrack(id);
         let _ = on_event.send(match saved {
-            Ok(message) => ChatEvent::Done { message },
+            Ok(message) => ChatEvent::Done {
+                message: Box::new(message),
+            },
             Err(e) => ChatEvent::Error {
                 message: e.to_string(),
             },

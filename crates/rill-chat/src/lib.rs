@@ -5,13 +5,17 @@
 //! all call [`answer`] (or [`continue_answer`] for an interrupted one), so a generation is
 //! started, streamed and saved the same way everywhere.
 
-use std::time::Instant;
-
 use rill_engine::{
     ChatArgs, Control, Event, GenerateRequest, Generation, Grammar, Handle, Message, Prompt, Role,
     SamplingParams, StopReason, Timings, ToolCall, Usage,
 };
 use rill_store::{MessageStats, Status, Store};
+
+mod thinking;
+mod tools;
+
+use thinking::{continued, Thinking};
+pub use tools::{calls_json, calls_of};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -125,44 +129,6 @@ pub fn stats_of(usage: Usage, timings: Timings, reasoning_ms: Option<f64>) -> Me
     }
 }
 
-/// How long an answer thinks: from its first reasoning to the first content after it (or the
-/// answer's end), added to what an answer being continued had thought already; and how many
-/// tokens of reasoning that one had.
-#[derive(Clone, Debug, Default)]
-struct Thinking {
-    before_tokens: usize,
-    before_ms: f64,
-    since: Option<Instant>,
-    /// Set once the reasoning is over.
-    ms: Option<f64>,
-}
-
-impl Thinking {
-    fn continuing(before_ms: Option<f64>, before_tokens: usize) -> Self {
-        Thinking {
-            before_tokens,
-            before_ms: before_ms.unwrap_or(0.0),
-            ms: before_ms,
-            since: None,
-        }
-    }
-
-    fn see(&mut self, reasoning: &str, content: &str) {
-        if !reasoning.is_empty() && self.since.is_none() {
-            self.since = Some(Instant::now());
-        }
-        if !content.is_empty() {
-            self.end();
-        }
-    }
-
-    fn end(&mut self) {
-        if let Some(since) = self.since.take() {
-            self.ms = Some(self.before_ms + since.elapsed().as_secs_f64() * 1000.0);
-        }
-    }
-}
-
 /// The engine's view of a stored branch: the conversation's system prompt, then its messages.
 pub fn history(system_prompt: Option<&str>, path: &[rill_store::Message]) -> Vec<Message> {
     let system = system_prompt
@@ -184,38 +150,6 @@ pub fn history(system_prompt: Option<&str>, path: &[rill_store::Message]) -> Vec
             message.tool_call_id = m.tool_call_id.clone();
             message
         }))
-        .collect()
-}
-
-/// Tool calls as the store keeps them: `[{"id", "name", "arguments"}]`, the arguments as
-/// JSON (or as the text the model wrote, when that is not JSON).
-pub fn calls_json(calls: &[ToolCall]) -> serde_json::Value {
-    calls
-        .iter()
-        .map(|c| {
-            let arguments = serde_json::from_str(&c.arguments)
-                .unwrap_or_else(|_| serde_json::Value::String(c.arguments.clone()));
-            serde_json::json!({"id": c.id, "name": c.name, "arguments": arguments})
-        })
-        .collect()
-}
-
-/// The calls of [`calls_json`]'s form (entries that are not calls are left out).
-pub fn calls_of(v: &serde_json::Value) -> Vec<ToolCall> {
-    let text = |a: &serde_json::Value| match a {
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| {
-            Some(ToolCall {
-                id: c["id"].as_str()?.to_owned(),
-                name: c["name"].as_str()?.to_owned(),
-                arguments: text(&c["arguments"]),
-            })
-        })
         .collect()
 }
 
@@ -339,32 +273,6 @@ pub async fn begin_continue(
     };
     let thinking = Thinking::continuing(partial.stats.reasoning_ms, thought);
     start_request(handle, store, writer, request, kept, thinking).await
-}
-
-/// The prompt that continues a partial answer after `opened` (the rendered conversation, its
-/// assistant turn opened), and whether the answer stopped inside its thinking block.
-fn continued(opened: &str, reasoning: &str, content: &str) -> (String, bool) {
-    use rill_engine::reasoning::{CLOSE, OPEN};
-    let template_opened = opened.trim_end().ends_with(OPEN);
-    if reasoning.is_empty() && !template_opened {
-        return (format!("{opened}{content}"), false);
-    }
-    let mut prompt = opened.to_owned();
-    if !template_opened {
-        prompt.push_str(OPEN);
-        prompt.push('\n');
-    }
-    prompt.push_str(reasoning);
-    if content.is_empty() {
-        return (prompt, true);
-    }
-    if !prompt.ends_with('\n') {
-        prompt.push('\n');
-    }
-    prompt.push_str(CLOSE);
-    prompt.push_str("\n\n");
-    prompt.push_str(content);
-    (prompt, false)
 }
 
 /// An answer on its way: the stored message it grows into, the controls of its generation

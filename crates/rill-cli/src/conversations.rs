@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Subcommand, ValueEnum};
 
-use crate::{role_name, DbArgs};
+use crate::chat::role_name;
+use crate::DbArgs;
 
 #[derive(Subcommand)]
 pub enum Command {

@@ -84,7 +84,7 @@ impl Printer {
             } => {
                 if !reasoning.is_empty() {
                     if !self.thinking {
-                        write!(out, "<think>\n")?;
+                        writeln!(out, "<think>")?;
                         self.thinking = true;
                     }
                     write!(out, "{reasoning}")?;

@@ -465,45 +465,6 @@ impl Handle {
         self.shared.grammars.check(grammar)
     }
 
-    /// True when the prompt's ids end inside a thinking block that its template opened (the
-    /// DeepSeek-R1 distills' `<think>\n`), so the answer starts in its reasoning.
-    fn opens_thinking(&self, prompt: &[u32]) -> bool {
-        let tail = &prompt[prompt.len().saturating_sub(8)..];
-        let text = self.shared.tokenizer.decode(tail);
-        text.trim_end().ends_with(crate::reasoning::OPEN)
-    }
-
-    /// Under a grammar, which waits for a thinking block to close, opens the block that a
-    /// thinking template leaves to its model (Qwen3 writes `<think>` itself): held to the
-    /// grammar from its first token, the model could not think at all. Only when the answer
-    /// thinks (the template's default, or the request's `enable_thinking`), and there is room.
-    /// True when it opened it.
-    fn open_thinking(&self, req: &GenerateRequest, prompt: &mut Vec<u32>) -> bool {
-        let asked = req
-            .chat
-            .kwargs
-            .get("enable_thinking")
-            .and_then(|v| v.as_bool());
-        if req.grammar.is_none()
-            || !matches!(req.prompt, Prompt::Messages(_))
-            || !self.shared.info.thinking.on(asked)
-        {
-            return false;
-        }
-        let Ok(open) = self
-            .shared
-            .tokenizer
-            .encode_with(&format!("{}\n", crate::reasoning::OPEN), false)
-        else {
-            return false;
-        };
-        if prompt.len() + open.len() + 1 >= self.shared.context_length {
-            return false;
-        }
-        prompt.extend(open);
-        true
-    }
-
     /// Starts a generation. Every check that depends on the request happens here.
     pub fn generate(&self, req: GenerateRequest) -> Result<Generation> {
         let sampler = Sampler::new(req.params.clone())?;

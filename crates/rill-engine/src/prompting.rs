@@ -1,11 +1,12 @@
 //! From a request's prompt to the ids the engine runs: the chat template with what it is given
 //! besides the messages ([`ChatArgs`]: tools, `chat_template_kwargs`), tools described in the
 //! system message for a template that knows none ([`crate::tools::prompt`]), and the fitting
-//! of a long conversation into the context.
+//! of a long conversation into the context; and where a thinking model's answer starts (in a
+//! block its template opened, or one opened for a grammar).
 
 use serde_json::{Map, Value};
 
-use crate::engine::{Handle, Overflow, Prompt};
+use crate::engine::{GenerateRequest, Handle, Overflow, Prompt};
 use crate::error::{Error, Result};
 use crate::template::{Message, RenderOptions, Role};
 use crate::tools::{self, ToolFormat};
@@ -150,5 +151,48 @@ impl Handle {
             });
         }
         Ok((ids, dropped))
+    }
+}
+
+/// Where a thinking model's answer starts: inside a block its template opened, or one the
+/// engine opens for a grammar.
+impl Handle {
+    /// True when the prompt's ids end inside a thinking block that its template opened (the
+    /// DeepSeek-R1 distills' `<think>\n`), so the answer starts in its reasoning.
+    pub(crate) fn opens_thinking(&self, prompt: &[u32]) -> bool {
+        let tail = &prompt[prompt.len().saturating_sub(8)..];
+        let text = self.shared.tokenizer.decode(tail);
+        text.trim_end().ends_with(crate::reasoning::OPEN)
+    }
+
+    /// Under a grammar, which waits for a thinking block to close, opens the block that a
+    /// thinking template leaves to its model (Qwen3 writes `<think>` itself): held to the
+    /// grammar from its first token, the model could not think at all. Only when the answer
+    /// thinks (the template's default, or the request's `enable_thinking`), and there is room.
+    /// True when it opened it.
+    pub(crate) fn open_thinking(&self, req: &GenerateRequest, prompt: &mut Vec<u32>) -> bool {
+        let asked = req
+            .chat
+            .kwargs
+            .get("enable_thinking")
+            .and_then(|v| v.as_bool());
+        if req.grammar.is_none()
+            || !matches!(req.prompt, Prompt::Messages(_))
+            || !self.shared.info.thinking.on(asked)
+        {
+            return false;
+        }
+        let Ok(open) = self
+            .shared
+            .tokenizer
+            .encode_with(&format!("{}\n", crate::reasoning::OPEN), false)
+        else {
+            return false;
+        };
+        if prompt.len() + open.len() + 1 >= self.shared.context_length {
+            return false;
+        }
+        prompt.extend(open);
+        true
     }
 }
