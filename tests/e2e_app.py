@@ -68,9 +68,12 @@ def tools_chat(app: App, d: webdriver.Remote, address: str, failures: list) -> N
     print(f"API tool call: {call['function']}")
     app.find('[aria-label="Close the settings"]').click()
     app.new_chat()  # the sidebar reads the conversations again
-    item = app.wait(lambda: [i for i in d.find_elements(By.CSS_SELECTOR, '[data-testid="conversation-item"]')
-                             if "What is the weather in Paris?" in i.text], 30, "the API's tool chat is not in the sidebar")
-    item[0].find_element(By.CSS_SELECTOR, "button.conv-open").click()
+    # By its text in the page (WebDriver's rendered text of a sidebar row can be empty).
+    chat_id = app.wait(lambda: d.execute_script(
+        "const i = [...document.querySelectorAll('[data-testid=conversation-item]')]"
+        "  .find((e) => e.textContent.includes('What is the weather in Paris?'));"
+        "return i ? i.dataset.id : null;"), 30, "the API's tool chat is not in the sidebar")
+    app.fresh(lambda: app.find(f'[data-testid="conversation-item"][data-id="{chat_id}"] button.conv-open').click())
     # The client's past call, and the model's.
     cards = lambda: d.find_elements(By.CSS_SELECTOR, '[data-testid="tool-call"]')
     app.wait(lambda: len(cards()) == 2, 30, "no call cards")
@@ -81,7 +84,8 @@ def tools_chat(app: App, d: webdriver.Remote, address: str, failures: list) -> N
     app.shot("app-tool-calls")
     if names != ["get_weather", "get_weather"]:
         failures.append(f"the saved calls are not shown as call cards: {names}")
-    if "Result of get_weather" not in result or "sunny" not in result:
+    # (The card's heading is upper case on screen, as WebDriver reads it.)
+    if "result of get_weather" not in result.lower() or "sunny" not in result:
         failures.append(f"the tool's result is not shown as its card: {result!r}")
     if json.loads(last_args) != json.loads(call["function"]["arguments"]):
         failures.append(f"the model's call card is not the call the client got: {last_args!r} vs {call}")
