@@ -86,12 +86,25 @@ FAMILIES = {
                        "rope.scaling.attn_factor": float(np.sqrt(1 + np.log(8) / np.log(512)))}),
 }
 
+# Mistral's control tokens (Nemo's, and the v11 tokenizer's `[ARGS]` and `[CALL_ID]`), so
+# forced tool calls can name them.
+MISTRAL_TOKENS = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+                  "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
+                  "[ARGS]", "[CALL_ID]"]
+# Llama's block (Mistral 7B is a llama model), on llama.cpp's SentencePiece test vocabulary.
+MISTRAL = dict(vocab="llama-spm", head_dim=32, rope_base=1_000_000.0, qkv_bias=False,
+               qk_norm=False, extra_tokens=MISTRAL_TOKENS)
+
 # The same weights under another family's template: one Q8_0 file each.
 VARIANTS = {
     # A thinking model: the DeepSeek-R1 Qwen distills' template opens the `<think>` block
     # itself, so a random-weight model answers inside it (the reasoning tests, issue 16).
     "deepseek-r1-qwen": ("qwen2", dict(FAMILIES["qwen2"],
                                        template="deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")),
+    # Mistral's tool calls, in both forms (issue 16): Nemo's `[TOOL_CALLS][{…}]` and Small
+    # 3.2's `[TOOL_CALLS]name[ARGS]{…}`.
+    "mistral-nemo": ("llama", dict(MISTRAL, template="mistralai-Mistral-Nemo-Instruct-2407.jinja")),
+    "mistral-small": ("llama", dict(MISTRAL, template="Mistral-Small-3.2-24B-Instruct-2506.jinja")),
 }
 
 
@@ -266,11 +279,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / "models/test-models")
     ap.add_argument("--force", action="store_true", help="write files that are there already")
-    ap.add_argument("families", nargs="*", default=list(FAMILIES))
+    ap.add_argument("families", nargs="*", help="families or variants (default: all)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     models = assets()
-    for family in a.families:
+    for family in [f for f in FAMILIES if not a.families or f in a.families]:
         for qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0,
                       gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q4_1, "Q4_K_M",
                       "Q5_K_M"):
@@ -285,7 +298,8 @@ def main():
                 print(write(family, FAMILIES[family], qtype, path, models))
     for name, (family, spec) in VARIANTS.items():
         path = a.out / f"{name}-test.Q8_0.gguf"
-        if family not in a.families:
+        # All of them by default; when families are named, those of them or named themselves.
+        if a.families and family not in a.families and name not in a.families:
             continue
         if path.is_file() and not a.force:
             print(path)

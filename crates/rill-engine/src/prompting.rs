@@ -59,17 +59,45 @@ impl Handle {
         ToolFormat::of(self.shared.template.source())
     }
 
+    /// The grammar that makes the model call `tools` (name, parameter schema) in its own
+    /// format, one call or several (`parallel`); `None` where the format cannot be forced
+    /// yet (harmony) or the model's vocabulary lacks the format's control tokens.
+    pub fn tool_grammar(&self, tools: &[(String, Value)], parallel: bool) -> Option<String> {
+        let format = self.tool_format();
+        let control = |text: &str| self.control_token(text);
+        let tokens = match format {
+            ToolFormat::Mistral => tools::prompt::CallTokens {
+                tool_calls: control("[TOOL_CALLS]"),
+                // Only where the template writes calls as `name[ARGS]{…}`.
+                args: self
+                    .shared
+                    .template
+                    .source()
+                    .contains("[ARGS]")
+                    .then(|| control("[ARGS]"))
+                    .flatten(),
+            },
+            _ => tools::prompt::CallTokens::default(),
+        };
+        tools::prompt::grammar(format, tools, parallel, tokens)
+    }
+
     /// The control tokens of `format`'s markers, whose text an answer with tools must keep.
     pub(crate) fn marker_ids(&self, format: ToolFormat) -> Vec<u32> {
-        let tok = &self.shared.tokenizer;
         format
             .markers()
             .iter()
-            .filter_map(|m| match tok.encode_with(m, false).ok()?.as_slice() {
-                [id] if tok.piece_bytes(*id).is_empty() => Some(*id),
-                _ => None,
-            })
+            .filter_map(|m| self.control_token(m))
             .collect()
+    }
+
+    /// The id of the control token whose text is `text`, if the vocabulary has one.
+    fn control_token(&self, text: &str) -> Option<u32> {
+        let tok = &self.shared.tokenizer;
+        match tok.encode_with(text, false).ok()?.as_slice() {
+            [id] if tok.piece_bytes(*id).is_empty() => Some(*id),
+            _ => None,
+        }
     }
 
     /// The prompt's token ids, as the engine will run them.

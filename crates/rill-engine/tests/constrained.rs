@@ -167,6 +167,56 @@ fn json_object_and_lark_grammars_constrain_too() {
     }
 }
 
+/// A SentencePiece vocabulary (Gemma, Phi-3, Mistral, Llama 2) puts a space before the text
+/// it tokenizes: the grammar's forced `{` became `▁{`, which the grammar then refused, and
+/// every constrained answer failed. The test models of those families, sampled (on a schema
+/// without free text, which random weights would write on and on).
+#[test]
+fn sentencepiece_models_answer_in_json_too() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "age": {"type": "integer", "minimum": 0, "maximum": 120},
+            "role": {"enum": ["admin", "user", "guest"]},
+            "active": {"type": "boolean"}
+        },
+        "required": ["age", "role", "active"],
+        "additionalProperties": false
+    });
+    for model in [
+        "gemma2-test.Q8_0",
+        "phi3-test.Q8_0",
+        "mistral-nemo-test.Q8_0",
+    ] {
+        let engine = Engine::start(EngineConfig::new(common::test_model(model))).unwrap();
+        for seed in 0..3 {
+            let req = GenerateRequest {
+                params: sampled(seed),
+                max_tokens: Some(60),
+                grammar: Some(Grammar::JsonSchema(schema.clone())),
+                ..GenerateRequest::chat(vec![Message::user("Describe a user.")])
+            };
+            let out = engine
+                .handle()
+                .generate(req)
+                .unwrap()
+                .collect_blocking()
+                .unwrap_or_else(|e| panic!("{model}, seed {seed}: {e}"));
+            let v: Value = serde_json::from_str(&out.text)
+                .unwrap_or_else(|e| panic!("{model}, seed {seed}: {e}: {:?}", out.text));
+            assert_eq!(out.reason, Some(StopReason::Stop), "{model}: {v}");
+            assert!(
+                (0..=120).contains(&v["age"].as_i64().unwrap()),
+                "{model}: {v}"
+            );
+            assert!(
+                v["active"].is_boolean() && v["role"].is_string(),
+                "{model}: {v}"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_same_seed_gives_the_same_constrained_answer() {
     let run = || {

@@ -2,6 +2,7 @@
 //! tools reach the prompt in the Hermes format, a forced call's grammar (Hermes and Llama 3.x)
 //! gives text that the format's parser reads back into a call of the right function with
 //! arguments that follow its schema, and a past call and its result render into the prompt.
+//! Mistral's forced calls, which name its control tokens, run on test models that have them.
 
 mod common;
 
@@ -46,7 +47,17 @@ fn ask() -> Vec<Message> {
 fn forced(format: ToolFormat, seed: u64) -> (String, StopReason) {
     let tool = weather();
     let (name, params) = prompt::signature(&tool).unwrap();
-    let grammar = prompt::grammar(format, &[(name.to_owned(), params)], false).unwrap();
+    let grammar = prompt::grammar(
+        format,
+        &[(name.to_owned(), params)],
+        false,
+        Default::default(),
+    );
+    run_forced(engine(), grammar.unwrap(), seed)
+}
+
+/// The call `grammar` forces, by the model of `engine`, sampled with `seed`.
+fn run_forced(engine: &Engine, grammar: String, seed: u64) -> (String, StopReason) {
     let req = GenerateRequest {
         params: SamplingParams {
             temperature: 1.0,
@@ -56,12 +67,12 @@ fn forced(format: ToolFormat, seed: u64) -> (String, StopReason) {
         max_tokens: Some(100),
         grammar: Some(Grammar::ToolCalls(grammar)),
         chat: ChatArgs {
-            tools: vec![tool],
+            tools: vec![weather()],
             ..ChatArgs::default()
         },
         ..GenerateRequest::chat(ask())
     };
-    let out = engine()
+    let out = engine
         .handle()
         .generate(req)
         .unwrap()
@@ -129,6 +140,42 @@ fn a_forced_llama3_call_is_read_back_into_a_valid_call() {
         "{text:?}"
     );
     check_call(ToolFormat::Llama3, &text);
+}
+
+#[test]
+fn forced_mistral_calls_in_both_forms_are_read_back_into_valid_calls() {
+    // Test models with Mistral's control tokens under Nemo's and Small 3.2's templates: a
+    // grammar names `[TOOL_CALLS]` (and `[ARGS]`) by id, as no text can spell them.
+    for (model, start) in [
+        (
+            "mistral-nemo-test.Q8_0",
+            "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {",
+        ),
+        ("mistral-small-test.Q8_0", "[TOOL_CALLS]get_weather[ARGS]{"),
+    ] {
+        let engine = Engine::start(EngineConfig::new(common::test_model(model))).unwrap();
+        let h = engine.handle();
+        assert_eq!(h.tool_format(), ToolFormat::Mistral);
+        let tool = weather();
+        let (name, params) = prompt::signature(&tool).unwrap();
+        for seed in 0..3 {
+            let grammar = h.tool_grammar(&[(name.to_owned(), params.clone())], false);
+            let (text, reason) = run_forced(&engine, grammar.unwrap(), seed);
+            assert_eq!(reason, StopReason::Stop, "{model}: {text:?}");
+            assert!(text.starts_with(start), "{model}: {text:?}");
+            check_call(ToolFormat::Mistral, &text);
+        }
+        // Several calls where the client allows them: every one of them valid.
+        let grammar = h.tool_grammar(&[(name.to_owned(), params.clone())], true);
+        let (text, _) = run_forced(&engine, grammar.unwrap(), 7);
+        let read = Calls::parse(ToolFormat::Mistral, &text);
+        assert!(!read.calls.is_empty(), "{model}: {text:?}");
+    }
+    // Without the control tokens (SmolLM2's vocabulary) a Mistral call cannot be forced.
+    assert_eq!(
+        prompt::grammar(ToolFormat::Mistral, &[], false, Default::default()),
+        None
+    );
 }
 
 #[test]

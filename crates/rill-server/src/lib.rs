@@ -234,7 +234,7 @@ async fn chat_completions(
         .sampling
         .into_generate(Prompt::Messages(messages.clone()), &s.defaults)?;
     let format = s.handle.tool_format();
-    if let Some(g) = tools.grammar(format)? {
+    if let Some(g) = tools.grammar(&s.handle)? {
         if generate.grammar.is_some() {
             return Err(ApiError::invalid(
                 "tool_choice",

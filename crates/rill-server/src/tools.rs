@@ -137,7 +137,7 @@ impl ToolFields {
 impl Tools {
     /// The grammar that makes the model call when the client insists (`required`, a named
     /// function), in the model's own call format.
-    pub fn grammar(&self, format: ToolFormat) -> Result<Option<Grammar>, ApiError> {
+    pub fn grammar(&self, handle: &rill_engine::Handle) -> Result<Option<Grammar>, ApiError> {
         let (tools, parallel): (Vec<(String, Value)>, bool) = match &self.choice {
             Choice::None | Choice::Auto => return Ok(None),
             Choice::Required => (self.signatures.clone(), self.parallel),
@@ -150,9 +150,11 @@ impl Tools {
                 false,
             ),
         };
-        prompt::grammar(format, &tools, parallel)
+        handle
+            .tool_grammar(&tools, parallel)
             .map(|g| Some(Grammar::ToolCalls(g)))
             .ok_or_else(|| {
+                let format = handle.tool_format();
                 ApiError::invalid(
                     "tool_choice",
                     format!("this model's tool format ({format:?}) cannot be forced to call yet; use `auto`"),

@@ -95,13 +95,18 @@ impl TokenizerEnv for TokenBytes {
         &self.trie
     }
 
+    /// `s` as ids whose bytes are exactly `s`: the tokenizer's own ids where they are, else
+    /// the trie's greedy split. (A SentencePiece tokenizer puts a space before the text, `[`
+    /// becoming `▁[`: llguidance would then allow a token its grammar refuses.)
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
-        match std::str::from_utf8(s) {
-            Ok(text) => self
-                .tokenizer
-                .encode_with(text, false)
-                .unwrap_or_else(|_| self.trie.greedy_tokenize(s)),
-            Err(_) => self.trie.greedy_tokenize(s),
+        let exact = |ids: &[u32]| {
+            ids.iter()
+                .flat_map(|&id| self.tokenizer.piece_bytes(id).iter().copied())
+                .eq(s.iter().copied())
+        };
+        match std::str::from_utf8(s).map(|text| self.tokenizer.encode_with(text, false)) {
+            Ok(Ok(ids)) if exact(&ids) => ids,
+            _ => self.trie.greedy_tokenize(s),
         }
     }
 }

@@ -84,50 +84,98 @@ pub fn signature(tool: &Value) -> Option<(&str, Value)> {
     Some((name, params))
 }
 
+/// The control tokens that a format's forced calls are written with, by id: a grammar names
+/// them as `<[id]>`, since no text can spell a control token.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallTokens {
+    /// Mistral's `[TOOL_CALLS]`.
+    pub tool_calls: Option<u32>,
+    /// Mistral Small 3.2's `[ARGS]`, when the template writes calls as `name[ARGS]{…}`
+    /// (Nemo's write a JSON array of call objects instead).
+    pub args: Option<u32>,
+}
+
 /// A Lark grammar (llguidance's) that lets the model write only calls of `tools`, in
 /// `format`: one call, or one or more when `parallel`. Each call's arguments follow the
-/// tool's parameter schema, written compactly. `None` where the format has no grammar yet.
-pub fn grammar(format: ToolFormat, tools: &[(String, Value)], parallel: bool) -> Option<String> {
+/// tool's parameter schema, written compactly. `None` where the format has no grammar yet
+/// (harmony), or its control tokens are missing from `tokens`.
+pub fn grammar(
+    format: ToolFormat,
+    tools: &[(String, Value)],
+    parallel: bool,
+    tokens: CallTokens,
+) -> Option<String> {
     let compact =
         json!({ "whitespace_flexible": false, "item_separator": ", ", "key_separator": ": " });
-    let object = |name: &str, params: &Value, args_key: &str| {
+    let arguments = |params: &Value| {
         let mut params = params.clone();
         if let Value::Object(m) = &mut params {
             // The arguments are an object even where the schema forgot to say so.
             m.entry("type").or_insert_with(|| json!("object"));
         }
+        params
+    };
+    let object = |name: &str, params: &Value, args_key: &str| {
         json!({
             "type": "object",
-            "properties": { "name": { "const": name }, args_key: params },
+            "properties": { "name": { "const": name }, args_key: arguments(params) },
             "required": ["name", args_key],
             "additionalProperties": false,
             "x-guidance": compact,
         })
     };
-    let (args_key, open, close, sep) = match format {
-        ToolFormat::Hermes => ("arguments", "<tool_call>\\n", "\\n</tool_call>", "\\n"),
-        ToolFormat::Llama3 => ("parameters", "", "", "; "),
-        ToolFormat::Mistral | ToolFormat::Harmony => return None,
+    let token = |id: Option<u32>| id.map(|id| format!("<[{id}]>"));
+    // Several calls, joined as the format joins them.
+    let calls = |sep: &str| match parallel {
+        true => format!("call ({sep} call)*"),
+        false => "call".to_owned(),
     };
-    let mut lark = String::new();
-    let many = if parallel {
-        format!(" (\"{sep}\" call)*")
-    } else {
-        String::new()
+    // Each format: the whole (`start`), one call (`call`), and each tool's body.
+    type Body<'a> = Box<dyn Fn(&str, &Value) -> String + 'a>;
+    let (start, call, body): (String, String, Body) = match format {
+        ToolFormat::Hermes => (
+            calls(r#""\n""#),
+            r#""<tool_call>\n" body "\n</tool_call>""#.into(),
+            Box::new(|n, p| format!("%json {}", object(n, p, "arguments"))),
+        ),
+        ToolFormat::Llama3 => (
+            calls(r#""; ""#),
+            "body".into(),
+            Box::new(|n, p| format!("%json {}", object(n, p, "parameters"))),
+        ),
+        // Small 3.2, Devstral: `[TOOL_CALLS]name[ARGS]{…}` for each call.
+        ToolFormat::Mistral if tokens.args.is_some() => {
+            let args = token(tokens.args)?;
+            (
+                calls(""),
+                format!("{} body", token(tokens.tool_calls)?),
+                Box::new(move |n, p| {
+                    let name = serde_json::to_string(n).unwrap_or_default();
+                    let mut schema = arguments(p);
+                    if let Value::Object(m) = &mut schema {
+                        m.entry("x-guidance").or_insert_with(|| compact.clone());
+                    }
+                    format!("{name} {args} %json {schema}")
+                }),
+            )
+        }
+        // Nemo, 7B v0.3: `[TOOL_CALLS][{"name": …, "arguments": {…}}, …]`.
+        ToolFormat::Mistral => (
+            format!(
+                r#"{} "[" {} "]""#,
+                token(tokens.tool_calls)?,
+                calls(r#"", ""#)
+            ),
+            "body".into(),
+            Box::new(|n, p| format!("%json {}", object(n, p, "arguments"))),
+        ),
+        ToolFormat::Harmony => return None,
     };
-    lark.push_str(&format!("start: call{many}\n"));
-    let quoted = |t: &str| match t {
-        "" => String::new(),
-        t => format!(" \"{t}\""),
-    };
-    lark.push_str(&format!("call:{} body{}\n", quoted(open), quoted(close)));
+    let mut lark = format!("start: {start}\ncall: {call}\n");
     let bodies: Vec<String> = (0..tools.len()).map(|i| format!("body{i}")).collect();
     lark.push_str(&format!("body: {}\n", bodies.join(" | ")));
     for (i, (name, params)) in tools.iter().enumerate() {
-        lark.push_str(&format!(
-            "body{i}: %json {}\n",
-            object(name, params, args_key)
-        ));
+        lark.push_str(&format!("body{i}: {}\n", body(name, params)));
     }
     Some(lark)
 }
