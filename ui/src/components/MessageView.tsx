@@ -158,7 +158,7 @@ function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegen
         <pre className="json-answer" data-testid="json-answer" data-valid={json !== null}>
           <code>{json ?? text}</code>
         </pre>
-      ) : assistant ? (
+      ) : assistant && !text && m.tool_calls?.length ? null : assistant ? (
         <div className="md" onClick={onMarkdownClick}>
           {blocks.map((source, i) => (
             <MarkdownBlock key={i} source={source} />
