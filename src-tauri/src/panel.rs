@@ -3,7 +3,7 @@
 //! model's switch and budget, a JSON schema). Stored per conversation as JSON, and turned here
 //! into [`rill_chat::AnswerOptions`].
 
-use rill_engine::{Grammar, SamplingParams};
+use rill_engine::{Grammar, SamplingParams, Speculation};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CommandError, Result};
@@ -32,6 +32,9 @@ pub struct PanelSettings {
     /// Structured output: every answer is JSON that this schema accepts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json_schema: Option<serde_json::Value>,
+    /// "Speed up": speculative decoding (off, or prompt lookup).
+    #[serde(default)]
+    pub speed_up: Speculation,
 }
 
 fn yes() -> bool {
@@ -51,6 +54,7 @@ impl Default for PanelSettings {
             think: None,
             thinking_budget: None,
             json_schema: None,
+            speed_up: Speculation::Off,
         }
     }
 }
@@ -81,6 +85,7 @@ impl PanelSettings {
             chat,
             thinking_budget: self.thinking_budget,
             grammar: self.json_schema.clone().map(Grammar::JsonSchema),
+            speculation: self.speed_up,
         }
     }
 
@@ -127,6 +132,7 @@ mod tests {
             think: Some(false),
             thinking_budget: Some(16),
             json_schema: Some(serde_json::json!({"type": "object"})),
+            speed_up: Speculation::Lookup,
         };
         assert_eq!(PanelSettings::from_json(&s.to_json()), s);
         // Token probabilities are kept unless switched off, also for settings saved before

@@ -70,6 +70,13 @@ describe("the chat window", () => {
     expect(call.args.settings.top_p).toBe(0.95);
   });
 
+  it("sends the Speed up setting (speculative decoding) with the chat's settings", async () => {
+    await startChat();
+    fireEvent.change(screen.getByTestId("param-speed-up"), { target: { value: "lookup" } });
+    const call = backend.calls.filter((c: { cmd: string }) => c.cmd === "set_params").pop();
+    expect(call.args.settings.speed_up).toBe("lookup");
+  });
+
   it("refuses an out-of-range number instead of sending it", async () => {
     await startChat();
     const before = backend.calls.length;

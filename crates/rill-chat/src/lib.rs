@@ -7,7 +7,7 @@
 
 use rill_engine::{
     ChatArgs, Control, Event, GenerateRequest, Generation, Grammar, Handle, Message, Prompt, Role,
-    SamplingParams, StopReason, Timings, ToolCall, Usage,
+    SamplingParams, Speculation, StopReason, Timings, ToolCall, Usage,
 };
 use rill_store::{MessageStats, Status, Store};
 
@@ -43,6 +43,9 @@ pub struct AnswerOptions {
     pub thinking_budget: Option<usize>,
     /// What every answer must match (the panel's structured output: a JSON schema).
     pub grammar: Option<Grammar>,
+    /// Speculative decoding: how the answer's next tokens are proposed to check several at
+    /// a time.
+    pub speculation: Speculation,
 }
 
 /// One answer token as kept with its message: the text it added and the candidates it was
@@ -316,6 +319,7 @@ fn request_of(prompt: Prompt, options: AnswerOptions) -> GenerateRequest {
         thinking_budget: options.thinking_budget,
         chat: options.chat,
         grammar: options.grammar,
+        speculation: options.speculation,
         ..GenerateRequest::new(prompt)
     }
 }

@@ -16,6 +16,9 @@ pub struct ChatArgs {
     sampling: crate::SamplingArgs,
     #[command(flatten)]
     think: crate::output::ThinkArgs,
+    /// Speculative decoding by prompt lookup (see `run --lookup`).
+    #[arg(long)]
+    lookup: bool,
     /// System prompt (for a new conversation).
     #[arg(long)]
     system: Option<String>,
@@ -40,6 +43,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         chat: a.think.chat(),
         thinking_budget: a.think.budget(),
         grammar: None,
+        speculation: crate::output::speculation(a.lookup),
     };
     // Prints an answer's tokens as they come (its reasoning in its block), and a newline at
     // its end.

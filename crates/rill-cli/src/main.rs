@@ -178,6 +178,10 @@ struct RunArgs {
     constraint: constrain::ConstraintArgs,
     #[command(flatten)]
     think: output::ThinkArgs,
+    /// Speculative decoding by prompt lookup: where the answer repeats its prompt or itself,
+    /// the model checks several tokens per pass (the same text, sooner).
+    #[arg(long)]
+    lookup: bool,
     /// System prompt.
     #[arg(long)]
     system: Option<String>,
@@ -408,8 +412,10 @@ fn run(a: RunArgs) -> Result<()> {
             Some(rill_engine::Grammar::JsonSchema(s)) => Some(s),
             Some(_) => bail!("--grammar runs on this machine's engine, not with --remote"),
         };
-        if a.think.think.is_some() || a.think.thinking_budget.is_some() {
-            bail!("--think and --thinking-budget run on this machine's engine, not with --remote");
+        if a.think.think.is_some() || a.think.thinking_budget.is_some() || a.lookup {
+            bail!(
+                "--think, --thinking-budget and --lookup run on this machine's engine, not with --remote"
+            );
         }
         return run_remote(&a, url, messages, schema);
     }
@@ -419,6 +425,7 @@ fn run(a: RunArgs) -> Result<()> {
         split_reasoning: true,
         thinking_budget: a.think.budget(),
         chat: a.think.chat(),
+        speculation: output::speculation(a.lookup),
         ..a.sampling.request(Prompt::Messages(messages))
     })?;
     output::stream(gen, a.json)?;

@@ -30,7 +30,7 @@ pub use crate::prompting::ChatArgs;
 use crate::reasoning::ReasoningSplit;
 use crate::sampler::{Candidate, Distribution, Sampler, SamplingParams};
 use crate::scheduler::SequenceState;
-use crate::sequence::{Sequence, SequenceSpec};
+use crate::sequence::{Sequence, SequenceSpec, Speculation};
 use crate::stop::{StopReason, StopStrings};
 use crate::template::{ChatTemplate, Message};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -161,6 +161,9 @@ pub struct GenerateRequest {
     /// prompt: whether it stopped inside its thinking block (`Some(true)`) or in its content.
     /// `None` (a new answer) reads it from the prompt: inside when it ends by opening a block.
     pub continues_reasoning: Option<bool>,
+    /// Speculative decoding: how the answer's next tokens are proposed for the model to
+    /// check several at a time (the same text, sooner).
+    pub speculation: Speculation,
     /// For a conversation: the tools and template variables its chat template is given.
     /// With tools, the answer's text keeps the format's marker tokens
     /// ([`crate::tools::ToolFormat::markers`]) for the caller's tool parser.
@@ -193,6 +196,7 @@ impl GenerateRequest {
             split_reasoning: false,
             thinking_budget: None,
             continues_reasoning: None,
+            speculation: Speculation::Off,
             chat: ChatArgs::default(),
         }
     }
@@ -211,6 +215,15 @@ pub struct Usage {
     /// request split the reasoning apart; 0 otherwise).
     #[serde(default)]
     pub reasoning_tokens: usize,
+    /// Speculative decoding: draft tokens proposed, and how many of them the model drew.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub draft_proposed: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub draft_accepted: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Speed of a finished generation.
@@ -515,6 +528,7 @@ impl Handle {
             constraint,
             split,
             thinking_budget: req.thinking_budget,
+            speculation: req.speculation,
             events: events_tx,
             submitted: Instant::now(),
         });
@@ -570,6 +584,7 @@ impl Handle {
             constraint: None,
             split: None,
             thinking_budget: None,
+            speculation: Speculation::Off,
             events: events_tx,
             submitted: Instant::now(),
         })

@@ -59,5 +59,6 @@ pub use error::{Error, Result};
 pub use model::{inspect, KvType, ModelInfo};
 pub use sampler::{Candidate, Distribution, SamplingParams, Shaped};
 pub use scheduler::SequenceState;
+pub use sequence::Speculation;
 pub use stop::StopReason;
 pub use template::{Message, Role, Thinking, ToolCall};

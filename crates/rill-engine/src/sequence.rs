@@ -22,6 +22,10 @@ use crate::scheduler::{SeqView, SequenceState};
 use crate::stop::{StopCheck, StopReason, StopStrings};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
+mod speculation;
+use speculation::Drafter;
+pub use speculation::Speculation;
+
 /// Answer tokens between two `Stats` events.
 const STATS_EVERY: usize = 16;
 
@@ -70,6 +74,11 @@ pub(crate) struct Sequence {
     failure: Option<String>,
     /// Its share of the rows of recent forward passes (moving average).
     pub share: f32,
+    /// Proposes the next tokens to check in one pass, when the answer speculates.
+    drafter: Option<Drafter>,
+    /// This step's proposal, and the rows that check it (`speculation.rs`).
+    draft: Vec<u32>,
+    verify: Vec<u32>,
 }
 
 pub(crate) struct SequenceSpec {
@@ -88,6 +97,7 @@ pub(crate) struct SequenceSpec {
     pub constraint: Option<Constraint>,
     pub split: Option<ReasoningSplit>,
     pub thinking_budget: Option<usize>,
+    pub speculation: Speculation,
     pub events: UnboundedSender<Event>,
     pub submitted: Instant,
 }
@@ -129,6 +139,9 @@ impl Sequence {
             preview_logits: None,
             failure: None,
             share: 0.0,
+            drafter: Drafter::new(s.speculation),
+            draft: Vec::new(),
+            verify: Vec::new(),
         }
     }
 
@@ -266,6 +279,7 @@ impl Sequence {
     pub fn evict(&mut self) {
         self.cache = KvCache::new();
         self.admitted = false;
+        self.draft.clear();
     }
 
     /// Hands the cache over (with the tokens it holds) for prefix reuse, once finished.
@@ -274,15 +288,24 @@ impl Sequence {
         (self.tokens[..cache.len()].to_vec(), cache)
     }
 
-    /// The next `n` pending tokens and the cache they go into, for a batched step.
+    /// The next `n` pending tokens and the cache they go into, for a batched step (a decode
+    /// step with a draft: the last token and the draft).
     pub fn step_input(&mut self, n: usize) -> (&[u32], &mut KvCache) {
         let from = self.cache.len();
         self.prefill_started.get_or_insert_with(Instant::now);
+        if !self.draft.is_empty() {
+            self.verify_input();
+            return (&self.verify, &mut self.cache);
+        }
         (&self.tokens[from..from + n], &mut self.cache)
     }
 
-    /// After a step: when nothing is pending any more, draw the next token.
+    /// After a step: when nothing is pending any more, draw the next token (or check the
+    /// draft, token by token).
     pub fn after_step(&mut self, tok: &Tokenizer, mut logits: Vec<f32>) -> Result<()> {
+        if !self.draft.is_empty() {
+            return self.check_draft(tok, logits);
+        }
         if self.prefill_done.is_none() && self.cache.len() >= self.prompt_len {
             self.prefill_done = Some(Instant::now());
             // Windowed layers drop what their window leaves behind; this keeps the prompt's
@@ -506,10 +529,13 @@ impl Sequence {
             }
         }
         self.finished = Some(reason);
+        let (draft_proposed, draft_accepted) = self.draft_counts();
         let usage = Usage {
             prompt_tokens: self.prompt_len,
             completion_tokens: self.completion_tokens,
             reasoning_tokens: self.reasoning_tokens,
+            draft_proposed,
+            draft_accepted,
         };
         let _ = self.events.send(Event::Done {
             reason,

@@ -262,6 +262,19 @@ impl Worker {
                 .iter()
                 .filter(|(s, _)| s.state() == SequenceState::Decoding)
                 .count();
+            // A decoding answer that speculates checks its draft in this step: its last token
+            // and the draft go in, and every one of their rows' logits comes back.
+            let outs: Vec<usize> = members
+                .iter_mut()
+                .map(|(s, _)| {
+                    if s.state() == SequenceState::Decoding {
+                        s.prepare_draft();
+                        s.logit_rows()
+                    } else {
+                        1
+                    }
+                })
+                .collect();
             let mut inputs: Vec<(&[u32], &mut crate::model::KvCache)> =
                 members.iter_mut().map(|(s, n)| s.step_input(*n)).collect();
             let rows: usize = inputs.iter().map(|(t, _)| t.len()).sum();
@@ -270,7 +283,7 @@ impl Worker {
             // among threads that are already awake in this pass, instead of waking a pool from
             // outside and sleeping until it is done, once per matmul (211 times a token).
             let model = &self.model;
-            let result = self.pool.install(|| model.forward_batch(&mut inputs));
+            let result = self.pool.install(|| model.forward_rows(&mut inputs, &outs));
             drop(inputs);
             let ms = started.elapsed().as_secs_f64() * 1000.0;
             self.pacer.record(decode_rows, rows - decode_rows, ms);

@@ -165,9 +165,8 @@ impl RemoteClient {
                     let now = last.unwrap_or_else(Instant::now);
                     let decode_s = first.map_or(0.0, |f| now.duration_since(f).as_secs_f64());
                     let usage = usage.unwrap_or(Usage {
-                        prompt_tokens: 0,
                         completion_tokens: tokens,
-                        reasoning_tokens: 0,
+                        ..Usage::default()
                     });
                     on_event(Event::Done {
                         reason: reason.unwrap_or(StopReason::Stop),
@@ -197,6 +196,7 @@ impl RemoteClient {
                         reasoning_tokens: u["completion_tokens_details"]["reasoning_tokens"]
                             .as_u64()
                             .unwrap_or(0) as usize,
+                        ..Usage::default()
                     });
                 }
                 let choice = &chunk["choices"][0];

@@ -80,6 +80,8 @@ export interface PanelSettings {
   thinking_budget?: number | null;
   /** Structured output: every answer is JSON this schema accepts. */
   json_schema?: Record<string, unknown> | null;
+  /** "Speed up": speculative decoding by prompt lookup (the same text, sooner). */
+  speed_up?: "off" | "lookup";
 }
 
 export interface RemoteBackend {

@@ -118,6 +118,8 @@ impl Llama {
         ids: &[u32],
         batch: &mut [(&[u32], &mut KvCache)],
         spans: &[(usize, usize)],
+        out_rows: &[usize],
+        outs: &[usize],
     ) -> Result<Vec<Vec<f32>>> {
         let cfg = &self.cfg;
         let isa = crate::kernels::Isa::detect();
@@ -166,20 +168,19 @@ impl Llama {
         for (tokens, cache) in batch.iter_mut() {
             cache.advance(tokens.len());
         }
-        // Only the last row of each sequence is projected to the vocabulary.
-        let mut last = Vec::with_capacity(spans.len() * cfg.hidden);
-        for (row, t) in spans {
-            last.extend_from_slice(&x[(row + t - 1) * cfg.hidden..][..cfg.hidden]);
+        // Only the rows asked for are projected to the vocabulary.
+        let mut last = Vec::with_capacity(out_rows.len() * cfg.hidden);
+        for row in out_rows {
+            last.extend_from_slice(&x[row * cfg.hidden..][..cfg.hidden]);
         }
         let mut logits = self
             .output
-            .forward_host(&self.norm.forward_host(&last), spans.len())?;
+            .forward_host(&self.norm.forward_host(&last), out_rows.len())?;
         if let Some(c) = cfg.final_softcap {
             let inv = 1.0 / c;
             logits.iter_mut().for_each(|v| *v = (*v * inv).tanh() * c);
         }
-        let vocab = logits.len() / spans.len();
-        Ok(logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect())
+        Ok(super::llama::per_sequence(logits, outs))
     }
 
     /// The family's steps between the q/k/v projections and RoPE, on the host rows

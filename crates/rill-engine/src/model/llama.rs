@@ -407,9 +407,32 @@ impl Llama {
     /// streaming; attention runs per sequence against its own cache. Returns the logits of each
     /// sequence's last token, in order.
     pub fn forward_batch(&self, batch: &mut [(&[u32], &mut KvCache)]) -> Result<Vec<Vec<f32>>> {
+        let outs = vec![1; batch.len()];
+        self.forward_rows(batch, &outs)
+    }
+
+    /// [`forward_batch`](Self::forward_batch), returning for each sequence the logits of its
+    /// last `outs[i]` tokens, row after row in one vector (a speculative draft's check needs
+    /// every position it proposed). A row's logits do not depend on the rows beside it.
+    pub fn forward_rows(
+        &self,
+        batch: &mut [(&[u32], &mut KvCache)],
+        outs: &[usize],
+    ) -> Result<Vec<Vec<f32>>> {
         let cfg = &self.cfg;
         if batch.is_empty() {
             return Ok(Vec::new());
+        }
+        if outs.len() != batch.len()
+            || batch
+                .iter()
+                .zip(outs)
+                .any(|((t, _), &o)| o == 0 || o > t.len())
+        {
+            return Err(Error::param(
+                "rows",
+                "each sequence gives 1 to all of its rows' logits",
+            ));
         }
         let mut ids = Vec::new();
         for (tokens, cache) in batch.iter_mut() {
@@ -433,8 +456,14 @@ impl Llama {
             spans.push((row, tokens.len()));
             row += tokens.len();
         }
+        // The rows projected to the vocabulary: each sequence's last `outs[i]`.
+        let out_rows: Vec<usize> = spans
+            .iter()
+            .zip(outs)
+            .flat_map(|(&(row, t), &o)| row + t - o..row + t)
+            .collect();
         if self.host {
-            return self.forward_host(&ids, batch, &spans);
+            return self.forward_host(&ids, batch, &spans, &out_rows, outs);
         }
         // candle's attention (GPU) takes RoPE and mask tables per sequence, made once per step.
         let tables = batch
@@ -476,9 +505,9 @@ impl Llama {
             cache.advance(tokens.len());
         }
 
-        // Only the last row of each sequence is projected to the vocabulary.
-        let last_rows: Vec<u32> = spans.iter().map(|(row, t)| (row + t - 1) as u32).collect();
-        let last = x.index_select(&Tensor::new(last_rows.as_slice(), &self.device)?, 0)?;
+        // Only the rows asked for are projected to the vocabulary.
+        let rows: Vec<u32> = out_rows.iter().map(|&r| r as u32).collect();
+        let last = x.index_select(&Tensor::new(rows.as_slice(), &self.device)?, 0)?;
         let mut logits = self
             .output
             .forward(&self.norm.forward(&last)?)?
@@ -486,6 +515,20 @@ impl Llama {
         if let Some(c) = cfg.final_softcap {
             logits = ((logits * (1.0 / c) as f64)?.tanh()? * c as f64)?;
         }
-        Ok(logits.to_vec2()?)
+        Ok(per_sequence(logits.flatten_all()?.to_vec1()?, outs))
     }
+}
+
+/// The logits of all projected rows, `rows × vocab`, split into each sequence's `outs[i]` rows.
+pub(super) fn per_sequence(logits: Vec<f32>, outs: &[usize]) -> Vec<Vec<f32>> {
+    let total: usize = outs.iter().sum();
+    let vocab = logits.len() / total.max(1);
+    let mut rest = logits.as_slice();
+    outs.iter()
+        .map(|&o| {
+            let (mine, more) = rest.split_at(o * vocab);
+            rest = more;
+            mine.to_vec()
+        })
+        .collect()
 }

@@ -2,17 +2,22 @@
 //! memory, for one stream or several at once (DESIGN.md's `bench --json` shape).
 //!
 //! The prompt is real text tokenized and repeated to the asked length, run as raw tokens (no
-//! template), greedy, ignoring end-of-generation so every stream makes exactly `--gen-tokens`.
+//! template), greedy, ignoring end-of-generation so every stream makes exactly `--gen-tokens`;
+//! or, with `--prompt-file`, a file's text asked in the chat template, answered until the model
+//! ends it (at most `--gen-tokens`). `--lookup` measures speculative decoding by prompt lookup.
 //! A short warm-up generation runs first so thread start-up is not measured.
 
+mod report;
+
+use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
-use rill_engine::{Event, GenerateRequest, Prompt, SamplingParams};
-use serde::Serialize;
+use rill_engine::{Event, GenerateRequest, Message, Prompt, SamplingParams, Speculation, Usage};
 
 use crate::ModelArgs;
+use report::{percentiles, print_report, Report};
 
 const TEXT: &str = "The river carried the light of the morning down from the hills, past the mills and the \
 orchards, through the town where the market opened early and the bakers had already sold their first loaves. \
@@ -55,122 +60,18 @@ pub struct BenchArgs {
     /// Every measured answer constrained by a JSON schema or a grammar.
     #[command(flatten)]
     constraint: crate::constrain::ConstraintArgs,
+    /// The measured prompt: this file's text as the user's message, in the model's chat
+    /// template, answered until the model ends it (at most `--gen-tokens`).
+    #[arg(long, value_name = "FILE")]
+    prompt_file: Option<PathBuf>,
+    /// Speculative decoding by prompt lookup for every measured answer.
+    #[arg(long)]
+    lookup: bool,
     /// One JSON object instead of a table.
     #[arg(long)]
     json: bool,
 }
 
-#[derive(Serialize)]
-struct Percentiles {
-    p50: f64,
-    p95: f64,
-}
-
-#[derive(Serialize)]
-struct Report {
-    streams: usize,
-    background: usize,
-    /// Positions in the cache before the measured prompt (`--depth`).
-    depth: usize,
-    /// How the KV cache stores keys and values (`--kv-cache`).
-    kv_cache: &'static str,
-    prompt_tokens: usize,
-    gen_tokens: usize,
-    prefill_tps: f64,
-    decode_tps: f64,
-    ttft_ms: Percentiles,
-    itl_ms: Percentiles,
-    peak_rss_mb: f64,
-    /// From the engine's start to its model loaded, tokenizer and weights (warm page cache
-    /// when the file was read recently).
-    load_ms: f64,
-    per_stream_decode_tps: Vec<f64>,
-    /// All streams' tokens over the wall time from the first token of any to the last of all.
-    aggregate_tps: f64,
-    /// All streams' tokens over the window in which every one was decoding (from the last
-    /// stream's first token to the first stream's last), as llama-batched-bench's S_TG counts
-    /// a batch decoding together; 0 when the streams never decoded all at once.
-    together_tps: f64,
-    /// The machine's read bandwidth, GB/s, with the engine's threads ([`read_bandwidth_gbps`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    read_gbps: Option<f64>,
-    /// MB of weights a decode step reads (every matrix, the output included, as the engine
-    /// holds them; not the embedding rows it looks up).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    step_weight_mb: Option<f64>,
-    /// The same matrices' MB in the file (less where the engine repacks a format).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    step_file_mb: Option<f64>,
-    /// Decode steps per second the bandwidth allows reading the file's bytes:
-    /// `read_gbps` ÷ `step_file_mb`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    decode_bound_tps: Option<f64>,
-    /// Each stream's decode speed as a fraction of that bound.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    decode_of_bound: Option<f64>,
-    /// With `--background`: the background answers' inter-token gaps while the measured
-    /// prompts went in (from their submission to the last one's first token), and after.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    background_itl_prefill_ms: Option<Percentiles>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    background_itl_after_ms: Option<Percentiles>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    turn_ttft_ms: Option<Vec<f64>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    turn_reused_tokens: Option<Vec<usize>>,
-}
-
-impl Report {
-    /// The figures of `results`, streams measured side by side.
-    fn new(a: &BenchArgs, prompt_tokens: usize, results: &[StreamResult]) -> Report {
-        Report {
-            streams: a.streams,
-            background: a.background,
-            depth: 0,
-            kv_cache: a.model.kv_cache.name(),
-            prompt_tokens,
-            gen_tokens: a.gen_tokens,
-            prefill_tps: results.iter().map(|r| r.prefill_tps).sum::<f64>()
-                / results.len().max(1) as f64,
-            decode_tps: results.iter().map(|r| r.decode_tps).sum(),
-            ttft_ms: percentiles(results.iter().map(|r| r.ttft_ms).collect()),
-            itl_ms: percentiles(
-                results
-                    .iter()
-                    .flat_map(|r| r.gaps_ms.iter().copied())
-                    .collect(),
-            ),
-            peak_rss_mb: peak_rss_mb(),
-            load_ms: 0.0,
-            per_stream_decode_tps: results.iter().map(|r| r.decode_tps).collect(),
-            aggregate_tps: aggregate_tps(results),
-            together_tps: together_tps(results),
-            read_gbps: None,
-            step_weight_mb: None,
-            step_file_mb: None,
-            decode_bound_tps: None,
-            decode_of_bound: None,
-            background_itl_prefill_ms: None,
-            background_itl_after_ms: None,
-            turn_ttft_ms: None,
-            turn_reused_tokens: None,
-        }
-    }
-}
-
-fn percentiles(mut v: Vec<f64>) -> Percentiles {
-    if v.is_empty() {
-        return Percentiles { p50: 0.0, p95: 0.0 };
-    }
-    v.sort_by(f64::total_cmp);
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    Percentiles {
-        p50: at(0.5),
-        p95: at(0.95),
-    }
-}
-
-/// Peak resident memory of this process (VmHWM), in MB; 0 where /proc is not available.
 pub fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -193,6 +94,7 @@ struct StreamResult {
     text: String,
     /// When each token came.
     times: Vec<Instant>,
+    usage: Usage,
 }
 
 impl StreamResult {
@@ -243,12 +145,26 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     let load_ms = started.elapsed().as_secs_f64() * 1e3;
     let handle = engine.handle();
     let base = handle.tokenize_prompt(&Prompt::Text(TEXT.repeat(4)))?;
+    let asked = match &a.prompt_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Some(handle.tokenize_prompt(&Prompt::Messages(vec![Message::user(text)]))?)
+        }
+        None => None,
+    };
     let request = |ids: Vec<u32>, n: usize| GenerateRequest {
         params: SamplingParams::greedy(),
         max_tokens: Some(n),
-        ignore_eos: true,
+        // A file's question is answered until the model ends it.
+        ignore_eos: asked.is_none(),
         top_candidates: a.candidates,
         grammar: grammar.clone(),
+        speculation: if a.lookup {
+            Speculation::Lookup
+        } else {
+            Speculation::Off
+        },
         ..GenerateRequest::new(Prompt::Tokens(ids))
     };
 
@@ -304,11 +220,15 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         }
     }
     let prompts: Vec<Vec<u32>> = (0..a.streams)
-        .map(|s| {
-            let prompt = base.iter().cycle().skip(s * 7).take(a.prompt_tokens);
-            depth.iter().chain(prompt).copied().collect()
+        .map(|s| match &asked {
+            Some(ids) => depth.iter().chain(ids).copied().collect(),
+            None => {
+                let prompt = base.iter().cycle().skip(s * 7).take(a.prompt_tokens);
+                depth.iter().chain(prompt).copied().collect()
+            }
         })
         .collect();
+    let prompt_tokens = asked.as_ref().map_or(a.prompt_tokens, Vec::len);
     let gens = prompts
         .into_iter()
         .map(|p| Ok((Instant::now(), handle.generate(request(p, a.gen_tokens))?)))
@@ -337,7 +257,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             a.depth
         );
     }
-    let mut report = Report::new(&a, a.prompt_tokens, &results);
+    let mut report = Report::new(&a, prompt_tokens, &results);
     report.load_ms = load_ms;
     report.depth = a.depth;
     if a.background > 0 {
@@ -345,7 +265,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         report.background_itl_prefill_ms = Some(percentiles(during));
         report.background_itl_after_ms = Some(percentiles(after));
     }
-    debug_assert!(results.iter().all(|r| r.times.len() == a.gen_tokens));
+    debug_assert!(asked.is_some() || results.iter().all(|r| r.times.len() == a.gen_tokens));
     // The bound on decode: the weights a step reads, at the machine's read bandwidth, measured
     // once the model is gone (its memory freed, the peak RSS taken already).
     let (info, step_bytes, threads) = (
@@ -411,84 +331,6 @@ fn read_bandwidth_gbps(threads: usize) -> f64 {
     BYTES as f64 / best / 1e9
 }
 
-fn print_report(a: &BenchArgs, m: &rill_engine::ModelInfo, report: &Report) -> Result<()> {
-    if a.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        println!(
-            "model        {} ({}, {:.0} MB)",
-            m.name,
-            m.quantization,
-            m.file_bytes as f64 / 1e6
-        );
-        println!(
-            "streams      {} (+{} in the background)",
-            report.streams, report.background
-        );
-        println!(
-            "prefill      {:.1} tok/s  ({} prompt tokens after {} in the {} cache)",
-            report.prefill_tps, report.prompt_tokens, report.depth, report.kv_cache
-        );
-        println!(
-            "decode       {:.1} tok/s  ({} tokens per stream, summed over streams)",
-            report.decode_tps, report.gen_tokens
-        );
-        if report.streams > 1 {
-            println!(
-                "together     {:.1} tok/s  (all streams' tokens while all were decoding; \
-                 {:.1} from the first token to the last)",
-                report.together_tps, report.aggregate_tps
-            );
-        }
-        println!(
-            "ttft         p50 {:.1} ms  p95 {:.1} ms",
-            report.ttft_ms.p50, report.ttft_ms.p95
-        );
-        println!(
-            "inter-token  p50 {:.1} ms  p95 {:.1} ms",
-            report.itl_ms.p50, report.itl_ms.p95
-        );
-        if let (Some(d), Some(af)) = (
-            &report.background_itl_prefill_ms,
-            &report.background_itl_after_ms,
-        ) {
-            println!(
-                "background   inter-token p50 {:.1} ms  p95 {:.1} ms while the prompt went in; \
-                 p50 {:.1} ms  p95 {:.1} ms after",
-                d.p50, d.p95, af.p50, af.p95
-            );
-        }
-        println!("peak rss     {:.0} MB", report.peak_rss_mb);
-        if report.load_ms > 0.0 {
-            println!("load         {:.0} ms", report.load_ms);
-        }
-        if let (Some(gbps), Some(held), Some(file), Some(bound), Some(of)) = (
-            report.read_gbps,
-            report.step_weight_mb,
-            report.step_file_mb,
-            report.decode_bound_tps,
-            report.decode_of_bound,
-        ) {
-            println!(
-                "bandwidth    {gbps:.1} GB/s read; a step reads {held:.0} MB of weights \
-                 ({file:.0} MB in the file): decode bound {bound:.1} tok/s, each stream at \
-                 {:.0}% of it",
-                of * 100.0
-            );
-        }
-        if let Some(t) = &report.turn_ttft_ms {
-            println!(
-                "turn ttft    {}",
-                t.iter()
-                    .map(|x| format!("{x:.0} ms"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-    }
-    Ok(())
-}
-
 /// Follows one generation, timing its tokens.
 fn measure(submitted: Instant, gen: rill_engine::Generation) -> Result<StreamResult> {
     let mut r = StreamResult {
@@ -500,6 +342,7 @@ fn measure(submitted: Instant, gen: rill_engine::Generation) -> Result<StreamRes
         reused_tokens: 0,
         text: String::new(),
         times: Vec::new(),
+        usage: Usage::default(),
     };
     for ev in gen {
         match ev {
@@ -512,7 +355,8 @@ fn measure(submitted: Instant, gen: rill_engine::Generation) -> Result<StreamRes
                 }
                 r.times.push(now);
             }
-            Event::Done { timings, .. } => {
+            Event::Done { timings, usage, .. } => {
+                r.usage = usage;
                 r.prefill_tps = timings.prefill_tps;
                 r.decode_tps = timings.decode_tps;
                 return Ok(r);

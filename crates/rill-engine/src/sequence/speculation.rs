@@ -1,0 +1,245 @@
+//! Speculative decoding inside the flow (issue 17): something cheap proposes an answer's next
+//! few tokens, and the model checks them all in one pass of 1 + k rows, the answer's last token
+//! and the draft. The rows go through the same step as every other answer's, so verification
+//! rows are simply more rows in a round.
+//!
+//! The check draws each position's token from the model's own logits, in order, with the
+//! sequence's own sampler (its seed, penalties, grammar, stop strings, live settings), exactly as
+//! plain decoding would, and keeps going while the draft proposed that very token. A row's
+//! logits do not depend on the rows beside it, so every token is the one plain decoding would
+//! have drawn, bit for bit, greedy or sampled: the text is the same, only sooner. (Against a
+//! proposal that is a single token, drawing from the model and comparing is the standard
+//! acceptance rule: accept with probability p(draft), else draw from p without it.) What the
+//! draft got wrong is cut from the cache.
+//!
+//! Proposals come from [`lookup`]: the continuation of the latest earlier occurrence of the
+//! answer's last few tokens in the prompt and the answer so far (llama.cpp's prompt lookup).
+//! [`Drafter`] adapts how many tokens it proposes: more while drafts are accepted, fewer when
+//! they are not, and none for a while after misses, so a text that repeats nothing costs
+//! almost nothing.
+
+use serde::{Deserialize, Serialize};
+
+use super::Sequence;
+use crate::error::Result;
+use crate::tokenizer::Tokenizer;
+
+/// How an answer's next tokens are proposed for the model to check.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Speculation {
+    /// One token per pass.
+    #[default]
+    Off,
+    /// Prompt lookup: the continuation of an earlier occurrence of the last few tokens.
+    Lookup,
+}
+
+/// The longest suffix matched, and the shortest worth a proposal.
+const MAX_NGRAM: usize = 4;
+const MIN_NGRAM: usize = 2;
+/// Draft lengths: the first, and the most (well inside the cache's rollback).
+const FIRST_K: usize = 4;
+const MAX_K: usize = 8;
+/// Steps without proposals after two misses in a row, doubling up to the most.
+const FIRST_BACKOFF: usize = 4;
+const MAX_BACKOFF: usize = 64;
+
+/// Up to `k` tokens that followed the latest earlier occurrence of the last `n` tokens of
+/// `tokens` (the longest `n` from [`MAX_NGRAM`] down to [`MIN_NGRAM`] that occurs).
+pub(crate) fn lookup(tokens: &[u32], k: usize) -> Vec<u32> {
+    if k == 0 {
+        return Vec::new();
+    }
+    for n in (MIN_NGRAM..=MAX_NGRAM).rev() {
+        if tokens.len() <= n {
+            continue;
+        }
+        let tail = &tokens[tokens.len() - n..];
+        // The latest occurrence that ends before the tail and has a token after it.
+        let found = (0..tokens.len() - n)
+            .rev()
+            .find(|&i| &tokens[i..i + n] == tail);
+        if let Some(i) = found {
+            let from = i + n;
+            let to = (from + k).min(tokens.len());
+            return tokens[from..to].to_vec();
+        }
+    }
+    Vec::new()
+}
+
+/// One answer's proposer, with its counts.
+#[derive(Clone, Debug)]
+pub(crate) struct Drafter {
+    kind: Speculation,
+    k: usize,
+    /// Steps left without proposals, after misses.
+    pause: usize,
+    backoff: usize,
+    misses: usize,
+    pub proposed: usize,
+    pub accepted: usize,
+}
+
+impl Drafter {
+    pub fn new(kind: Speculation) -> Option<Self> {
+        (kind != Speculation::Off).then_some(Drafter {
+            kind,
+            k: FIRST_K,
+            pause: 0,
+            backoff: FIRST_BACKOFF,
+            misses: 0,
+            proposed: 0,
+            accepted: 0,
+        })
+    }
+
+    /// A draft of at most `room` tokens after `tokens`.
+    fn propose(&mut self, tokens: &[u32], room: usize) -> Vec<u32> {
+        if self.pause > 0 {
+            self.pause -= 1;
+            return Vec::new();
+        }
+        match self.kind {
+            Speculation::Off => Vec::new(),
+            Speculation::Lookup => lookup(tokens, self.k.min(room)),
+        }
+    }
+
+    /// How a check went: `accepted` of `proposed` draft tokens were the model's (counted
+    /// as they came, in [`Sequence::check_draft`]).
+    fn settle(&mut self, proposed: usize, accepted: usize) {
+        if accepted == proposed {
+            self.k = (self.k + 2).min(MAX_K);
+        } else {
+            self.k = (accepted + 1).max(2);
+        }
+        if accepted == 0 {
+            self.misses += 1;
+            if self.misses >= 2 {
+                self.pause = self.backoff;
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                self.misses = 0;
+            }
+        } else {
+            self.misses = 0;
+            self.backoff = FIRST_BACKOFF;
+        }
+    }
+}
+
+impl Sequence {
+    /// Before a decode step: proposes this step's draft, when the answer speculates. The
+    /// draft never reaches past the answer's length limit or the context.
+    pub fn prepare_draft(&mut self) {
+        self.draft.clear();
+        let Some(d) = self.drafter.as_mut() else {
+            return;
+        };
+        let left = self
+            .max_tokens
+            .map_or(usize::MAX, |m| m.saturating_sub(self.completion_tokens + 1));
+        let room = left.min(self.context_length.saturating_sub(self.tokens.len() + 1));
+        self.draft = d.propose(&self.tokens, room);
+    }
+
+    /// The rows whose logits the step needs: the draft's and the last token's.
+    pub fn logit_rows(&self) -> usize {
+        1 + self.draft.len()
+    }
+
+    /// The rows of a verification step: the last token, then the draft.
+    pub(super) fn verify_input(&mut self) -> &[u32] {
+        self.verify.clear();
+        self.verify.push(*self.tokens.last().unwrap_or(&0));
+        self.verify.extend_from_slice(&self.draft);
+        &self.verify
+    }
+
+    /// After a verification step (`logits`: one row per position checked): draws each
+    /// position's token as plain decoding would, while the draft proposed it, and cuts what
+    /// the draft got wrong from the cache.
+    pub(super) fn check_draft(&mut self, tok: &Tokenizer, logits: Vec<f32>) -> Result<()> {
+        let draft = std::mem::take(&mut self.draft);
+        let vocab = logits.len() / (draft.len() + 1);
+        // The cache holds the last token and the whole draft; the tokens, the last one.
+        let base = self.tokens.len();
+        if let Some(d) = self.drafter.as_mut() {
+            d.proposed += draft.len();
+        }
+        let mut accepted = 0;
+        let mut result = Ok(());
+        for (i, row) in logits.chunks_exact(vocab).enumerate() {
+            let mut row = row.to_vec();
+            let before = self.tokens.len();
+            result = self.sample_and_emit(tok, &mut row);
+            let drew = (self.tokens.len() == before + 1).then(|| self.tokens[before]);
+            let agrees = i < draft.len() && drew == Some(draft[i]);
+            if result.is_err() || self.finished.is_some() || !agrees {
+                break;
+            }
+            accepted += 1;
+            if let Some(d) = self.drafter.as_mut() {
+                d.accepted += 1;
+            }
+        }
+        // Whatever happened, the cache holds no more than the tokens it ran.
+        self.cache
+            .truncate((base + accepted).min(self.tokens.len()));
+        if let Some(d) = self.drafter.as_mut() {
+            d.settle(draft.len(), accepted);
+        }
+        result
+    }
+
+    /// Draft tokens (proposed, accepted) so far.
+    pub fn draft_counts(&self) -> (usize, usize) {
+        self.drafter
+            .as_ref()
+            .map_or((0, 0), |d| (d.proposed, d.accepted))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_proposes_what_followed_the_latest_match_of_the_longest_suffix() {
+        // "a b c d" earlier, then "x b c" again: the 2-gram "b c" matches, "d e" followed.
+        let t = [1, 2, 3, 4, 5, 9, 2, 3];
+        assert_eq!(lookup(&t, 2), [4, 5]);
+        assert_eq!(lookup(&t, 10), [4, 5, 9, 2, 3]);
+        // The latest occurrence wins; a longer suffix wins over a shorter one.
+        let t = [7, 8, 1, 7, 8, 2, 6, 7, 8];
+        assert_eq!(lookup(&t, 1), [2]);
+        let t = [5, 7, 8, 3, 6, 7, 8, 4, 5, 7, 8];
+        assert_eq!(lookup(&t, 1), [3]);
+        // Nothing repeats: no proposal.
+        assert!(lookup(&[1, 2, 3, 4], 4).is_empty());
+        assert!(lookup(&[1, 2], 4).is_empty());
+        assert!(lookup(&[1, 2, 1, 2], 0).is_empty());
+    }
+
+    #[test]
+    fn the_draft_grows_while_accepted_and_pauses_after_misses() {
+        let mut d = Drafter::new(Speculation::Lookup).unwrap();
+        d.proposed = 15;
+        d.accepted = 6;
+        d.settle(4, 4);
+        assert_eq!(d.k, 6);
+        d.settle(6, 2);
+        assert_eq!(d.k, 3);
+        d.settle(3, 0);
+        d.settle(2, 0);
+        assert_eq!(d.pause, FIRST_BACKOFF);
+        let repeat = [1, 2, 3, 1, 2];
+        for _ in 0..FIRST_BACKOFF {
+            assert!(d.propose(&repeat, 8).is_empty());
+        }
+        assert_eq!(d.propose(&repeat, 8), [3, 1]);
+        assert_eq!((d.proposed, d.accepted), (15, 6));
+        assert!(Drafter::new(Speculation::Off).is_none());
+    }
+}
