@@ -154,3 +154,21 @@ fn a_draft_never_runs_past_the_length_limit() {
         assert_eq!(fast.reason, plain.reason);
     }
 }
+
+#[test]
+fn drafts_that_always_fail_change_nothing_and_back_off() {
+    // A proposer the model always refuses: the answers are still exactly plain decoding's, and
+    // after two misses it pauses, longer each time, so few drafts are checked at all.
+    for messages in conversations().iter().skip(6).take(3) {
+        let plain = run(messages, SamplingParams::greedy(), Speculation::Off);
+        let wrong = run(messages, SamplingParams::greedy(), Speculation::Contrary);
+        assert_eq!(wrong.ids, plain.ids, "{messages:?}");
+        assert_eq!(wrong.usage.draft_accepted, 0);
+        let steps = wrong.usage.completion_tokens;
+        assert!(
+            steps < 30 || wrong.usage.draft_proposed < steps,
+            "{} drafted for {steps} tokens",
+            wrong.usage.draft_proposed
+        );
+    }
+}

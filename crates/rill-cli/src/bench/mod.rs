@@ -67,6 +67,9 @@ pub struct BenchArgs {
     /// Speculative decoding by prompt lookup for every measured answer.
     #[arg(long)]
     lookup: bool,
+    /// Instead: drafts the model always rejects (what failed speculation costs).
+    #[arg(long, hide = true, conflicts_with = "lookup")]
+    contrary: bool,
     /// One JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -160,10 +163,10 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         ignore_eos: asked.is_none(),
         top_candidates: a.candidates,
         grammar: grammar.clone(),
-        speculation: if a.lookup {
-            Speculation::Lookup
-        } else {
-            Speculation::Off
+        speculation: match (a.lookup, a.contrary) {
+            (true, _) => Speculation::Lookup,
+            (_, true) => Speculation::Contrary,
+            _ => Speculation::Off,
         },
         ..GenerateRequest::new(Prompt::Tokens(ids))
     };

@@ -107,11 +107,9 @@ impl Report {
             background_itl_after_ms: None,
             turn_ttft_ms: None,
             turn_reused_tokens: None,
-            draft_proposed: a
-                .lookup
+            draft_proposed: (a.lookup || a.contrary)
                 .then(|| results.iter().map(|r| r.usage.draft_proposed).sum()),
-            draft_accepted: a
-                .lookup
+            draft_accepted: (a.lookup || a.contrary)
                 .then(|| results.iter().map(|r| r.usage.draft_accepted).sum()),
             answer_tokens: results.iter().map(|r| r.times.len()).collect(),
         }

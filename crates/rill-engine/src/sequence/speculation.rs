@@ -33,6 +33,10 @@ pub enum Speculation {
     Off,
     /// Prompt lookup: the continuation of an earlier occurrence of the last few tokens.
     Lookup,
+    /// For tests and benchmarks: drafts the model rejects (the prompt's first token, a turn
+    /// marker no answer writes), to show that checking costs little when drafts fail.
+    #[doc(hidden)]
+    Contrary,
 }
 
 /// The longest suffix matched, and the shortest worth a proposal.
@@ -104,6 +108,7 @@ impl Drafter {
         match self.kind {
             Speculation::Off => Vec::new(),
             Speculation::Lookup => lookup(tokens, self.k.min(room)),
+            Speculation::Contrary => vec![tokens.first().copied().unwrap_or(0); self.k.min(room)],
         }
     }
 
