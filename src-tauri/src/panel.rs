@@ -135,6 +135,11 @@ mod tests {
             speed_up: Speculation::Lookup,
         };
         assert_eq!(PanelSettings::from_json(&s.to_json()), s);
+        // The test-only proposer cannot come from the page.
+        assert!(serde_json::from_value::<PanelSettings>(
+            serde_json::json!({"speed_up": "contrary"})
+        )
+        .is_err());
         // Token probabilities are kept unless switched off, also for settings saved before
         // the switch existed.
         assert!(PanelSettings::from_json(&serde_json::json!({"temperature": 0.3})).token_probs);

@@ -226,6 +226,10 @@ struct ServeArgs {
     /// Save every chat completion as a conversation in the store (off by default).
     #[arg(long)]
     save: bool,
+    /// Speculative decoding by prompt lookup for requests that do not say (see `run --lookup`;
+    /// a request's `speculation` field wins).
+    #[arg(long)]
+    lookup: bool,
     #[command(flatten)]
     db: DbArgs,
 }
@@ -359,6 +363,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         api_key: a.api_key.clone(),
         max_concurrent: a.max_concurrent,
         defaults,
+        speculation: output::speculation(a.lookup),
         store,
         ..Default::default()
     };

@@ -2,7 +2,8 @@
 //! after [`ChatCompletionRequest::into_generate`], nothing downstream checks a field again).
 
 use rill_engine::{
-    GenerateRequest, Grammar, Message, Prompt, Role, SamplingParams, StopReason, ToolCall,
+    GenerateRequest, Grammar, Message, Prompt, Role, SamplingParams, Speculation, StopReason,
+    ToolCall,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -91,6 +92,9 @@ pub struct Sampling {
     pub grammar: Option<String>,
     /// Rill's extension: close a thinking model's `<think>` block after this many tokens.
     pub thinking_budget: Option<usize>,
+    /// Rill's extension: speculative decoding, `"lookup"` or `"off"` (the server's default
+    /// otherwise, `rill serve --lookup`).
+    pub speculation: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,6 +152,7 @@ impl Sampling {
         self,
         prompt: Prompt,
         defaults: &SamplingParams,
+        speculation: Speculation,
     ) -> Result<GenerateRequest, ApiError> {
         if let Some(n) = self.n.filter(|&n| n != 1) {
             return Err(ApiError::invalid(
@@ -173,6 +178,17 @@ impl Sampling {
             ..d.clone()
         };
         params.validate().map_err(ApiError::from)?;
+        let speculation = match self.speculation.as_deref() {
+            None => speculation,
+            Some("off") => Speculation::Off,
+            Some("lookup") => Speculation::Lookup,
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "speculation",
+                    format!("`{other}` is not a kind of speculation: say \"lookup\" or \"off\""),
+                ))
+            }
+        };
         let grammar = self.grammar()?;
         let stop = match self.stop {
             None => Vec::new(),
@@ -189,6 +205,7 @@ impl Sampling {
             top_candidates,
             grammar,
             thinking_budget: self.thinking_budget,
+            speculation,
             ..GenerateRequest::new(prompt)
         })
     }
@@ -364,9 +381,19 @@ pub struct Usage {
     pub completion_tokens_details: Option<CompletionDetails>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CompletionDetails {
     pub reasoning_tokens: usize,
+    /// Speculative decoding's draft tokens that the model drew, and those it did not (OpenAI's
+    /// names for predicted outputs).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub accepted_prediction_tokens: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rejected_prediction_tokens: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl From<rill_engine::Usage> for Usage {
@@ -375,9 +402,13 @@ impl From<rill_engine::Usage> for Usage {
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
             total_tokens: u.prompt_tokens + u.completion_tokens,
-            completion_tokens_details: (u.reasoning_tokens > 0).then_some(CompletionDetails {
-                reasoning_tokens: u.reasoning_tokens,
-            }),
+            completion_tokens_details: (u.reasoning_tokens > 0 || u.draft_proposed > 0).then_some(
+                CompletionDetails {
+                    reasoning_tokens: u.reasoning_tokens,
+                    accepted_prediction_tokens: u.draft_accepted,
+                    rejected_prediction_tokens: u.draft_proposed - u.draft_accepted,
+                },
+            ),
         }
     }
 }

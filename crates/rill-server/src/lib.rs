@@ -56,6 +56,8 @@ pub struct ServerConfig {
     pub body_limit: usize,
     /// Sampling settings for fields a request leaves out (OpenAI's by default).
     pub defaults: SamplingParams,
+    /// Speculative decoding for requests that do not say (`rill serve --lookup`).
+    pub speculation: rill_engine::Speculation,
     /// When set, every chat completion is saved there as a conversation. Off by default: API
     /// traffic is never stored silently.
     pub store: Option<Store>,
@@ -70,6 +72,7 @@ impl Default for ServerConfig {
             max_concurrent: 64,
             body_limit: 4 << 20,
             defaults: api::openai_defaults(),
+            speculation: rill_engine::Speculation::Off,
             store: None,
             log: None,
         }
@@ -83,6 +86,7 @@ pub(crate) struct AppState {
     pub api_key: Option<Arc<str>>,
     pub slots: Arc<Semaphore>,
     pub defaults: Arc<SamplingParams>,
+    pub speculation: rill_engine::Speculation,
     pub store: Option<Store>,
 }
 
@@ -95,6 +99,7 @@ pub fn router(handle: Handle, config: ServerConfig) -> Router {
         api_key: config.api_key.map(Arc::from),
         slots: Arc::new(Semaphore::new(config.max_concurrent.max(1))),
         defaults: Arc::new(config.defaults),
+        speculation: config.speculation,
         store: config.store,
     };
     let log = config.log;
@@ -230,9 +235,11 @@ async fn chat_completions(
     let (stream, usage) = req.sampling.streaming();
     let logprobs = req.sampling.logprobs()?;
     let tools = req.tools.check()?;
-    let mut generate = req
-        .sampling
-        .into_generate(Prompt::Messages(messages.clone()), &s.defaults)?;
+    let mut generate = req.sampling.into_generate(
+        Prompt::Messages(messages.clone()),
+        &s.defaults,
+        s.speculation,
+    )?;
     let format = s.handle.tool_format();
     if let Some(g) = tools.grammar(&s.handle)? {
         if generate.grammar.is_some() {
@@ -272,9 +279,9 @@ async fn completions(
             "log-probabilities are served on /v1/chat/completions, not on the legacy /v1/completions",
         ));
     }
-    let generate = req
-        .sampling
-        .into_generate(Prompt::Text(req.prompt), &s.defaults)?;
+    let generate =
+        req.sampling
+            .into_generate(Prompt::Text(req.prompt), &s.defaults, s.speculation)?;
     let reply = Reply {
         kind: Kind::Text,
         stream,

@@ -34,8 +34,10 @@ pub enum Speculation {
     /// Prompt lookup: the continuation of an earlier occurrence of the last few tokens.
     Lookup,
     /// For tests and benchmarks: drafts the model rejects (the prompt's first token, a turn
-    /// marker no answer writes), to show that checking costs little when drafts fail.
+    /// marker no answer writes), to show that checking costs little when drafts fail. Never
+    /// read from settings or requests.
     #[doc(hidden)]
+    #[serde(skip)]
     Contrary,
 }
 
