@@ -36,7 +36,6 @@ pub enum Speculation {
     /// For tests and benchmarks: drafts the model rejects (the prompt's first token, a turn
     /// marker no answer writes), to show that checking costs little when drafts fail. Never
     /// read from settings or requests.
-    #[doc(hidden)]
     #[serde(skip)]
     Contrary,
 }
