@@ -7,6 +7,8 @@
 //! rule resumes a sequence whose cache was dropped to make room (it is simply prefilled again,
 //! answer so far included) and one that reuses a cached prefix (fewer tokens are pending).
 //! The [`SequenceState`] is derived from these fields, so it can never disagree with them.
+//! A decode step that checks a speculative draft (`sequence/speculation.rs`) runs the draft's
+//! rows too, and cuts the cache back to the tokens drawn before the step ends.
 
 use std::time::Instant;
 
