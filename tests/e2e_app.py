@@ -40,6 +40,7 @@ from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.keys import Keys
 
 from e2e_lib import App, free_port, wait_port
+from e2e_speed import speed_up
 
 QUESTION = "What is the capital of France? Answer in one word."
 LONG = "Write a long story about a dragon who learns to paint. Make it at least ten paragraphs."
@@ -167,6 +168,8 @@ def main() -> int:
         shutil.copy(ROOT / "models/test-models" / name, work / "models" / name)
         family_models.append(work / "models" / name)
     thinking_model = family_models.pop()
+    # SmolLM2 in the models folder too: the draft model the window suggests (step 6b).
+    shutil.copy(model, work / "models" / model.name)
     port, native_port = free_port(), free_port()
     driver_bin = shutil.which("tauri-driver") or str(Path.home() / ".cargo/bin/tauri-driver")
     log = open(work / "tauri-driver.log", "w")
@@ -515,6 +518,10 @@ def main() -> int:
             except urllib.error.URLError as e:
                 if not isinstance(e.reason, ConnectionRefusedError):
                     failures.append(f"the API did not refuse the connection after it was turned off: {e.reason!r}")
+
+            # 6b. Speed up: lookup, then a draft model, with the draft tokens taken shown under
+            #     each answer and saved with it.
+            speed_up(app, d, db, failures)
 
             # 7. Other families in the real window: switch to the qwen3 and then the gemma3 test
             #    model in the manager, chat with each, and see the answer streamed and saved. The

@@ -236,6 +236,10 @@ pub async fn set_params(
     let mut settings = settings;
     settings.params.validate()?;
     settings.check(state.handle().ok().as_ref())?;
+    // A draft model chosen in the panel loads now, so a wrong file is refused as it is chosen.
+    if let (Ok(handle), None) = (state.handle(), &settings.remote) {
+        settings.ensure_draft(&handle).await?;
+    }
     if let Some(r) = settings.remote.as_mut() {
         r.validate()?;
         // The key goes to the secrets file, never into the settings: "" forgets it, no key
@@ -384,6 +388,7 @@ pub async fn continue_answer(
     let m = state.store.message(message).await?;
     let conv = state.store.conversation(m.conversation_id).await?;
     let settings = PanelSettings::from_json(&conv.settings);
+    settings.ensure_draft(&handle).await?;
     // The store refuses a second writer (an answer already streaming, here or elsewhere, or
     // one that ended done): a double click on Continue starts one generation (issue 13).
     let answering =
@@ -413,7 +418,11 @@ impl Chat {
                 remote.api_key = state.secrets.remote_key(&remote.url);
                 Backend::Remote(remote)
             }
-            None => Backend::Local(state.handle()?),
+            None => {
+                let handle = state.handle()?;
+                settings.ensure_draft(&handle).await?;
+                Backend::Local(handle)
+            }
         };
         Ok(Chat { backend, settings })
     }

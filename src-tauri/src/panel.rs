@@ -32,9 +32,12 @@ pub struct PanelSettings {
     /// Structured output: every answer is JSON that this schema accepts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json_schema: Option<serde_json::Value>,
-    /// "Speed up": speculative decoding (off, or prompt lookup).
+    /// "Speed up": speculative decoding (off, prompt lookup, or a draft model).
     #[serde(default)]
     pub speed_up: Speculation,
+    /// With `speed_up` "draft": the draft model's file, from the models list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_model: Option<String>,
 }
 
 fn yes() -> bool {
@@ -55,6 +58,7 @@ impl Default for PanelSettings {
             thinking_budget: None,
             json_schema: None,
             speed_up: Speculation::Off,
+            draft_model: None,
         }
     }
 }
@@ -87,6 +91,30 @@ impl PanelSettings {
             grammar: self.json_schema.clone().map(Grammar::JsonSchema),
             speculation: self.speed_up,
         }
+    }
+
+    /// Before an answer drafts with a model: makes the chosen file the engine's draft model,
+    /// loading it (off the async runtime) unless it is already. A file of another vocabulary
+    /// is refused with the reason, and nothing is written.
+    pub async fn ensure_draft(&self, handle: &rill_engine::Handle) -> Result<()> {
+        if self.speed_up != Speculation::Draft {
+            return Ok(());
+        }
+        let Some(path) = self.draft_model.clone() else {
+            return Err(CommandError::Invalid(
+                "Speed up: choose the draft model".into(),
+            ));
+        };
+        let path = std::path::PathBuf::from(path);
+        if handle.draft_model().is_some_and(|d| d.path == path) {
+            return Ok(());
+        }
+        let handle = handle.clone();
+        tauri::async_runtime::spawn_blocking(move || handle.set_draft_model(Some(&path)))
+            .await
+            .map_err(|e| CommandError::Invalid(format!("loading the draft model: {e}")))?
+            .map_err(|e| CommandError::Invalid(format!("the draft model: {e}")))?;
+        Ok(())
     }
 
     /// Checks what the engine cannot take from the page as it is: a thinking budget of 0, a
@@ -133,8 +161,15 @@ mod tests {
             thinking_budget: Some(16),
             json_schema: Some(serde_json::json!({"type": "object"})),
             speed_up: Speculation::Lookup,
+            draft_model: None,
         };
         assert_eq!(PanelSettings::from_json(&s.to_json()), s);
+        let drafting = PanelSettings {
+            speed_up: Speculation::Draft,
+            draft_model: Some("/models/SmolLM2-135M-Instruct.Q4_1.gguf".into()),
+            ..s
+        };
+        assert_eq!(PanelSettings::from_json(&drafting.to_json()), drafting);
         // The test-only proposer cannot come from the page.
         assert!(serde_json::from_value::<PanelSettings>(
             serde_json::json!({"speed_up": "contrary"})

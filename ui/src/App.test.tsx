@@ -77,6 +77,34 @@ describe("the chat window", () => {
     expect(call.args.settings.speed_up).toBe("lookup");
   });
 
+  it("offers a draft model of the loaded model's family, smallest first, and sends the choice", async () => {
+    const small = { ...backend.state.model, path: "/models/tiny-llama.gguf", name: "Tiny", file_bytes: 50e6, runs: true, source: "models" };
+    const qwen = { ...small, path: "/models/qwen3.gguf", name: "Qwen3", architecture: "qwen3", file_bytes: 10e6 };
+    backend.state.extraModels.push({ ...backend.state.model, path: "/models/big-llama.gguf", name: "Big", file_bytes: 900e6, runs: true, source: "models" }, small, qwen);
+    await startChat();
+    fireEvent.change(screen.getByTestId("param-speed-up"), { target: { value: "draft" } });
+    await waitFor(() => {
+      const call = backend.calls.filter((c: { cmd: string }) => c.cmd === "set_params").pop();
+      expect(call.args.settings.speed_up).toBe("draft");
+      expect(call.args.settings.draft_model).toBe("/models/tiny-llama.gguf");
+    });
+    // Same architecture only (a draft shares the vocabulary), smallest first.
+    const options = [...screen.getByTestId("param-draft-model").querySelectorAll("option")].map((o) => o.value);
+    expect(options).toEqual(["/models/tiny-llama.gguf", "/models/big-llama.gguf", "/models/SmolLM2-135M-Instruct.Q4_1.gguf"]);
+    fireEvent.change(screen.getByTestId("param-speed-up"), { target: { value: "off" } });
+    const off = backend.calls.filter((c: { cmd: string }) => c.cmd === "set_params").pop();
+    expect([off.args.settings.speed_up, off.args.settings.draft_model]).toEqual(["off", null]);
+  });
+
+  it("shows under an answer how many draft tokens the model took", async () => {
+    const id = await startChat();
+    await act(async () =>
+      backend.emit(id, { event: "done", data: { message: { completion_tokens: 60, decode_tps: 90, draft_proposed: 50, draft_accepted: 42 } } }),
+    );
+    await waitFor(() => expect(answer(id).dataset.status).toBe("done"));
+    expect(within(answer(id)).getByTestId("draft-stats").textContent).toContain("drafts 42/50 accepted");
+  });
+
   it("refuses an out-of-range number instead of sending it", async () => {
     await startChat();
     const before = backend.calls.length;

@@ -8,6 +8,7 @@ export function createMockBackend() {
     path: "/models/SmolLM2-135M-Instruct.Q4_1.gguf",
     name: "SmolLM2-135M-Instruct",
     architecture: "llama",
+    runs: true,
     quantization: "Q4_1",
     parameters: 134515008,
     file_bytes: 98362432,
@@ -63,7 +64,9 @@ export function createMockBackend() {
   ];
   const state = {
     model,
-    downloads: new Map(), tokens: new Map(), activity: [], exports: [], conversations: [], messages: [], byId: new Map(), nextId: 1, channels: new Map(), calls: [], presets: [] };
+    downloads: new Map(), tokens: new Map(), activity: [], exports: [], conversations: [], messages: [], byId: new Map(), nextId: 1, channels: new Map(), calls: [], presets: [],
+    // More models on this machine than the loaded one (a test adds them).
+    extraModels: [] };
   const conv = (id) => state.conversations.find((c) => c.id === id);
   const msg = (id) => state.byId.get(id);
   const noStats = { prompt_tokens: null, completion_tokens: null, ttft_ms: null, decode_tps: null };
@@ -148,7 +151,7 @@ export function createMockBackend() {
     pause: () => null,
     resume: () => null,
     set_priority: () => null,
-    models: () => ({ loaded: state.model, local: state.model ? [{ ...model, source: "models" }] : [], catalogue }),
+    models: () => ({ loaded: state.model, local: state.model ? [{ ...model, source: "models" }, ...state.extraModels] : [], catalogue }),
     download_model: ({ spec, onProgress }) =>
       new Promise((resolve, reject) => state.downloads.set(spec, { channel: onProgress, resolve, reject })),
     message_tokens: ({ message }) => state.tokens.get(message) ?? null,

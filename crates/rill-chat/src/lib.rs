@@ -129,6 +129,8 @@ pub fn stats_of(usage: Usage, timings: Timings, reasoning_ms: Option<f64>) -> Me
         decode_tps: Some(timings.decode_tps),
         reasoning_tokens: thought.then_some(usage.reasoning_tokens as i64),
         reasoning_ms: thought.then(|| reasoning_ms.unwrap_or(0.0)),
+        draft_proposed: (usage.draft_proposed > 0).then_some(usage.draft_proposed as i64),
+        draft_accepted: (usage.draft_proposed > 0).then_some(usage.draft_accepted as i64),
     }
 }
 

@@ -33,6 +33,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
     a.sampling.params().validate()?;
     let rt = crate::runtime()?;
     let store = rt.block_on(a.db.open())?;
+    let speculation = a.model.speculation(a.lookup)?;
     let engine = a.model.start()?;
     let handle = engine.handle();
     let options = || rill_chat::AnswerOptions {
@@ -43,7 +44,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         chat: a.think.chat(),
         thinking_budget: a.think.budget(),
         grammar: None,
-        speculation: crate::output::speculation(a.lookup),
+        speculation,
     };
     // Prints an answer's tokens as they come (its reasoning in its block), and a newline at
     // its end.

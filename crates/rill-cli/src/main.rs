@@ -83,6 +83,11 @@ pub(crate) struct ModelArgs {
     /// for long contexts; CPU only), as llama.cpp's --cache-type-k/-v.
     #[arg(long, default_value = "f16", value_parser = parse_kv_cache)]
     kv_cache: KvType,
+    /// Speculative decoding with a draft model: a smaller GGUF of the same vocabulary (such
+    /// as Qwen3-0.6B for Qwen3-8B) proposes tokens, the model checks several per pass (the
+    /// same text, sooner).
+    #[arg(long, value_name = "FILE")]
+    draft_model: Option<PathBuf>,
 }
 
 fn parse_kv_cache(s: &str) -> Result<KvType, String> {
@@ -104,9 +109,21 @@ impl ModelArgs {
             threads: self.threads,
             context_size: self.ctx_size,
             kv_cache: self.kv_cache,
+            draft_model: self.draft_model.clone(),
             ..EngineConfig::new(model)
         };
         Ok(Engine::start(config)?)
+    }
+
+    /// The speculation `--draft-model` and `--lookup` ask for (one of them at most).
+    pub(crate) fn speculation(&self, lookup: bool) -> Result<rill_engine::Speculation> {
+        use rill_engine::Speculation;
+        Ok(match (lookup, self.draft_model.is_some()) {
+            (true, true) => bail!("--lookup and --draft-model: choose one"),
+            (true, false) => Speculation::Lookup,
+            (false, true) => Speculation::Draft,
+            (false, false) => Speculation::Off,
+        })
     }
 }
 
@@ -227,7 +244,8 @@ struct ServeArgs {
     #[arg(long)]
     save: bool,
     /// Speculative decoding by prompt lookup for requests that do not say (see `run --lookup`;
-    /// a request's `speculation` field wins).
+    /// a request's `speculation` field wins). With `--draft-model`, the draft model is the
+    /// default instead.
     #[arg(long)]
     lookup: bool,
     #[command(flatten)]
@@ -363,7 +381,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         api_key: a.api_key.clone(),
         max_concurrent: a.max_concurrent,
         defaults,
-        speculation: output::speculation(a.lookup),
+        speculation: a.model.speculation(a.lookup)?,
         store,
         ..Default::default()
     };
@@ -417,20 +435,25 @@ fn run(a: RunArgs) -> Result<()> {
             Some(rill_engine::Grammar::JsonSchema(s)) => Some(s),
             Some(_) => bail!("--grammar runs on this machine's engine, not with --remote"),
         };
-        if a.think.think.is_some() || a.think.thinking_budget.is_some() || a.lookup {
+        let local_only = a.think.think.is_some()
+            || a.think.thinking_budget.is_some()
+            || a.lookup
+            || a.model.draft_model.is_some();
+        if local_only {
             bail!(
-                "--think, --thinking-budget and --lookup run on this machine's engine, not with --remote"
+                "--think, --thinking-budget, --lookup and --draft-model run on this machine's engine, not with --remote"
             );
         }
         return run_remote(&a, url, messages, schema);
     }
+    let speculation = a.model.speculation(a.lookup)?;
     let engine = a.model.start()?;
     let gen = engine.handle().generate(GenerateRequest {
         grammar,
         split_reasoning: true,
         thinking_budget: a.think.budget(),
         chat: a.think.chat(),
-        speculation: output::speculation(a.lookup),
+        speculation,
         ..a.sampling.request(Prompt::Messages(messages))
     })?;
     output::stream(gen, a.json)?;

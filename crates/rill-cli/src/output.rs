@@ -10,7 +10,7 @@ use std::io::Write;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use rill_engine::{ChatArgs, Event, Speculation};
+use rill_engine::{ChatArgs, Event};
 
 /// A thinking model's switch and budget.
 #[derive(Args, Clone, Default)]
@@ -44,15 +44,6 @@ impl ThinkArgs {
 
     pub fn budget(&self) -> Option<usize> {
         self.thinking_budget.map(|b| b as usize)
-    }
-}
-
-/// `--lookup`'s speculation.
-pub fn speculation(lookup: bool) -> Speculation {
-    if lookup {
-        Speculation::Lookup
-    } else {
-        Speculation::Off
     }
 }
 

@@ -1,7 +1,8 @@
-//! Speculative decoding by prompt lookup through the `rill` binary (issue 17), on the real
-//! SmolLM2 model: `run --lookup` prints the plain answer with the draft counts in its done
-//! event, and the API's `speculation` field (or `serve --lookup`) gives the plain answer with
-//! OpenAI's accepted and rejected prediction tokens in its usage.
+//! Speculative decoding through the `rill` binary (issue 17), on the real SmolLM2 model:
+//! `run --lookup` and `run --draft-model` print the plain answer with the draft counts in
+//! their done event, and the API's `speculation` field (or `serve --lookup`, `serve
+//! --draft-model`) gives the plain answer with OpenAI's accepted and rejected prediction
+//! tokens in its usage.
 
 mod common;
 
@@ -14,14 +15,21 @@ const ASK: &str = "Repeat this text exactly: The river carried grain from the hi
 every spring. The boats were long and flat, and the boatmen sang as they poled them past the mills.";
 
 fn run(lookup: bool) -> Vec<Value> {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_rill"));
-    c.env("RILL_LOG", "off")
+    run_with(if lookup { &["--lookup"] } else { &[] })
+}
+
+fn rill_run(extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_rill"))
+        .env("RILL_LOG", "off")
         .args(["run", "--model", model().to_str().unwrap(), "--prompt", ASK])
-        .args(["--temperature", "0", "--max-tokens", "60", "--json"]);
-    if lookup {
-        c.arg("--lookup");
-    }
-    let out = c.output().unwrap();
+        .args(["--temperature", "0", "--max-tokens", "60", "--json"])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn run_with(extra: &[&str]) -> Vec<Value> {
+    let out = rill_run(extra);
     assert!(
         out.status.success(),
         "{}",
@@ -34,17 +42,39 @@ fn run(lookup: bool) -> Vec<Value> {
         .collect()
 }
 
+fn tokens(events: &[Value]) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| e["event"] == "token")
+        .map(|e| e["id"].clone())
+        .collect()
+}
+
+#[test]
+fn run_with_a_draft_model_prints_the_plain_answer_and_counts_its_drafts() {
+    let plain = run(false);
+    // The model as its own draft: every proposal is right.
+    let drafted = run_with(&["--draft-model", model().to_str().unwrap()]);
+    assert_eq!(tokens(&drafted), tokens(&plain));
+    let usage = &drafted.last().unwrap()["usage"];
+    assert!(usage["draft_accepted"].as_u64().unwrap() > 30, "{usage}");
+    assert_eq!(usage["draft_accepted"], usage["draft_proposed"], "{usage}");
+
+    // One kind at a time; a draft of another vocabulary is refused with the reason.
+    let both = rill_run(&["--lookup", "--draft-model", model().to_str().unwrap()]);
+    assert!(!both.status.success());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("choose one"));
+    let qwen = common::test_model("qwen3-test.Q8_0");
+    let other = rill_run(&["--draft-model", qwen.to_str().unwrap()]);
+    assert!(!other.status.success());
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(err.contains("cannot draft for this model"), "{err}");
+}
+
 #[test]
 fn run_lookup_prints_the_plain_answer_and_counts_its_drafts() {
     let plain = run(false);
     let fast = run(true);
-    let tokens = |events: &[Value]| -> Vec<Value> {
-        events
-            .iter()
-            .filter(|e| e["event"] == "token")
-            .map(|e| e["id"].clone())
-            .collect()
-    };
     assert_eq!(tokens(&fast), tokens(&plain));
     let done = fast.last().unwrap();
     let (proposed, accepted) = (
@@ -92,21 +122,35 @@ fn the_api_speculates_when_asked_or_by_default_and_reports_predictions() {
         plain["usage"].get("completion_tokens_details").is_none(),
         "{plain}"
     );
-    // A value it does not know is a 400 that names the field.
-    let bad = client()
-        .post(server.url("/v1/chat/completions"))
-        .json(&json!({"messages": [{"role": "user", "content": "hi"}], "speculation": "draft"}))
-        .send()
-        .unwrap();
-    assert_eq!(bad.status(), 400);
-    let err: Value = bad.json().unwrap();
+    // A value it does not know is a 400 that names the field, and so is "draft" where the
+    // server has no draft model.
+    for (kind, says) in [("sideways", "not a kind"), ("draft", "no draft model")] {
+        let bad = client()
+            .post(server.url("/v1/chat/completions"))
+            .json(&json!({"messages": [{"role": "user", "content": "hi"}], "speculation": kind}))
+            .send()
+            .unwrap();
+        assert_eq!(bad.status(), 400);
+        let err: Value = bad.json().unwrap();
+        let msg = err["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("speculation") && msg.contains(says), "{err}");
+    }
+    drop(server);
+
+    // `serve --draft-model`: requests that do not say draft with it; "lookup" and "off" still
+    // choose.
+    let server = Server::start(&["--draft-model", model().to_str().unwrap()]);
+    let drafted = ask(&server, None);
+    assert_eq!(text(&drafted), text(&plain));
+    let details = &drafted["usage"]["completion_tokens_details"];
     assert!(
-        err["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("speculation"),
-        "{err}"
+        details["accepted_prediction_tokens"].as_u64().unwrap() > 30,
+        "{drafted}"
     );
+    assert_eq!(details["rejected_prediction_tokens"], 0, "{drafted}");
+    let off = ask(&server, Some("off"));
+    assert!(off["usage"].get("completion_tokens_details").is_none());
+    assert_eq!(text(&ask(&server, Some("draft"))), text(&plain));
     drop(server);
 
     // `serve --lookup`: requests that do not say speculate; one that says "off" does not.

@@ -77,6 +77,10 @@ pub struct EngineConfig {
     /// How the KV caches store keys and values: f16, or 8-bit (`q8_0`, CPU only), which takes
     /// 53% of the memory, so twice the context fits the same budget.
     pub kv_cache: KvType,
+    /// A smaller model of the same vocabulary to propose tokens for answers that ask for
+    /// [`Speculation::Draft`] (`draft.rs`); it can be changed later with
+    /// [`Handle::set_draft_model`].
+    pub draft_model: Option<PathBuf>,
 }
 
 impl EngineConfig {
@@ -89,6 +93,7 @@ impl EngineConfig {
             prefill_chunk: 256,
             kv_budget: None,
             kv_cache: KvType::F16,
+            draft_model: None,
         }
     }
 }
@@ -290,6 +295,8 @@ pub(crate) enum Command {
     Cancel(u64),
     SetPriority(u64, u8),
     SetMaxTokens(u64, Option<usize>),
+    /// A new draft model, or none.
+    SetDraft(Option<Box<crate::draft::DraftModel>>),
     Shutdown,
 }
 
@@ -330,6 +337,10 @@ pub(crate) struct Shared {
     pub(crate) prefix_bytes: AtomicUsize,
     /// The generations the thread holds, as of the last round (previews excluded).
     pub(crate) live: Mutex<Vec<Activity>>,
+    /// Where the model runs (a draft model is loaded onto it too).
+    pub(crate) device: Device,
+    /// The draft model, when one is loaded.
+    pub(crate) draft: Mutex<Option<crate::draft::DraftInfo>>,
 }
 
 /// A running engine. Dropping it stops the inference thread (after the current step).
@@ -369,19 +380,29 @@ impl Engine {
             template,
         } = pool.install(|| Model::load(&config.model, &device, Some(cap)))?;
         weights.set_kv_type(config.kv_cache)?;
+        let context_length = weights.config().context_length;
+        let draft = match &config.draft_model {
+            Some(path) => Some(pool.install(|| {
+                crate::draft::DraftModel::load(path, &device, &tokenizer, context_length)
+            })?),
+            None => None,
+        };
+        let (draft, draft_info) = draft.map_or((None, None), |(d, i)| (Some(d), Some(i)));
         let tokenizer = Arc::new(tokenizer);
         let shared = Arc::new(Shared {
             info,
             grammars: Grammars::new(tokenizer.clone()),
             tokenizer,
             template,
-            context_length: weights.config().context_length,
+            context_length,
             step_weight_bytes: weights.step_weight_bytes(),
             threads,
             next_id: AtomicU64::new(1),
             cache_bytes: AtomicUsize::new(0),
             prefix_bytes: AtomicUsize::new(0),
             live: Mutex::new(Vec::new()),
+            device,
+            draft: Mutex::new(draft_info),
         });
         let full_context = weights.kv_bytes(shared.context_length);
         let budget = config
@@ -390,6 +411,7 @@ impl Engine {
         tracing::info!(budget_mb = budget / (1 << 20), "KV cache budget");
         let (tx, rx) = mpsc::channel();
         let mut worker = Worker::new(weights, shared.clone(), budget, config.prefill_chunk, pool);
+        worker.set_draft(draft);
         let thread = std::thread::Builder::new()
             .name("rill-inference".into())
             .spawn(move || worker::run(&mut worker, rx))?;
@@ -421,6 +443,10 @@ pub struct Handle {
 }
 
 impl Handle {
+    pub(crate) fn send(&self, cmd: Command) -> Result<()> {
+        self.tx.send(cmd).map_err(|_| Error::EngineStopped)
+    }
+
     pub fn model_info(&self) -> &ModelInfo {
         &self.shared.info
     }
@@ -486,6 +512,12 @@ impl Handle {
         }
         if req.thinking_budget == Some(0) {
             return Err(Error::param("thinking_budget", "must be ≥ 1"));
+        }
+        if req.speculation == Speculation::Draft && self.draft_model().is_none() {
+            return Err(Error::param(
+                "speculation",
+                "no draft model is loaded (start with --draft-model FILE, or choose one)",
+            ));
         }
         let constraint = match &req.grammar {
             Some(g) => Some(self.shared.grammars.compile(g)?),

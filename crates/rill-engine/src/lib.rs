@@ -30,6 +30,7 @@
 //! The crate knows nothing of SQLite, HTTP or Tauri; those wire it up from outside.
 
 pub mod constraint;
+mod draft;
 pub mod engine;
 pub mod error;
 pub mod generation;
@@ -50,6 +51,7 @@ pub mod tools;
 mod worker;
 
 pub use constraint::Grammar;
+pub use draft::DraftInfo;
 pub use engine::{
     Activity, ChatArgs, Collected, Control, DeviceKind, Engine, EngineConfig, Event,
     GenerateRequest, Generation, Handle, Overflow, PreviewRequest, Prompt, Timings, Usage,

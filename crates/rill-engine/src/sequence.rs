@@ -7,8 +7,9 @@
 //! rule resumes a sequence whose cache was dropped to make room (it is simply prefilled again,
 //! answer so far included) and one that reuses a cached prefix (fewer tokens are pending).
 //! The [`SequenceState`] is derived from these fields, so it can never disagree with them.
-//! A decode step that checks a speculative draft (`sequence/speculation.rs`) runs the draft's
-//! rows too, and cuts the cache back to the tokens drawn before the step ends.
+//! A step that draws (a decode step, or the chunk that ends the prompt) can check a speculative
+//! draft (`sequence/speculation.rs`): it runs the draft's rows too, and cuts the cache back to
+//! the tokens drawn before the step ends.
 
 use std::time::Instant;
 
@@ -81,6 +82,8 @@ pub(crate) struct Sequence {
     /// This step's proposal, and the rows that check it (`speculation.rs`).
     draft: Vec<u32>,
     verify: Vec<u32>,
+    /// The draft model's cache: a prefix of `tokens` (and, during a step, the proposal).
+    draft_cache: KvCache,
 }
 
 pub(crate) struct SequenceSpec {
@@ -144,6 +147,7 @@ impl Sequence {
             drafter: Drafter::new(s.speculation),
             draft: Vec::new(),
             verify: Vec::new(),
+            draft_cache: KvCache::new(),
         }
     }
 
@@ -217,8 +221,9 @@ impl Sequence {
         &self.tokens
     }
 
+    /// Bytes of its caches: the model's, and the draft model's when it speculates with one.
     pub fn cache_bytes(&self) -> usize {
-        self.cache.bytes()
+        self.cache.bytes() + self.draft_cache.bytes()
     }
 
     /// Changes the answer-length cap while the answer runs; past it, the answer ends now.
@@ -281,7 +286,7 @@ impl Sequence {
     pub fn evict(&mut self) {
         self.cache = KvCache::new();
         self.admitted = false;
-        self.draft.clear();
+        self.reset_draft();
     }
 
     /// Hands the cache over (with the tokens it holds) for prefix reuse, once finished.
@@ -290,8 +295,8 @@ impl Sequence {
         (self.tokens[..cache.len()].to_vec(), cache)
     }
 
-    /// The next `n` pending tokens and the cache they go into, for a batched step (a decode
-    /// step with a draft: the last token and the draft).
+    /// The next `n` pending tokens and the cache they go into, for a batched step (with a
+    /// draft: the pending tokens and the draft).
     pub fn step_input(&mut self, n: usize) -> (&[u32], &mut KvCache) {
         let from = self.cache.len();
         self.prefill_started.get_or_insert_with(Instant::now);
@@ -306,14 +311,13 @@ impl Sequence {
     /// draft, token by token).
     pub fn after_step(&mut self, tok: &Tokenizer, mut logits: Vec<f32>) -> Result<()> {
         if !self.draft.is_empty() {
-            return self.check_draft(tok, logits);
+            // (The check cuts the cache back first, so a prompt's checkpoint below holds
+            // no draft token.)
+            let checked = self.check_draft(tok, logits);
+            self.prompt_in();
+            return checked;
         }
-        if self.prefill_done.is_none() && self.cache.len() >= self.prompt_len {
-            self.prefill_done = Some(Instant::now());
-            // Windowed layers drop what their window leaves behind; this keeps the prompt's
-            // end reachable for the next turn or a regenerated answer (`kv.rs`).
-            self.cache.checkpoint();
-        }
+        self.prompt_in();
         if self.pending() == 0 {
             if self.preview {
                 self.preview_logits = Some(logits);
@@ -323,6 +327,16 @@ impl Sequence {
             self.sample_and_emit(tok, &mut logits)?;
         }
         Ok(())
+    }
+
+    /// Once the prompt is in the cache: its time, and a checkpoint.
+    fn prompt_in(&mut self) {
+        if self.prefill_done.is_none() && self.cache.len() >= self.prompt_len {
+            self.prefill_done = Some(Instant::now());
+            // Windowed layers drop what their window leaves behind; this keeps the prompt's
+            // end reachable for the next turn or a regenerated answer (`kv.rs`).
+            self.cache.checkpoint();
+        }
     }
 
     /// True while the answer is inside its thinking block (when the request split it).

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use crate::draft::DraftModel;
 use crate::engine::{Command, PreviewJob, Shared};
 use crate::error::{Error, Result};
 use crate::model::llama::KV_MIN_CAPACITY;
@@ -37,6 +38,10 @@ pub(crate) struct Worker {
     preview: Option<(Vec<u32>, Vec<f32>)>,
     /// Previews waiting for their prompt's logits, by sequence id.
     previews: Vec<(u64, oneshot::Sender<Result<Distribution>>)>,
+    /// Proposes tokens for answers that speculate with a draft model (`draft.rs`).
+    draft: Option<Box<DraftModel>>,
+    /// The most prompt tokens one pass takes (a draft's catch-up too).
+    prefill_chunk: usize,
 }
 
 /// The inference thread: apply commands, admit what fits, plan a round, run it, retire.
@@ -108,7 +113,24 @@ impl Worker {
             pool,
             preview: None,
             previews: Vec::new(),
+            draft: None,
+            prefill_chunk,
         }
+    }
+
+    /// A new draft model (or none). Draft caches made by the one before are dropped.
+    pub(crate) fn set_draft(&mut self, draft: Option<DraftModel>) {
+        self.replace_draft(draft.map(Box::new));
+    }
+
+    fn replace_draft(&mut self, draft: Option<Box<DraftModel>>) {
+        for s in self.seqs.iter_mut() {
+            s.reset_draft();
+        }
+        if let Some(d) = &draft {
+            tracing::info!(name = %d.name, path = %d.path.display(), "draft model loaded");
+        }
+        self.draft = draft;
     }
 
     fn used(&self) -> usize {
@@ -262,19 +284,11 @@ impl Worker {
                 .iter()
                 .filter(|(s, _)| s.state() == SequenceState::Decoding)
                 .count();
-            // A decoding answer that speculates checks its draft in this step: its last token
-            // and the draft go in, and every one of their rows' logits comes back.
-            let outs: Vec<usize> = members
-                .iter_mut()
-                .map(|(s, _)| {
-                    if s.state() == SequenceState::Decoding {
-                        s.prepare_draft();
-                        s.logit_rows()
-                    } else {
-                        1
-                    }
-                })
-                .collect();
+            // An answer that speculates checks its draft in a step that draws: its last token
+            // (or its prompt's last chunk) and the draft go in, and the logits of the draft's
+            // rows and the row before come back.
+            propose(&self.draft, &self.pool, self.prefill_chunk, &mut members);
+            let outs: Vec<usize> = members.iter().map(|(s, _)| s.logit_rows()).collect();
             let mut inputs: Vec<(&[u32], &mut crate::model::KvCache)> =
                 members.iter_mut().map(|(s, n)| s.step_input(*n)).collect();
             let rows: usize = inputs.iter().map(|(t, _)| t.len()).sum();
@@ -421,6 +435,7 @@ impl Worker {
                     seqs[i].set_max_tokens(m);
                 }
             }
+            Command::SetDraft(d) => self.replace_draft(d),
             Command::Shutdown => {
                 for s in seqs.iter_mut() {
                     s.finish(StopReason::Cancelled);
@@ -429,5 +444,28 @@ impl Worker {
             }
         }
         true
+    }
+}
+
+/// This pass's drafts, for the answers whose step draws a token (a decode step, or the chunk
+/// that ends a prompt): lookup's, then the draft model's passes for those drafting with it.
+fn propose(
+    draft: &Option<Box<DraftModel>>,
+    pool: &rayon::ThreadPool,
+    chunk: usize,
+    members: &mut [(&mut Sequence, usize)],
+) {
+    let mut drafting: Vec<(&mut Sequence, usize)> = Vec::new();
+    for (s, n) in members.iter_mut() {
+        if !s.is_preview() && *n == s.pending() {
+            s.prepare_draft();
+            let k = s.model_draft_wanted();
+            if k > 0 {
+                drafting.push((&mut **s, k));
+            }
+        }
+    }
+    if let (Some(d), false) = (draft, drafting.is_empty()) {
+        pool.install(|| d.propose(&mut drafting, chunk));
     }
 }

@@ -92,8 +92,8 @@ pub struct Sampling {
     pub grammar: Option<String>,
     /// Rill's extension: close a thinking model's `<think>` block after this many tokens.
     pub thinking_budget: Option<usize>,
-    /// Rill's extension: speculative decoding, `"lookup"` or `"off"` (the server's default
-    /// otherwise, `rill serve --lookup`).
+    /// Rill's extension: speculative decoding, `"lookup"`, `"draft"` (the server's draft
+    /// model, `rill serve --draft-model`) or `"off"` (the server's default otherwise).
     pub speculation: Option<String>,
 }
 
@@ -182,10 +182,14 @@ impl Sampling {
             None => speculation,
             Some("off") => Speculation::Off,
             Some("lookup") => Speculation::Lookup,
+            // Refused by the engine with a 400 when the server has no draft model.
+            Some("draft") => Speculation::Draft,
             Some(other) => {
                 return Err(ApiError::invalid(
                     "speculation",
-                    format!("`{other}` is not a kind of speculation: say \"lookup\" or \"off\""),
+                    format!(
+                    "`{other}` is not a kind of speculation: say \"lookup\", \"draft\" or \"off\""
+                ),
                 ))
             }
         };

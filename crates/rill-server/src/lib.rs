@@ -56,7 +56,7 @@ pub struct ServerConfig {
     pub body_limit: usize,
     /// Sampling settings for fields a request leaves out (OpenAI's by default).
     pub defaults: SamplingParams,
-    /// Speculative decoding for requests that do not say (`rill serve --lookup`).
+    /// Speculative decoding for requests that do not say (`rill serve --lookup` or `--draft-model`).
     pub speculation: rill_engine::Speculation,
     /// When set, every chat completion is saved there as a conversation. Off by default: API
     /// traffic is never stored silently.

@@ -18,9 +18,9 @@ use crate::{Error, Result, Role, Status, Store};
 
 /// The JSON format this build writes, and the newest it reads. Version 2 added the messages'
 /// `tokens`, version 3 their `reasoning` (with its token count and time), version 4 tool calls
-/// and results (`tool_calls`, role `tool` with `tool_call_id`); older files are read as they
-/// are.
-pub const EXPORT_VERSION: u32 = 4;
+/// and results (`tool_calls`, role `tool` with `tool_call_id`), version 5 speculative decoding's
+/// counts (`draft_proposed`, `draft_accepted`); older files are read as they are.
+pub const EXPORT_VERSION: u32 = 5;
 const FORMAT: &str = "rill-conversation";
 
 #[derive(Serialize, Deserialize)]
@@ -63,6 +63,11 @@ struct ExportMessage {
     reasoning_tokens: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     reasoning_ms: Option<f64>,
+    /// Speculative decoding's draft tokens, proposed and accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    draft_proposed: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    draft_accepted: Option<i64>,
     /// An assistant's tool calls: `[{"id", "name", "arguments"}]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tool_calls: Option<Value>,
@@ -150,6 +155,8 @@ impl Store {
                     reasoning: m.reasoning,
                     reasoning_tokens: m.stats.reasoning_tokens,
                     reasoning_ms: m.stats.reasoning_ms,
+                    draft_proposed: m.stats.draft_proposed,
+                    draft_accepted: m.stats.draft_accepted,
                     tool_calls: m.tool_calls,
                     tool_call_id: m.tool_call_id,
                     status: m.status,
@@ -223,8 +230,9 @@ impl Store {
             let id = sqlx::query(
                 "INSERT INTO messages (conversation_id, parent_id, role, content, reasoning, tool_calls,
                      tool_call_id, status, model, settings, prompt_tokens, completion_tokens, ttft_ms,
-                     decode_tps, reasoning_tokens, reasoning_ms, error, created_at, updated_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     decode_tps, reasoning_tokens, reasoning_ms, draft_proposed, draft_accepted, error,
+                     created_at, updated_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(conversation)
             .bind(m.parent.map(|p| ids[p]))
@@ -246,6 +254,8 @@ impl Store {
             .bind(m.decode_tps)
             .bind(m.reasoning_tokens)
             .bind(m.reasoning_ms)
+            .bind(m.draft_proposed)
+            .bind(m.draft_accepted)
             .bind(&m.error)
             .bind(m.created_at)
             .bind(m.updated_at)

@@ -57,7 +57,9 @@ impl Store {
                  'tool_call_id', tool_call_id, 'status', status, 'model', model,
                  'settings', json(settings), 'prompt_tokens', prompt_tokens,
                  'completion_tokens', completion_tokens, 'ttft_ms', ttft_ms, 'decode_tps', decode_tps,
-                 'reasoning_tokens', reasoning_tokens, 'reasoning_ms', reasoning_ms, 'error', error, 'created_at', created_at, 'updated_at', updated_at)), '[]')
+                 'reasoning_tokens', reasoning_tokens, 'reasoning_ms', reasoning_ms,
+                 'draft_proposed', draft_proposed, 'draft_accepted', draft_accepted,
+                 'error', error, 'created_at', created_at, 'updated_at', updated_at)), '[]')
              FROM ({rows})"
         );
         let json: String = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
@@ -196,7 +198,9 @@ impl Store {
                  completion_tokens = COALESCE(?, completion_tokens), ttft_ms = COALESCE(?, ttft_ms),
                  decode_tps = COALESCE(?, decode_tps),
                  reasoning_tokens = COALESCE(?, reasoning_tokens),
-                 reasoning_ms = COALESCE(?, reasoning_ms), error = ?, updated_at = ?
+                 reasoning_ms = COALESCE(?, reasoning_ms),
+                 draft_proposed = COALESCE(?, draft_proposed),
+                 draft_accepted = COALESCE(?, draft_accepted), error = ?, updated_at = ?
              WHERE id = ? AND (? IS NULL OR writer_token = ?)",
         )
         .bind(content)
@@ -208,6 +212,8 @@ impl Store {
         .bind(stats.decode_tps)
         .bind(stats.reasoning_tokens)
         .bind(stats.reasoning_ms)
+        .bind(stats.draft_proposed)
+        .bind(stats.draft_accepted)
         .bind(error)
         .bind(now_ms())
         .bind(id)

@@ -90,6 +90,11 @@ pub struct MessageStats {
     pub reasoning_tokens: Option<i64>,
     #[serde(default)]
     pub reasoning_ms: Option<f64>,
+    /// Speculative decoding: draft tokens proposed, and how many the model drew.
+    #[serde(default)]
+    pub draft_proposed: Option<i64>,
+    #[serde(default)]
+    pub draft_accepted: Option<i64>,
 }
 
 /// What a new conversation starts with.

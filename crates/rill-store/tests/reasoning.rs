@@ -148,7 +148,7 @@ async fn both_exports_carry_the_reasoning() {
 
     let json = store.export_json(c).await.unwrap();
     let file: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(file["version"], 4);
+    assert_eq!(file["version"], rill_store::EXPORT_VERSION);
     let answer = &file["messages"][1];
     assert_eq!(answer["reasoning"], "91 is 7 times 13, a quasiprime");
     assert_eq!(answer["reasoning_tokens"], 9);

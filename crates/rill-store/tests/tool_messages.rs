@@ -63,7 +63,7 @@ async fn calls_and_results_are_kept_as_such_through_both_exports_and_an_import()
 
     let exported = store.export_json(c).await.unwrap();
     let file: serde_json::Value = serde_json::from_str(&exported).unwrap();
-    assert_eq!(file["version"], 4);
+    assert_eq!(file["version"], rill_store::EXPORT_VERSION);
     assert_eq!(file["messages"][1]["tool_calls"], weather_call());
     assert_eq!(file["messages"][2]["role"], "tool");
     assert_eq!(file["messages"][2]["tool_call_id"], "call0abcd");

@@ -94,12 +94,19 @@ function Stats({ m, live }: { m: ViewMessage; live: LiveAnswer | undefined }) {
   const tokens = live && !live.final ? live.completionTokens : m.completion_tokens;
   const tps = live && !live.final ? live.tokensPerSecond : m.decode_tps;
   const ttft = m.ttft_ms;
+  // Speculative decoding: the draft tokens the model took, of those proposed.
+  const { draft_proposed: proposed, draft_accepted: accepted } = live?.final ?? m;
   if (tokens == null && tps == null) return null;
   return (
     <span className="stats" data-testid="stats">
       {tokens != null && `${tokens} tokens`}
       {tps != null && tps > 0 && ` · ${tps.toFixed(1)} tok/s`}
       {ttft != null && ` · TTFT ${Math.round(ttft)} ms`}
+      {proposed != null && proposed > 0 && (
+        <span data-testid="draft-stats" title="Speculative decoding: proposed tokens the model drew">
+          {` · drafts ${accepted ?? 0}/${proposed} accepted`}
+        </span>
+      )}
     </span>
   );
 }

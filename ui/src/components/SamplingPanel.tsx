@@ -1,6 +1,7 @@
 import { useEffect, useState } from "react";
 import NextTokenChart from "./NextTokenChart";
 import { StructuredOutput, ThinkingSettings } from "./OutputSettings";
+import { SpeedUp } from "./SpeedUp";
 import { api, errorText, DEFAULT_SETTINGS, type Conversation, type PanelSettings, type Preset, type RemoteBackend, type Thinking } from "../lib/ipc";
 
 interface Props {
@@ -194,15 +195,7 @@ export default function SamplingPanel({ conversation, settings, onChange, onSyst
         <input type="checkbox" data-testid="param-token-probs" checked={s.token_probs !== false} onChange={(e) => set({ token_probs: e.target.checked })} />
         Keep token probabilities
       </label>
-      {!s.remote && (
-        <label className="param" title="Where an answer repeats the conversation (rewriting, quoting, code edits), the model checks several tokens per pass: the same text, sooner.">
-          <span className="label">Speed up</span>
-          <select data-testid="param-speed-up" value={s.speed_up ?? "off"} onChange={(e) => set({ speed_up: e.target.value as "off" | "lookup" })}>
-            <option value="off">Off</option>
-            <option value="lookup">Lookup (repeats from the conversation)</option>
-          </select>
-        </label>
-      )}
+      {!s.remote && <SpeedUp settings={s} set={set} />}
       {!s.remote && <ThinkingSettings thinking={thinking} settings={s} set={set} />}
       <StructuredOutput schema={s.json_schema} onChange={(json_schema) => set({ json_schema })} />
 

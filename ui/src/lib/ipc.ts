@@ -34,6 +34,9 @@ export interface MessageStats {
   /** How many of the answer's tokens were reasoning, and how long it thought (ms). */
   reasoning_tokens?: number | null;
   reasoning_ms?: number | null;
+  /** Speculative decoding: draft tokens proposed, and how many the model drew. */
+  draft_proposed?: number | null;
+  draft_accepted?: number | null;
 }
 
 /** The store flattens an answer's stats into the message. */
@@ -80,8 +83,11 @@ export interface PanelSettings {
   thinking_budget?: number | null;
   /** Structured output: every answer is JSON this schema accepts. */
   json_schema?: Record<string, unknown> | null;
-  /** "Speed up": speculative decoding by prompt lookup (the same text, sooner). */
-  speed_up?: "off" | "lookup";
+  /** "Speed up": speculative decoding by prompt lookup or with a draft model (the same text,
+   * sooner). */
+  speed_up?: "off" | "lookup" | "draft";
+  /** With "draft": the draft model's file, from the models list. */
+  draft_model?: string | null;
 }
 
 export interface RemoteBackend {

@@ -4,7 +4,8 @@
 //! The prompt is real text tokenized and repeated to the asked length, run as raw tokens (no
 //! template), greedy, ignoring end-of-generation so every stream makes exactly `--gen-tokens`;
 //! or, with `--prompt-file`, a file's text asked in the chat template, answered until the model
-//! ends it (at most `--gen-tokens`). `--lookup` measures speculative decoding by prompt lookup.
+//! ends it (at most `--gen-tokens`). `--lookup` and `--draft-model` measure speculative decoding by prompt lookup
+//! and with a draft model.
 //! A short warm-up generation runs first so thread start-up is not measured.
 
 mod report;
@@ -144,6 +145,10 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     }
     let grammar = a.constraint.grammar()?;
     let started = Instant::now();
+    let speculation = match a.contrary {
+        true => Speculation::Contrary,
+        false => a.model.speculation(a.lookup)?,
+    };
     let engine = a.model.start()?;
     let load_ms = started.elapsed().as_secs_f64() * 1e3;
     let handle = engine.handle();
@@ -163,11 +168,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         ignore_eos: asked.is_none(),
         top_candidates: a.candidates,
         grammar: grammar.clone(),
-        speculation: match (a.lookup, a.contrary) {
-            (true, _) => Speculation::Lookup,
-            (_, true) => Speculation::Contrary,
-            _ => Speculation::Off,
-        },
+        speculation,
         ..GenerateRequest::new(Prompt::Tokens(ids))
     };
 

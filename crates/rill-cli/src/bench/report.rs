@@ -64,7 +64,7 @@ pub(super) struct Report {
     pub(super) turn_ttft_ms: Option<Vec<f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) turn_reused_tokens: Option<Vec<usize>>,
-    /// With `--lookup`: draft tokens proposed and accepted, over all measured streams.
+    /// With `--lookup` or `--draft-model`: draft tokens proposed and accepted, over all measured streams.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) draft_proposed: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -76,6 +76,7 @@ pub(super) struct Report {
 impl Report {
     /// The figures of `results`, streams measured side by side.
     pub(super) fn new(a: &BenchArgs, prompt_tokens: usize, results: &[StreamResult]) -> Report {
+        let speculates = a.lookup || a.contrary || a.model.draft_model.is_some();
         Report {
             streams: a.streams,
             background: a.background,
@@ -107,9 +108,9 @@ impl Report {
             background_itl_after_ms: None,
             turn_ttft_ms: None,
             turn_reused_tokens: None,
-            draft_proposed: (a.lookup || a.contrary)
+            draft_proposed: speculates
                 .then(|| results.iter().map(|r| r.usage.draft_proposed).sum()),
-            draft_accepted: (a.lookup || a.contrary)
+            draft_accepted: speculates
                 .then(|| results.iter().map(|r| r.usage.draft_accepted).sum()),
             answer_tokens: results.iter().map(|r| r.times.len()).collect(),
         }
@@ -157,7 +158,7 @@ pub(super) fn print_report(
             report.answer_tokens.iter().max().unwrap_or(&0)
         );
         if let (Some(p), Some(acc)) = (report.draft_proposed, report.draft_accepted) {
-            println!("lookup       {acc} of {p} proposed tokens accepted");
+            println!("speculation  {acc} of {p} proposed tokens accepted");
         }
         if report.streams > 1 {
             println!(

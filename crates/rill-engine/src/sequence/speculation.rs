@@ -13,8 +13,10 @@
 //! draft got wrong is cut from the cache.
 //!
 //! Proposals come from [`lookup`]: the continuation of the latest earlier occurrence of the
-//! answer's last few tokens in the prompt and the answer so far (llama.cpp's prompt lookup).
-//! [`Drafter`] adapts how many tokens it proposes: more while drafts are accepted, fewer when
+//! answer's last few tokens in the prompt and the answer so far (llama.cpp's prompt lookup),
+//! or from a draft model (`draft.rs`): a smaller model of the same vocabulary, with its own
+//! cache beside the answer's, whose greedy continuation is the proposal. (A greedy draft is a
+//! single token per position, so the check above stays the standard rule.) [`Drafter`] adapts how many tokens it proposes: more while drafts are accepted, fewer when
 //! they are not, and none for a while after misses, so a text that repeats nothing costs
 //! almost nothing.
 
@@ -22,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Sequence;
 use crate::error::Result;
+use crate::model::KvCache;
 use crate::tokenizer::Tokenizer;
 
 /// How an answer's next tokens are proposed for the model to check.
@@ -33,6 +36,8 @@ pub enum Speculation {
     Off,
     /// Prompt lookup: the continuation of an earlier occurrence of the last few tokens.
     Lookup,
+    /// The engine's draft model (`--draft-model`) proposes: its greedy continuation.
+    Draft,
     /// For tests and benchmarks: drafts the model rejects (the prompt's first token, a turn
     /// marker no answer writes), to show that checking costs little when drafts fail. Never
     /// read from settings or requests.
@@ -107,10 +112,23 @@ impl Drafter {
             return Vec::new();
         }
         match self.kind {
-            Speculation::Off => Vec::new(),
+            // A draft model's proposal is made by the worker's draft passes (`draft.rs`).
+            Speculation::Off | Speculation::Draft => Vec::new(),
             Speculation::Lookup => lookup(tokens, self.k.min(room)),
             Speculation::Contrary => vec![tokens.first().copied().unwrap_or(0); self.k.min(room)],
         }
+    }
+
+    /// How many tokens a draft model may propose now (0 while paused after misses).
+    fn wanted(&mut self, room: usize) -> usize {
+        if self.kind != Speculation::Draft || room == 0 {
+            return 0;
+        }
+        if self.pause > 0 {
+            self.pause -= 1;
+            return 0;
+        }
+        self.k.min(room)
     }
 
     /// How a check went: `accepted` of `proposed` draft tokens were the model's (counted
@@ -136,29 +154,79 @@ impl Drafter {
 }
 
 impl Sequence {
-    /// Before a decode step: proposes this step's draft, when the answer speculates. The
-    /// draft never reaches past the answer's length limit or the context.
+    /// Before a step that draws (a decode step, or the chunk that ends the prompt): proposes
+    /// this step's draft, when the answer speculates. The draft never reaches past the
+    /// answer's length limit or the context.
     pub fn prepare_draft(&mut self) {
         self.draft.clear();
-        let Some(d) = self.drafter.as_mut() else {
-            return;
-        };
+        let room = self.draft_room();
+        if let Some(d) = self.drafter.as_mut() {
+            self.draft = d.propose(&self.tokens, room);
+        }
+    }
+
+    /// The most draft tokens this step may check: within the answer's length limit and the
+    /// context.
+    fn draft_room(&self) -> usize {
         let left = self
             .max_tokens
             .map_or(usize::MAX, |m| m.saturating_sub(self.completion_tokens + 1));
-        let room = left.min(self.context_length.saturating_sub(self.tokens.len() + 1));
-        self.draft = d.propose(&self.tokens, room);
+        left.min(self.context_length.saturating_sub(self.tokens.len() + 1))
     }
 
-    /// The rows whose logits the step needs: the draft's and the last token's.
+    /// For a draft model's passes (`draft.rs`): how many tokens it should propose for this
+    /// step, 0 for none. Call after [`prepare_draft`](Self::prepare_draft).
+    pub fn model_draft_wanted(&mut self) -> usize {
+        let room = self.draft_room();
+        self.drafter.as_mut().map_or(0, |d| d.wanted(room))
+    }
+
+    /// The draft model's first input this step: the tokens its cache lacks (at most
+    /// `chunk`), and whether that catches it up, so that its last row proposes.
+    pub fn draft_catch_up(&mut self, chunk: usize) -> (&[u32], &mut KvCache, bool) {
+        if self.draft_cache.len() >= self.tokens.len() {
+            // Never ahead of the tokens (only after a failure); start over.
+            self.draft_cache = KvCache::new();
+        }
+        let from = self.draft_cache.len();
+        let to = self.tokens.len().min(from + chunk.max(1));
+        let caught_up = to == self.tokens.len();
+        (&self.tokens[from..to], &mut self.draft_cache, caught_up)
+    }
+
+    /// The draft model's next input: the token it proposed last.
+    pub fn draft_continue(&mut self) -> (&[u32], &mut KvCache) {
+        let n = self.draft.len();
+        (&self.draft[n.saturating_sub(1)..], &mut self.draft_cache)
+    }
+
+    /// A token the draft model proposes for this step.
+    pub fn push_draft(&mut self, id: u32) {
+        self.draft.push(id);
+    }
+
+    /// Proposed tokens so far this step.
+    pub fn draft_len(&self) -> usize {
+        self.draft.len()
+    }
+
+    /// After a failed draft pass: the draft cache is not trusted any more, nor the proposal.
+    pub fn reset_draft(&mut self) {
+        self.draft_cache = KvCache::new();
+        self.draft.clear();
+    }
+
+    /// The rows whose logits the step needs: the draft's and the one before.
     pub fn logit_rows(&self) -> usize {
         1 + self.draft.len()
     }
 
-    /// The rows of a verification step: the last token, then the draft.
+    /// The rows of a verification step: the pending tokens (the last one drawn, or the end
+    /// of the prompt), then the draft.
     pub(super) fn verify_input(&mut self) -> &[u32] {
         self.verify.clear();
-        self.verify.push(*self.tokens.last().unwrap_or(&0));
+        self.verify
+            .extend_from_slice(&self.tokens[self.cache.len()..]);
         self.verify.extend_from_slice(&self.draft);
         &self.verify
     }
@@ -169,7 +237,7 @@ impl Sequence {
     pub(super) fn check_draft(&mut self, tok: &Tokenizer, logits: Vec<f32>) -> Result<()> {
         let draft = std::mem::take(&mut self.draft);
         let vocab = logits.len() / (draft.len() + 1);
-        // The cache holds the last token and the whole draft; the tokens, the last one.
+        // The cache holds the tokens and the whole draft; the tokens end before the draft.
         let base = self.tokens.len();
         if let Some(d) = self.drafter.as_mut() {
             d.proposed += draft.len();
@@ -190,9 +258,14 @@ impl Sequence {
                 d.accepted += 1;
             }
         }
-        // Whatever happened, the cache holds no more than the tokens it ran.
+        // Whatever happened, the cache holds no more than the tokens it ran. A draft model's
+        // cache holds the tokens, then the proposal but its last: what it got right stays.
         self.cache
             .truncate((base + accepted).min(self.tokens.len()));
+        let kept = (base + accepted).min(self.tokens.len());
+        if self.draft_cache.len() > kept {
+            self.draft_cache.truncate(kept);
+        }
         if let Some(d) = self.drafter.as_mut() {
             d.settle(draft.len(), accepted);
         }

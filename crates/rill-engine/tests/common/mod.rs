@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 pub mod flow;
+pub mod prompts;
 
 /// `$var`, else `default` under the repository's root.
 fn in_repo(var: &str, default: &str) -> PathBuf {

@@ -1,0 +1,237 @@
+//! Draft-model speculation (issue 17): a second, smaller model of the same vocabulary proposes
+//! an answer's next tokens, and the model checks them in one pass (`sequence/speculation.rs`).
+//!
+//! The draft runs inside the inference thread, before each decode step, as batched passes of
+//! its own: the first catches every speculating answer's draft cache up with its tokens (at
+//! most a prefill chunk at a time, so a long prompt is caught up over several steps and a
+//! step stays bounded), the next ones each add one greedy token to every proposal. What the
+//! model rejects is cut from the draft's cache as from the model's.
+//!
+//! A draft must spell every token as the model does: [`check_vocabulary`] compares the two
+//! vocabularies at load (as llama.cpp does, allowing the larger to have up to 128 more ids
+//! at its end, which no proposal uses).
+
+use std::path::{Path, PathBuf};
+
+use candle_core::Device;
+
+use crate::error::{Error, Result};
+use crate::model::{Llama, Model};
+use crate::sequence::Sequence;
+use crate::tokenizer::Tokenizer;
+
+/// How many more ids one vocabulary may have than the other (padding, extra control tokens).
+const MAX_EXTRA_IDS: usize = 128;
+
+/// A loaded draft model.
+pub(crate) struct DraftModel {
+    weights: Llama,
+    /// Ids both vocabularies spell alike: proposals and inputs stay below it.
+    shared_vocab: usize,
+    pub(crate) path: PathBuf,
+    pub(crate) name: String,
+}
+
+/// What the engine tells about its draft model.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DraftInfo {
+    pub path: PathBuf,
+    pub name: String,
+    pub quantization: String,
+}
+
+impl DraftModel {
+    /// Loads `path` as a draft for a model with the vocabulary `main`; refuses a file whose
+    /// vocabulary differs. `context_cap` as for the model.
+    pub(crate) fn load(
+        path: &Path,
+        device: &Device,
+        main: &Tokenizer,
+        context_cap: usize,
+    ) -> Result<(DraftModel, DraftInfo)> {
+        let Model {
+            info,
+            weights,
+            tokenizer,
+            ..
+        } = Model::load(path, device, Some(context_cap))?;
+        let shared_vocab = check_vocabulary(main, &tokenizer).map_err(|message| {
+            Error::model_file(
+                path,
+                format!(
+                    "cannot draft for this model: {message}; a draft must be of the same family"
+                ),
+            )
+        })?;
+        let about = DraftInfo {
+            path: path.to_path_buf(),
+            name: info.name.clone(),
+            quantization: info.quantization.clone(),
+        };
+        Ok((
+            DraftModel {
+                weights,
+                shared_vocab,
+                path: path.to_path_buf(),
+                name: info.name,
+            },
+            about,
+        ))
+    }
+
+    /// Fills each answer's proposal for this step (the answers that want one, with the
+    /// number of tokens each wants). A failed pass leaves those answers without a proposal
+    /// and with a fresh draft cache; the step goes on without them.
+    pub(crate) fn propose(&self, seqs: &mut [(&mut Sequence, usize)], chunk: usize) {
+        let ctx = self.weights.config().context_length;
+        // Each answer's proposal stops at the draft's context.
+        for (s, k) in seqs.iter_mut() {
+            let room = ctx.saturating_sub(s.tokens().len() + 1);
+            *k = (*k).min(room);
+            if s.tokens().iter().any(|&t| t as usize >= self.shared_vocab) {
+                *k = 0; // a token the draft cannot read (cannot happen for a checked pair)
+            }
+        }
+        let mut active: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].1 > 0).collect();
+        let mut first = true;
+        while !active.is_empty() {
+            let mut ready = Vec::with_capacity(active.len());
+            let mut inputs: Vec<_> = Vec::with_capacity(active.len());
+            // `seqs[i]` for i in `active`, in order, each borrowed once.
+            let mut picked: Vec<&mut Sequence> = seqs
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| active.contains(i))
+                .map(|(_, (s, _))| &mut **s)
+                .collect();
+            for s in picked.iter_mut() {
+                if first {
+                    let (t, c, caught_up) = s.draft_catch_up(chunk);
+                    ready.push(caught_up);
+                    inputs.push((t, c));
+                } else {
+                    let (t, c) = s.draft_continue();
+                    ready.push(true);
+                    inputs.push((t, c));
+                }
+            }
+            let outs = vec![1; inputs.len()];
+            let result = self.weights.forward_rows(&mut inputs, &outs);
+            drop(inputs);
+            let logits = match result {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(error = %e, "draft pass failed; no proposal this step");
+                    for s in picked.iter_mut() {
+                        s.reset_draft();
+                    }
+                    return;
+                }
+            };
+            let mut next = Vec::with_capacity(active.len());
+            for ((&i, s), (row, ready)) in active
+                .iter()
+                .zip(picked.iter_mut())
+                .zip(logits.iter().zip(ready))
+            {
+                // Still catching up: no proposal this step.
+                if !ready {
+                    continue;
+                }
+                if let Some(id) = argmax(row).filter(|&id| (id as usize) < self.shared_vocab) {
+                    s.push_draft(id);
+                    next.push(i);
+                }
+            }
+            drop(picked);
+            // On while an answer wants more.
+            next.retain(|&i| seqs[i].0.draft_len() < seqs[i].1);
+            active = next;
+            first = false;
+        }
+    }
+}
+
+/// The likeliest id of a row of logits.
+fn argmax(row: &[f32]) -> Option<u32> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in row.iter().enumerate() {
+        if best.is_none_or(|(_, b)| v > b) {
+            best = Some((i, v));
+        }
+    }
+    best.map(|(i, _)| i as u32)
+}
+
+/// The ids two vocabularies spell alike, or why they are not one vocabulary: the same
+/// beginning and end tokens, sizes within [`MAX_EXTRA_IDS`] of each other, and every id
+/// below the smaller size the same token.
+pub(crate) fn check_vocabulary(
+    main: &Tokenizer,
+    draft: &Tokenizer,
+) -> std::result::Result<usize, String> {
+    let (a, b) = (main.vocab_size(), draft.vocab_size());
+    if a.abs_diff(b) > MAX_EXTRA_IDS {
+        return Err(format!("its vocabulary has {b} tokens, the model's {a}"));
+    }
+    if main.bos_id() != draft.bos_id() || main.eos_id() != draft.eos_id() {
+        return Err(format!(
+            "its beginning and end tokens ({:?}, {:?}) are not the model's ({:?}, {:?})",
+            draft.bos_id(),
+            draft.eos_id(),
+            main.bos_id(),
+            main.eos_id()
+        ));
+    }
+    let n = a.min(b);
+    for id in 0..n as u32 {
+        let (x, y) = (main.token_text(id), draft.token_text(id));
+        if x != y {
+            return Err(format!(
+                "token {id} is {:?} in it but {:?} in the model",
+                y.unwrap_or_default(),
+                x.unwrap_or_default()
+            ));
+        }
+    }
+    Ok(n)
+}
+
+impl crate::engine::Handle {
+    /// The draft model answers can ask for ([`crate::Speculation::Draft`]), if one is loaded.
+    pub fn draft_model(&self) -> Option<DraftInfo> {
+        self.shared.draft.lock().ok().and_then(|d| d.clone())
+    }
+
+    /// Loads `path` as the draft model (on the caller's thread: seconds for a large file),
+    /// or drops the draft model with `None`. A file of another vocabulary is refused, and the
+    /// draft model before stays. Answers drafting now go on with the new one.
+    pub fn set_draft_model(&self, path: Option<&Path>) -> Result<Option<DraftInfo>> {
+        let loaded = match path {
+            Some(p) => Some(DraftModel::load(
+                p,
+                &self.shared.device,
+                &self.shared.tokenizer,
+                self.shared.context_length,
+            )?),
+            None => None,
+        };
+        let (model, info) = loaded.map_or((None, None), |(m, i)| (Some(Box::new(m)), Some(i)));
+        self.send(crate::engine::Command::SetDraft(model))?;
+        if let Ok(mut d) = self.shared.draft.lock() {
+            d.clone_from(&info);
+        }
+        Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::argmax;
+
+    #[test]
+    fn argmax_takes_the_first_of_equal_largest() {
+        assert_eq!(argmax(&[0.5, 2.0, -1.0, 2.0]), Some(1));
+        assert_eq!(argmax(&[]), None);
+    }
+}
