@@ -38,6 +38,7 @@ pub mod hub;
 pub mod kernels;
 pub mod model;
 pub(crate) mod prefix_cache;
+mod preview;
 mod prompting;
 pub mod reasoning;
 pub mod sampler;

@@ -84,6 +84,10 @@ pub(crate) struct Sequence {
     verify: Vec<u32>,
     /// The draft model's cache: a prefix of `tokens` (and, during a step, the proposal).
     draft_cache: KvCache,
+    /// When its last step ended (the drafter weighs drafted steps against plain ones).
+    last_step: Option<Instant>,
+    /// Rows its last decode step ran (1, or 1 + its draft).
+    last_rows: usize,
 }
 
 pub(crate) struct SequenceSpec {
@@ -148,6 +152,8 @@ impl Sequence {
             draft: Vec::new(),
             verify: Vec::new(),
             draft_cache: KvCache::new(),
+            last_step: None,
+            last_rows: 1,
         }
     }
 
@@ -309,7 +315,21 @@ impl Sequence {
 
     /// After a step: when nothing is pending any more, draw the next token (or check the
     /// draft, token by token).
-    pub fn after_step(&mut self, tok: &Tokenizer, mut logits: Vec<f32>) -> Result<()> {
+    pub fn after_step(&mut self, tok: &Tokenizer, logits: Vec<f32>) -> Result<()> {
+        let (decoding, drafted, before) = (
+            self.first_token.is_some(),
+            !self.draft.is_empty(),
+            self.tokens.len(),
+        );
+        if decoding {
+            self.last_rows = self.logit_rows();
+        }
+        let result = self.draw_after_step(tok, logits);
+        self.observe_step(decoding, drafted, self.tokens.len() - before);
+        result
+    }
+
+    fn draw_after_step(&mut self, tok: &Tokenizer, mut logits: Vec<f32>) -> Result<()> {
         if !self.draft.is_empty() {
             // (The check cuts the cache back first, so a prompt's checkpoint below holds
             // no draft token.)

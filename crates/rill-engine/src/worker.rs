@@ -229,11 +229,15 @@ impl Worker {
     /// takes part in the first p passes, everyone else in the first.
     fn round(&mut self) {
         let views: Vec<_> = self.seqs.iter().map(Sequence::view).collect();
-        let decoding = views
+        // The decode rows this round's passes will carry: one per decoding answer, and as many
+        // check rows as each drafted last time (the pacer prices prompt tokens against them).
+        let decode_rows: usize = self
+            .seqs
             .iter()
-            .filter(|v| v.state == SequenceState::Decoding)
-            .count();
-        let plan = plan_round(&views, self.pacer.prefill_budget(decoding));
+            .filter(|s| s.state() == SequenceState::Decoding)
+            .map(Sequence::expected_rows)
+            .sum();
+        let plan = plan_round(&views, self.pacer.prefill_budget(decode_rows));
         let passes = plan
             .iter()
             .map(|w| {
@@ -279,16 +283,19 @@ impl Worker {
                     None => rows_of.push((s.id, *n)),
                 }
             }
-            // Decode rows are the sequences decoding; everything else is prompt.
-            let decode_rows = members
-                .iter()
-                .filter(|(s, _)| s.state() == SequenceState::Decoding)
-                .count();
             // An answer that speculates checks its draft in a step that draws: its last token
             // (or its prompt's last chunk) and the draft go in, and the logits of the draft's
             // rows and the row before come back.
             propose(&self.draft, &self.pool, self.prefill_chunk, &mut members);
             let outs: Vec<usize> = members.iter().map(|(s, _)| s.logit_rows()).collect();
+            // Decode rows are the decoding sequences' rows, a draft's check included (the
+            // pacer weighs them as the decode step they are); everything else is prompt.
+            let decode_rows: usize = members
+                .iter()
+                .zip(&outs)
+                .filter(|((s, _), _)| s.state() == SequenceState::Decoding)
+                .map(|(_, &o)| o)
+                .sum();
             let mut inputs: Vec<(&[u32], &mut crate::model::KvCache)> =
                 members.iter_mut().map(|(s, n)| s.step_input(*n)).collect();
             let rows: usize = inputs.iter().map(|(t, _)| t.len()).sum();

@@ -231,9 +231,7 @@ fn a_smaller_quantisation_drafts_for_the_same_model() {
     assert!(h.draft_model().is_none());
     let err = h.generate(req(Speculation::Draft)).err().expect("refused");
     assert!(err.to_string().contains("no draft model"), "{err}");
-    let wrong = h
-        .set_draft_model(Some(&model_path()))
-        .expect_err("refused");
+    let wrong = h.set_draft_model(Some(&model_path())).expect_err("refused");
     assert!(wrong.to_string().contains("cannot draft"), "{wrong}");
     assert!(h.draft_model().is_none());
     h.set_draft_model(Some(&test_model("qwen3-test.Q4_0")))

@@ -16,9 +16,15 @@
 //! answer's last few tokens in the prompt and the answer so far (llama.cpp's prompt lookup),
 //! or from a draft model (`draft.rs`): a smaller model of the same vocabulary, with its own
 //! cache beside the answer's, whose greedy continuation is the proposal. (A greedy draft is a
-//! single token per position, so the check above stays the standard rule.) [`Drafter`] adapts how many tokens it proposes: more while drafts are accepted, fewer when
-//! they are not, and none for a while after misses, so a text that repeats nothing costs
-//! almost nothing.
+//! single token per position, so the check above stays the standard rule.) [`Drafter`] adapts
+//! how many tokens it proposes: more while drafts are accepted, fewer when they are not, and
+//! none for a while after misses, so a text that repeats nothing costs almost nothing. It also
+//! weighs what speculating costs: every few steps one runs plain, and when the answer's tokens
+//! per second with drafts fall below its speed without them (a draft model as slow as the
+//! model, or check rows that crowd a busy batch), it stops proposing for a while, longer each
+//! time.
+
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +60,11 @@ const MAX_K: usize = 8;
 /// Steps without proposals after two misses in a row, doubling up to the most.
 const FIRST_BACKOFF: usize = 4;
 const MAX_BACKOFF: usize = 64;
+/// Every this many steps one runs plain, to measure the answer's speed without drafts.
+const PROBE_EVERY: usize = 8;
+/// Speculating must keep at least this share of the plain speed, over this many steps.
+const MIN_SPEED_SHARE: f64 = 0.95;
+const SPEED_STEPS: usize = 4;
 
 /// Up to `k` tokens that followed the latest earlier occurrence of the last `n` tokens of
 /// `tokens` (the longest `n` from [`MAX_NGRAM`] down to [`MIN_NGRAM`] that occurs).
@@ -90,6 +101,14 @@ pub(crate) struct Drafter {
     misses: usize,
     pub proposed: usize,
     pub accepted: usize,
+    /// Steps taken (for the plain probes).
+    steps: usize,
+    /// The answer's tokens per ms, smoothed: in plain steps, and in steps that checked drafts.
+    plain_speed: Option<f64>,
+    draft_speed: Option<f64>,
+    /// Drafted steps since speed last decided, and the pause it gives next.
+    draft_steps: usize,
+    slow_backoff: usize,
 }
 
 impl Drafter {
@@ -102,13 +121,51 @@ impl Drafter {
             misses: 0,
             proposed: 0,
             accepted: 0,
+            steps: 0,
+            plain_speed: None,
+            draft_speed: None,
+            draft_steps: 0,
+            slow_backoff: FIRST_BACKOFF,
         })
+    }
+
+    /// Whether this step may propose: not while paused, nor on a plain probe step.
+    fn turn(&mut self) -> bool {
+        self.steps += 1;
+        if self.pause > 0 {
+            self.pause -= 1;
+            return false;
+        }
+        !self.steps.is_multiple_of(PROBE_EVERY)
+    }
+
+    /// A decode step ended at `speed` (tokens drawn per ms of the answer's time since its
+    /// step before). After enough drafted steps slower than plain ones, drafting pauses.
+    fn observe(&mut self, drafted: bool, speed: f64) {
+        let smooth = |old: Option<f64>| Some(old.map_or(speed, |o| 0.7 * o + 0.3 * speed));
+        if !drafted {
+            self.plain_speed = smooth(self.plain_speed);
+            return;
+        }
+        self.draft_speed = smooth(self.draft_speed);
+        self.draft_steps += 1;
+        if self.draft_steps < SPEED_STEPS {
+            return;
+        }
+        self.draft_steps = 0;
+        if let (Some(plain), Some(drafted)) = (self.plain_speed, self.draft_speed) {
+            if drafted < MIN_SPEED_SHARE * plain {
+                self.pause = self.pause.max(self.slow_backoff);
+                self.slow_backoff = (self.slow_backoff * 2).min(MAX_BACKOFF);
+            } else {
+                self.slow_backoff = FIRST_BACKOFF;
+            }
+        }
     }
 
     /// A draft of at most `room` tokens after `tokens`.
     fn propose(&mut self, tokens: &[u32], room: usize) -> Vec<u32> {
-        if self.pause > 0 {
-            self.pause -= 1;
+        if self.kind == Speculation::Draft || !self.turn() {
             return Vec::new();
         }
         match self.kind {
@@ -121,11 +178,7 @@ impl Drafter {
 
     /// How many tokens a draft model may propose now (0 while paused after misses).
     fn wanted(&mut self, room: usize) -> usize {
-        if self.kind != Speculation::Draft || room == 0 {
-            return 0;
-        }
-        if self.pause > 0 {
-            self.pause -= 1;
+        if self.kind != Speculation::Draft || room == 0 || !self.turn() {
             return 0;
         }
         self.k.min(room)
@@ -216,6 +269,11 @@ impl Sequence {
         self.draft.clear();
     }
 
+    /// The rows its next decode step will likely run: as many as its last one.
+    pub fn expected_rows(&self) -> usize {
+        self.last_rows
+    }
+
     /// The rows whose logits the step needs: the draft's and the one before.
     pub fn logit_rows(&self) -> usize {
         1 + self.draft.len()
@@ -274,6 +332,21 @@ impl Sequence {
         result
     }
 
+    /// After a step, for the drafter's weighing of what drafts cost: the answer's speed in a
+    /// decode step (`decoding`: it had drawn before), drafted or plain.
+    pub(super) fn observe_step(&mut self, decoding: bool, drafted: bool, drawn: usize) {
+        let now = Instant::now();
+        let last = self.last_step.replace(now);
+        let (Some(d), Some(last), true) = (self.drafter.as_mut(), last, decoding) else {
+            return;
+        };
+        let ms = now.saturating_duration_since(last).as_secs_f64() * 1000.0;
+        // A long gap is a pause or a preemption, not what the step cost.
+        if drawn > 0 && ms > 0.0 && ms < 2000.0 {
+            d.observe(drafted, drawn as f64 / ms);
+        }
+    }
+
     /// Draft tokens (proposed, accepted) so far.
     pub fn draft_counts(&self) -> (usize, usize) {
         self.drafter
@@ -322,5 +395,27 @@ mod tests {
         assert_eq!(d.propose(&repeat, 8), [3, 1]);
         assert_eq!((d.proposed, d.accepted), (15, 6));
         assert!(Drafter::new(Speculation::Off).is_none());
+    }
+
+    #[test]
+    fn drafting_pauses_while_it_is_slower_than_plain_steps_and_probes_plain_ones() {
+        let mut d = Drafter::new(Speculation::Draft).unwrap();
+        // Every eighth step runs plain.
+        let turns: Vec<bool> = (0..16).map(|_| d.turn()).collect();
+        assert_eq!(turns.iter().filter(|t| !**t).count(), 2);
+        assert!(!turns[7] && !turns[15]);
+        // Faster with drafts: no pause.
+        d.observe(false, 1.0);
+        for _ in 0..SPEED_STEPS {
+            d.observe(true, 1.5);
+        }
+        assert_eq!(d.pause, 0);
+        // Slower with drafts: a pause, and a longer one the next time.
+        for _ in 0..3 * SPEED_STEPS {
+            d.observe(true, 0.5);
+        }
+        assert!(d.pause >= FIRST_BACKOFF, "{}", d.pause);
+        assert!(d.slow_backoff > FIRST_BACKOFF * 2);
+        assert_eq!(d.wanted(8), 0);
     }
 }
