@@ -519,10 +519,6 @@ def main() -> int:
                 if not isinstance(e.reason, ConnectionRefusedError):
                     failures.append(f"the API did not refuse the connection after it was turned off: {e.reason!r}")
 
-            # 6b. Speed up: lookup, then a draft model, with the draft tokens taken shown under
-            #     each answer and saved with it.
-            speed_up(app, d, db, failures)
-
             # 7. Other families in the real window: switch to the qwen3 and then the gemma3 test
             #    model in the manager, chat with each, and see the answer streamed and saved. The
             #    text is noise from random weights, but the right noise: `rill run`'s greedy
@@ -530,6 +526,9 @@ def main() -> int:
             #    to llama.cpp's).
             rill = app_binary.parent / "rill"
             app.find('[aria-label="Close the settings"]').click()
+            # (6b. Speed up first: lookup, then a draft model, with the draft tokens taken shown
+            #  under each answer and saved with it; tests/e2e_speed.py.)
+            speed_up(app, d, db, failures)
             # Tokens per answer: enough for each to span many frames. The gemma3 test model writes
             # 12 tokens in about 10 ms, inside one frame, and the window rightly shows such an
             # answer done at once; 1,000 of its tokens take most of a second.

@@ -51,4 +51,6 @@ def speed_up(app: App, d: webdriver.Remote, db: Path, failures: list) -> None:
     answer = app.ask(f"Repeat this text exactly: {PASSAGE}")
     draft_stats(app, answer, db, failures, "draft model")
     app.shot("app-speed-up")
-    Select(app.tid("param-speed-up")).select_by_value("off")
+    speed = app.tid("param-speed-up")
+    d.execute_script("arguments[0].scrollIntoView()", speed)
+    Select(speed).select_by_value("off")

@@ -261,9 +261,17 @@ pub async fn set_params(
         .store
         .set_settings(conversation, &settings.to_json())
         .await?;
-    // The defaults for new chats: the sampling values, not this chat's backend.
+    // The defaults for new chats: the sampling values, not this chat's backend, nor its
+    // draft model (a file that drafts only for the model loaded now).
+    let drafting = settings.speed_up == rill_engine::Speculation::Draft;
     let defaults = PanelSettings {
         remote: None,
+        speed_up: if drafting {
+            rill_engine::Speculation::Off
+        } else {
+            settings.speed_up
+        },
+        draft_model: None,
         ..settings
     };
     Ok(state
