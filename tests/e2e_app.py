@@ -441,6 +441,11 @@ def main() -> int:
                 "select_model": call("select_model", {"path": str(secret)}),
                 "plugin:dialog|save": call("plugin:dialog|save", {"options": {"defaultPath": str(evil / "c.json")}}),
                 "plugin:opener|open_path": call("plugin:opener|open_path", {"path": str(secret)}),
+                # A "draft model" of the page's own choosing is read no more than a model is.
+                "set_params": call("set_params", {"conversation": conv_id, "settings": {
+                    "temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0,
+                    "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": None,
+                    "max_tokens": None, "speed_up": "draft", "draft_model": str(secret)}}),
             }
             print(f"hostile page: {attempts}")
             written = sorted(p.name for p in evil.iterdir())
@@ -452,6 +457,8 @@ def main() -> int:
             for cmd in ("select_model", "plugin:dialog|save", "plugin:opener|open_path"):
                 if "err" not in attempts[cmd]:
                     failures.append(f"{cmd} from the page was not refused: {attempts[cmd]}")
+            if "not a model on this machine" not in attempts["set_params"].get("err", ""):
+                failures.append(f"a draft model path from the page was not refused: {attempts['set_params']}")
             # What a dialog returns is honoured: export the conversation, import it back.
             chosen = work / "chosen.json"
             dialog_answer(chosen)

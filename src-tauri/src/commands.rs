@@ -238,7 +238,7 @@ pub async fn set_params(
     settings.check(state.handle().ok().as_ref())?;
     // A draft model chosen in the panel loads now, so a wrong file is refused as it is chosen.
     if let (Ok(handle), None) = (state.handle(), &settings.remote) {
-        settings.ensure_draft(&handle).await?;
+        settings.ensure_draft(&handle, &state.models_dir).await?;
     }
     if let Some(r) = settings.remote.as_mut() {
         r.validate()?;
@@ -396,7 +396,7 @@ pub async fn continue_answer(
     let m = state.store.message(message).await?;
     let conv = state.store.conversation(m.conversation_id).await?;
     let settings = PanelSettings::from_json(&conv.settings);
-    settings.ensure_draft(&handle).await?;
+    settings.ensure_draft(&handle, &state.models_dir).await?;
     // The store refuses a second writer (an answer already streaming, here or elsewhere, or
     // one that ended done): a double click on Continue starts one generation (issue 13).
     let answering =
@@ -428,7 +428,7 @@ impl Chat {
             }
             None => {
                 let handle = state.handle()?;
-                settings.ensure_draft(&handle).await?;
+                settings.ensure_draft(&handle, &state.models_dir).await?;
                 Backend::Local(handle)
             }
         };

@@ -80,7 +80,14 @@ pub async fn models(state: State<'_, AppState>) -> Result<Models> {
 #[tauri::command]
 pub async fn select_model(app: AppHandle, path: PathBuf) -> Result<ModelInfo> {
     let dir = app.state::<AppState>().models_dir.clone();
-    let wanted = path.clone();
+    check_on_this_machine(dir, &path).await?;
+    load(&app, path).await
+}
+
+/// Refuses a path that is not one of the models on this machine (`models`' list), so the
+/// page can make the engine read no file but those (the model, a draft model).
+pub(crate) async fn check_on_this_machine(dir: PathBuf, path: &std::path::Path) -> Result<()> {
+    let wanted = path.to_path_buf();
     let known = blocking(move || {
         let same = |a: &std::path::Path| {
             a == wanted || a.canonicalize().ok() == wanted.canonicalize().ok()
@@ -94,7 +101,7 @@ pub async fn select_model(app: AppHandle, path: PathBuf) -> Result<ModelInfo> {
             path.display()
         )));
     }
-    load(&app, path).await
+    Ok(())
 }
 
 /// Asks the user for a GGUF file, registers it where it lies (never copied) and loads it.

@@ -94,9 +94,14 @@ impl PanelSettings {
     }
 
     /// Before an answer drafts with a model: makes the chosen file the engine's draft model,
-    /// loading it (off the async runtime) unless it is already. A file of another vocabulary
-    /// is refused with the reason, and nothing is written.
-    pub async fn ensure_draft(&self, handle: &rill_engine::Handle) -> Result<()> {
+    /// loading it (off the async runtime) unless it is already. A file that is not one of the
+    /// models on this machine (`models_dir`'s list), or of another vocabulary, is refused with
+    /// the reason, and nothing is written.
+    pub async fn ensure_draft(
+        &self,
+        handle: &rill_engine::Handle,
+        models_dir: &std::path::Path,
+    ) -> Result<()> {
         if self.speed_up != Speculation::Draft {
             return Ok(());
         }
@@ -109,6 +114,7 @@ impl PanelSettings {
         if handle.draft_model().is_some_and(|d| d.path == path) {
             return Ok(());
         }
+        crate::models::check_on_this_machine(models_dir.to_path_buf(), &path).await?;
         let handle = handle.clone();
         tauri::async_runtime::spawn_blocking(move || handle.set_draft_model(Some(&path)))
             .await

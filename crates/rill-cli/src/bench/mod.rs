@@ -4,8 +4,8 @@
 //! The prompt is real text tokenized and repeated to the asked length, run as raw tokens (no
 //! template), greedy, ignoring end-of-generation so every stream makes exactly `--gen-tokens`;
 //! or, with `--prompt-file`, a file's text asked in the chat template, answered until the model
-//! ends it (at most `--gen-tokens`). `--lookup` and `--draft-model` measure speculative decoding by prompt lookup
-//! and with a draft model.
+//! ends it (at most `--gen-tokens`). `--lookup` and `--draft-model` measure speculative
+//! decoding by prompt lookup and with a draft model.
 //! A short warm-up generation runs first so thread start-up is not measured.
 
 mod report;

@@ -64,7 +64,8 @@ pub(super) struct Report {
     pub(super) turn_ttft_ms: Option<Vec<f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) turn_reused_tokens: Option<Vec<usize>>,
-    /// With `--lookup` or `--draft-model`: draft tokens proposed and accepted, over all measured streams.
+    /// With `--lookup` or `--draft-model`: draft tokens proposed and accepted, over all
+    /// measured streams.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) draft_proposed: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
