@@ -88,8 +88,13 @@ impl DraftModel {
         for (s, k) in seqs.iter_mut() {
             let room = ctx.saturating_sub(s.tokens().len() + 1);
             *k = (*k).min(room);
-            if s.tokens().iter().any(|&t| t as usize >= self.shared_vocab) {
-                *k = 0; // a token the draft cannot read (cannot happen for a checked pair)
+            // A token the draft cannot read (one of the model's extra ids) is never fed to it,
+            // so only the tokens its cache lacks need a look.
+            if s.draft_lag()
+                .iter()
+                .any(|&t| t as usize >= self.shared_vocab)
+            {
+                *k = 0;
             }
         }
         let mut active: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].1 > 0).collect();

@@ -247,6 +247,11 @@ impl Sequence {
         (&self.tokens[from..to], &mut self.draft_cache, caught_up)
     }
 
+    /// The tokens the draft model's cache lacks.
+    pub fn draft_lag(&self) -> &[u32] {
+        &self.tokens[self.draft_cache.len().min(self.tokens.len())..]
+    }
+
     /// The draft model's next input: the token it proposed last.
     pub fn draft_continue(&mut self) -> (&[u32], &mut KvCache) {
         let n = self.draft.len();
