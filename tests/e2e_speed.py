@@ -32,13 +32,35 @@ def draft_stats(app: App, answer: str, db: Path, failures: list, how: str) -> No
         failures.append(f"{how}: no draft token was taken on a copying answer: {saved}")
 
 
+def tinted(app: App, answer: str, db: Path, failures: list) -> None:
+    """The answer shows its drafted tokens tinted: some, not all, and the text is the saved one."""
+    node = lambda: app.find(f'[data-testid="message"][data-id="{answer}"]')
+    marks = app.fresh(lambda: [m.text for m in app.tid("drafted-text", node())
+                               .find_elements("css selector", "mark.drafted")])
+    text = app.fresh(lambda: app.tid("drafted-text", node()).text)
+    with sqlite3.connect(db) as c:
+        (saved,) = c.execute("SELECT content FROM messages WHERE id = ?", (int(answer),)).fetchone()
+    print(f"tinted: {len(marks)} drafted spans, {sum(map(len, marks))} of {len(text)} characters")
+    if not marks or sum(map(len, marks)) >= len(text):
+        failures.append(f"the tint marks {len(marks)} spans of a copying answer: {marks!r}")
+    if text.split() != saved.split():
+        failures.append(f"the tinted text is not the saved answer: {text!r} / {saved!r}")
+
+
 def speed_up(app: App, d: webdriver.Remote, db: Path, failures: list) -> None:
     app.new_chat()
     app.set_field('[aria-label="Temperature value"]', "0")
     app.set_field("#max-tokens-field", "60")
     Select(app.tid("param-speed-up")).select_by_value("lookup")
+    # The Drafts switch (off by default) tints the tokens a draft proposed and the model drew.
+    tint = app.tid("tint-drafts")
+    if tint.is_selected():
+        failures.append("the Drafts tint is on by default")
+    tint.click()
     answer = app.ask(f"Repeat this text exactly: {PASSAGE}")
     draft_stats(app, answer, db, failures, "lookup")
+    tinted(app, answer, db, failures)
+    app.tid("tint-drafts").click()
 
     # A draft model: the manager's models of the loaded one's family, smallest first; choosing
     # one loads it as the engine's draft.

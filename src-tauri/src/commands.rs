@@ -41,6 +41,9 @@ pub enum ChatEvent {
         /// The token's candidates, when the panel keeps token probabilities.
         #[serde(skip_serializing_if = "Option::is_none")]
         probs: Option<rill_chat::TokenProbs>,
+        /// A draft proposed it and the model drew it (speculative decoding).
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        drafted: bool,
     },
     Stats {
         completion_tokens: usize,
@@ -509,12 +512,14 @@ fn stream(
                     text,
                     reasoning,
                     candidates,
+                    drafted,
                     ..
                 } if !text.is_empty() || !reasoning.is_empty() || !candidates.is_empty() => {
                     ChatEvent::Token {
                         text: text.clone(),
                         reasoning: reasoning.clone(),
                         probs: probs.cloned(),
+                        drafted: *drafted,
                     }
                 }
                 Event::Stats {

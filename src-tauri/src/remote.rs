@@ -116,6 +116,7 @@ pub async fn answer(
                         text,
                         reasoning,
                         probs: None,
+                        drafted: false,
                     });
                 }
                 Event::Done { usage, timings, .. } => done = Some((usage, timings)),

@@ -105,6 +105,23 @@ describe("the chat window", () => {
     expect(within(answer(id)).getByTestId("draft-stats").textContent).toContain("drafts 42/50 accepted");
   });
 
+  it("tints the tokens a draft proposed when the Drafts switch is on, and only then", async () => {
+    const id = await startChat();
+    // The switch is offered once the chat speculates, and is off by default.
+    expect(screen.queryByTestId("tint-drafts")).toBeNull();
+    fireEvent.change(screen.getByTestId("param-speed-up"), { target: { value: "lookup" } });
+    const tint = (await screen.findByTestId("tint-drafts")) as HTMLInputElement;
+    expect(tint.checked).toBe(false);
+    for (const [text, drafted] of [["Paris", false], [" is the", true], [" capital", true], [".", false]] as const)
+      await act(async () => backend.emit(id, { event: "token", data: { text, drafted } }));
+    await frame();
+    expect(within(answer(id)).queryByTestId("drafted-text")).toBeNull();
+    fireEvent.click(tint);
+    const marks = [...within(answer(id)).getByTestId("drafted-text").querySelectorAll("mark.drafted")];
+    expect(marks.map((m) => m.textContent)).toEqual([" is the capital"]);
+    expect(answer(id).textContent).toContain("Paris is the capital.");
+  });
+
   it("refuses an out-of-range number instead of sending it", async () => {
     await startChat();
     const before = backend.calls.length;

@@ -71,11 +71,15 @@ impl Printer {
                 id,
                 text,
                 reasoning,
+                drafted,
                 ..
             } if self.json => {
                 let mut line = serde_json::json!({"event": "token", "id": id, "text": text});
                 if !reasoning.is_empty() {
                     line["reasoning"] = reasoning.as_str().into();
+                }
+                if *drafted {
+                    line["drafted"] = true.into();
                 }
                 writeln!(out, "{line}")?
             }
@@ -150,6 +154,7 @@ mod tests {
             text: text.into(),
             reasoning: reasoning.into(),
             candidates: Vec::new(),
+            drafted: false,
         }
     }
 

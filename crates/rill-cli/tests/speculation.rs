@@ -54,13 +54,20 @@ fn tokens(events: &[Value]) -> Vec<Value> {
 fn run_with_a_draft_model_prints_the_plain_answer_and_counts_its_drafts() {
     let plain = run(false);
     // The model as its own draft: every proposal is right, up to the answer's end, which the
-    // draft does not know of (at most one draft, 8 tokens, lies past it).
+    // draft does not know of (at most one draft, 8 tokens, lies past it). A draft as dear as
+    // the model does not pay, so the engine's weighing soon pauses it: a few proposals.
     let drafted = run_with(&["--draft-model", model().to_str().unwrap()]);
     assert_eq!(tokens(&drafted), tokens(&plain));
     let usage = &drafted.last().unwrap()["usage"];
     let accepted = usage["draft_accepted"].as_u64().unwrap();
     let proposed = usage["draft_proposed"].as_u64().unwrap();
-    assert!(accepted > 25 && proposed - accepted <= 8, "{usage}");
+    assert!(accepted > 0 && proposed - accepted <= 8, "{usage}");
+    // The tokens a draft proposed say so, one per accepted token (its end token aside).
+    let marked = drafted.iter().filter(|e| e["drafted"] == true).count() as u64;
+    assert!(
+        marked <= accepted && marked + 1 >= accepted,
+        "{marked} marked, {usage}"
+    );
 
     // One kind at a time; a draft of another vocabulary is refused with the reason.
     let both = rill_run(&["--lookup", "--draft-model", model().to_str().unwrap()]);
@@ -144,13 +151,15 @@ fn the_api_speculates_when_asked_or_by_default_and_reports_predictions() {
     let server = Server::start(&["--draft-model", model().to_str().unwrap()]);
     let drafted = ask(&server, None);
     assert_eq!(text(&drafted), text(&plain));
+    // (The model as its own draft: all taken, up to the answer's end; the engine's weighing
+    // soon pauses a draft as dear as the model, so a few.)
     let details = &drafted["usage"]["completion_tokens_details"];
     assert!(
-        details["accepted_prediction_tokens"].as_u64().unwrap() > 20,
+        details["accepted_prediction_tokens"].as_u64().unwrap() > 0,
         "{drafted}"
     );
     assert!(
-        details["rejected_prediction_tokens"].as_u64().unwrap() <= 8,
+        details["rejected_prediction_tokens"].as_u64().unwrap_or(0) <= 8,
         "{drafted}"
     );
     let off = ask(&server, Some("off"));

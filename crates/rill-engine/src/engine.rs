@@ -82,6 +82,11 @@ pub struct EngineConfig {
     /// [`Speculation::Draft`] (`draft.rs`); it can be changed later with
     /// [`Handle::set_draft_model`].
     pub draft_model: Option<PathBuf>,
+    /// Weigh what speculation costs, pass by pass (`weigh.rs`): drafts pause where they lower
+    /// the machine's throughput or slow an answer that does not speculate. On by default;
+    /// tests of the checking path turn it off, so that drafts are checked whatever this
+    /// machine's speed.
+    pub weigh_speculation: bool,
 }
 
 impl EngineConfig {
@@ -95,6 +100,7 @@ impl EngineConfig {
             kv_budget: None,
             kv_cache: KvType::F16,
             draft_model: None,
+            weigh_speculation: true,
         }
     }
 }
@@ -276,6 +282,10 @@ pub enum Event {
         reasoning: String,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         candidates: Vec<Candidate>,
+        /// A draft proposed this token and the model drew it (speculative decoding): the
+        /// window can tint such tokens.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        drafted: bool,
     },
     /// The end, with why, how many tokens and how fast.
     Done {
@@ -411,7 +421,14 @@ impl Engine {
             .unwrap_or_else(|| (available_memory() / 4).max(full_context));
         tracing::info!(budget_mb = budget / (1 << 20), "KV cache budget");
         let (tx, rx) = mpsc::channel();
-        let mut worker = Worker::new(weights, shared.clone(), budget, config.prefill_chunk, pool);
+        let mut worker = Worker::new(
+            weights,
+            shared.clone(),
+            budget,
+            config.prefill_chunk,
+            pool,
+            config.weigh_speculation,
+        );
         worker.set_draft(draft);
         let thread = std::thread::Builder::new()
             .name("rill-inference".into())

@@ -49,6 +49,7 @@ pub mod template;
 mod template_json;
 pub mod tokenizer;
 pub mod tools;
+mod weigh;
 mod worker;
 
 pub use constraint::Grammar;

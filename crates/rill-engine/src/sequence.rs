@@ -84,8 +84,8 @@ pub(crate) struct Sequence {
     verify: Vec<u32>,
     /// The draft model's cache: a prefix of `tokens` (and, during a step, the proposal).
     draft_cache: KvCache,
-    /// When its last step ended (the drafter weighs drafted steps against plain ones).
-    last_step: Option<Instant>,
+    /// While a draft is checked: its token for the position being drawn.
+    guess: Option<u32>,
     /// Rows its last decode step ran (1, or 1 + its draft).
     last_rows: usize,
 }
@@ -152,7 +152,7 @@ impl Sequence {
             draft: Vec::new(),
             verify: Vec::new(),
             draft_cache: KvCache::new(),
-            last_step: None,
+            guess: None,
             last_rows: 1,
         }
     }
@@ -316,17 +316,10 @@ impl Sequence {
     /// After a step: when nothing is pending any more, draw the next token (or check the
     /// draft, token by token).
     pub fn after_step(&mut self, tok: &Tokenizer, logits: Vec<f32>) -> Result<()> {
-        let (decoding, drafted, before) = (
-            self.first_token.is_some(),
-            !self.draft.is_empty(),
-            self.tokens.len(),
-        );
-        if decoding {
+        if self.first_token.is_some() {
             self.last_rows = self.logit_rows();
         }
-        let result = self.draw_after_step(tok, logits);
-        self.observe_step(decoding, drafted, self.tokens.len() - before);
-        result
+        self.draw_after_step(tok, logits)
     }
 
     fn draw_after_step(&mut self, tok: &Tokenizer, mut logits: Vec<f32>) -> Result<()> {
@@ -388,6 +381,7 @@ impl Sequence {
         self.first_token.get_or_insert(now);
         self.last_token = Some(now);
         self.tokens.push(id);
+        let drafted = self.guess.take() == Some(id);
 
         if !self.ignore_eos && tok.is_eog(id) {
             // The end token itself is not part of the answer; text held back for a possible stop
@@ -431,6 +425,7 @@ impl Sequence {
             text,
             reasoning,
             candidates,
+            drafted,
         });
         // (A grammar waits for the block's end, so the closing tokens are not its to take.)
         let over_budget = self
@@ -476,6 +471,7 @@ impl Sequence {
                 text,
                 reasoning,
                 candidates: Vec::new(),
+                drafted: false,
             });
             if matched {
                 self.finish(StopReason::StopString);
@@ -510,6 +506,7 @@ impl Sequence {
             text,
             reasoning,
             candidates,
+            drafted: false,
         })
     }
 

@@ -21,6 +21,7 @@ use crate::sampler::Distribution;
 use crate::scheduler::{plan_round, Pacer, SequenceState, Work};
 use crate::sequence::Sequence;
 use crate::stop::StopReason;
+use crate::weigh::{Verdict, Weigher};
 
 /// The inference thread's state: the weights, the live sequences in admission order, the
 /// kept prefixes, and the memory they may use.
@@ -42,6 +43,8 @@ pub(crate) struct Worker {
     draft: Option<Box<DraftModel>>,
     /// The most prompt tokens one pass takes (a draft's catch-up too).
     prefill_chunk: usize,
+    /// What drafts cost the passes that check them, and so how many a pass may check.
+    weigher: Weigher,
 }
 
 /// The inference thread: apply commands, admit what fits, plan a round, run it, retire.
@@ -102,6 +105,7 @@ impl Worker {
         budget: usize,
         prefill_chunk: usize,
         pool: rayon::ThreadPool,
+        weigh_speculation: bool,
     ) -> Self {
         Worker {
             model,
@@ -115,6 +119,7 @@ impl Worker {
             previews: Vec::new(),
             draft: None,
             prefill_chunk,
+            weigher: Weigher::new(weigh_speculation),
         }
     }
 
@@ -285,8 +290,25 @@ impl Worker {
             }
             // An answer that speculates checks its draft in a step that draws: its last token
             // (or its prompt's last chunk) and the draft go in, and the logits of the draft's
-            // rows and the row before come back.
-            propose(&self.draft, &self.pool, self.prefill_chunk, &mut members);
+            // rows and the row before come back. A pass of decoding answers only is weighed
+            // (`weigh.rs`), with the draft passes that made its proposals.
+            let started = Instant::now();
+            let measured = members
+                .iter()
+                .all(|(s, _)| s.state() == SequenceState::Decoding);
+            let speculating = members.iter().any(|(s, _)| s.speculates().is_some());
+            let limit = match speculating {
+                true => self.weigher.allow(members.len(), measured),
+                false => 0,
+            };
+            propose(
+                &self.draft,
+                &self.pool,
+                self.prefill_chunk,
+                limit,
+                &mut members,
+            );
+            let before: usize = members.iter().map(|(s, _)| s.tokens().len()).sum();
             let outs: Vec<usize> = members.iter().map(|(s, _)| s.logit_rows()).collect();
             // Decode rows are the decoding sequences' rows, a draft's check included (the
             // pacer weighs them as the decode step they are); everything else is prompt.
@@ -299,14 +321,14 @@ impl Worker {
             let mut inputs: Vec<(&[u32], &mut crate::model::KvCache)> =
                 members.iter_mut().map(|(s, n)| s.step_input(*n)).collect();
             let rows: usize = inputs.iter().map(|(t, _)| t.len()).sum();
-            let started = Instant::now();
+            let forward_started = Instant::now();
             // Inside the engine's own pool: the parallel matmuls (and candle's ops) split work
             // among threads that are already awake in this pass, instead of waking a pool from
             // outside and sleeping until it is done, once per matmul (211 times a token).
             let model = &self.model;
             let result = self.pool.install(|| model.forward_rows(&mut inputs, &outs));
             drop(inputs);
-            let ms = started.elapsed().as_secs_f64() * 1000.0;
+            let ms = forward_started.elapsed().as_secs_f64() * 1000.0;
             self.pacer.record(decode_rows, rows - decode_rows, ms);
             tracing::trace!(decode_rows, prompt_tokens = rows - decode_rows, ms, "pass");
             match result {
@@ -322,6 +344,22 @@ impl Worker {
                     tracing::error!(error = %e, "forward pass failed");
                     for (s, _) in members.iter_mut() {
                         s.fail(e.to_string());
+                    }
+                }
+            }
+            if speculating && measured {
+                let drawn = members.iter().map(|(s, _)| s.tokens().len()).sum::<usize>() - before;
+                let drafted = outs.iter().any(|&o| o > 1);
+                // An answer that does not speculate only bears the others' check rows.
+                let bystander = members.iter().any(|(s, _)| s.speculates().is_none());
+                let ms = started.elapsed().as_secs_f64() * 1000.0;
+                let verdict = self
+                    .weigher
+                    .observe(members.len(), drafted, bystander, drawn, ms);
+                // Where drafts cost the machine, the answers that drafted pause theirs.
+                if let Some(v) = verdict.filter(|v| *v != Verdict::Crowding) {
+                    for ((s, _), _) in members.iter_mut().zip(&outs).filter(|(_, &o)| o > 1) {
+                        s.weighed(&v);
                     }
                 }
             }
@@ -455,21 +493,30 @@ impl Worker {
 }
 
 /// This pass's drafts, for the answers whose step draws a token (a decode step, or the chunk
-/// that ends a prompt): lookup's, then the draft model's passes for those drafting with it.
+/// that ends a prompt), at most `limit` tokens in all, handed first to the answers whose drafts
+/// were taken most: lookup's, then the draft model's passes for those drafting with it.
 fn propose(
     draft: &Option<Box<DraftModel>>,
     pool: &rayon::ThreadPool,
     chunk: usize,
+    limit: usize,
     members: &mut [(&mut Sequence, usize)],
 ) {
+    let mut order: Vec<(f64, &mut Sequence)> = members
+        .iter_mut()
+        .filter(|(s, n)| !s.is_preview() && *n == s.pending())
+        .map(|(s, _)| (s.speculates().unwrap_or(0.0), &mut **s))
+        .collect();
+    order.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut left = limit;
     let mut drafting: Vec<(&mut Sequence, usize)> = Vec::new();
-    for (s, n) in members.iter_mut() {
-        if !s.is_preview() && *n == s.pending() {
-            s.prepare_draft();
-            let k = s.model_draft_wanted();
-            if k > 0 {
-                drafting.push((&mut **s, k));
-            }
+    for (_, s) in order {
+        s.prepare_draft(left);
+        left -= s.draft_len();
+        let k = s.model_draft_wanted(left);
+        left -= k;
+        if k > 0 {
+            drafting.push((s, k));
         }
     }
     if let (Some(d), false) = (draft, drafting.is_empty()) {

@@ -21,12 +21,14 @@ use rill_engine::{
 };
 use statrs::distribution::{ChiSquared, ContinuousCDF};
 
-/// SmolLM2 drafting for itself: every proposal is the model's own greedy choice.
+/// SmolLM2 drafting for itself: every proposal is the model's own greedy choice. Drafts are
+/// checked whatever they cost (no weighing): these tests are of the text, not the speed.
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
         Engine::start(EngineConfig {
             draft_model: Some(model_path()),
+            weigh_speculation: false,
             ..EngineConfig::new(model_path())
         })
         .expect("model and draft load")
@@ -210,6 +212,7 @@ fn a_smaller_quantisation_drafts_for_the_same_model() {
     // Qwen3's test model at 4 bits drafting for its 8-bit file: a real pair of files.
     let engine = Engine::start(EngineConfig {
         draft_model: Some(test_model("qwen3-test.Q4_0")),
+        weigh_speculation: false,
         ..EngineConfig::new(test_model("qwen3-test.Q8_0"))
     })
     .unwrap();
@@ -241,4 +244,29 @@ fn a_smaller_quantisation_drafts_for_the_same_model() {
         .unwrap()
         .collect_blocking();
     assert_eq!(again.unwrap().ids, plain.ids);
+}
+
+#[test]
+fn a_draft_as_dear_as_the_model_is_weighed_and_mostly_paused() {
+    // With the engine's weighing on (the default), SmolLM2 drafting for itself: each draft
+    // token costs a pass as dear as the model's, so passes with drafts draw fewer tokens per
+    // ms than plain ones, and the answer stops drafting (4, 16, 64 … steps). Unweighed, such
+    // an answer proposes about one token per answer token; weighed, a few at the start.
+    let engine = Engine::start(EngineConfig {
+        draft_model: Some(model_path()),
+        ..EngineConfig::new(model_path())
+    })
+    .unwrap();
+    let req = |speculation| GenerateRequest {
+        params: SamplingParams::greedy(),
+        max_tokens: Some(120),
+        speculation,
+        ignore_eos: true,
+        ..GenerateRequest::new(Prompt::Text("Count from 1 to 100: 1, 2, 3,".into()))
+    };
+    let (plain, weighed) = plain_and_fast(&engine, req, Speculation::Draft);
+    assert_eq!(weighed.ids, plain.ids);
+    let proposed = weighed.usage.draft_proposed;
+    println!("weighed: {proposed} draft tokens proposed over 120");
+    assert!(proposed > 0 && proposed < 40, "{proposed} proposed");
 }

@@ -15,7 +15,14 @@ use rill_engine::{Engine, EngineConfig, Speculation};
 
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| Engine::start(EngineConfig::new(model_path())).expect("model loads"))
+    // Drafts are checked whatever they cost (no weighing): these tests are of the text.
+    ENGINE.get_or_init(|| {
+        let config = EngineConfig {
+            weigh_speculation: false,
+            ..EngineConfig::new(model_path())
+        };
+        Engine::start(config).expect("model loads")
+    })
 }
 
 #[test]
@@ -59,4 +66,47 @@ fn drafts_that_always_fail_change_nothing_and_back_off() {
             wrong.usage.draft_proposed
         );
     }
+}
+
+#[test]
+fn the_tokens_a_draft_proposed_and_the_model_drew_are_marked() {
+    // The window tints them: every drawn draft token says so, and no other token does.
+    use rill_engine::{Event, GenerateRequest, SamplingParams, StopReason};
+    let mut marked_in_all = 0;
+    // Five of the ten extra asks: counting, lists, code, a quote, a summary.
+    for messages in conversations().iter().rev().skip(3).take(5) {
+        for speculation in [Speculation::Off, Speculation::Contrary, Speculation::Lookup] {
+            let req = GenerateRequest {
+                params: SamplingParams::greedy(),
+                max_tokens: Some(120),
+                speculation,
+                ..GenerateRequest::chat(messages.to_vec())
+            };
+            let (mut marked, mut usage, mut reason) = (0, None, None);
+            for event in engine().handle().generate(req).unwrap() {
+                match event {
+                    Event::Token { drafted, .. } => marked += usize::from(drafted),
+                    Event::Done {
+                        usage: u,
+                        reason: r,
+                        ..
+                    } => (usage, reason) = (Some(u), Some(r)),
+                    _ => {}
+                }
+            }
+            let usage = usage.expect("the answer ends");
+            // A drawn end token counts as accepted but is no token of the answer.
+            let end = usize::from(reason == Some(StopReason::Stop));
+            assert!(
+                marked <= usage.draft_accepted && marked + end >= usage.draft_accepted,
+                "{speculation:?}: {marked} marked, {} accepted",
+                usage.draft_accepted
+            );
+            if speculation != Speculation::Lookup {
+                assert_eq!(marked, 0, "{speculation:?}");
+            }
+            marked_in_all += marked;
+        }
+    }
+    assert!(marked_in_all > 20, "{marked_in_all}");
 }

@@ -219,6 +219,7 @@ impl RemoteClient {
                         text: text.to_owned(),
                         reasoning: reasoning.to_owned(),
                         candidates: Vec::new(),
+                        drafted: false,
                     });
                 }
                 match choice["finish_reason"].as_str() {

@@ -280,6 +280,7 @@ pub(crate) async fn respond(
                 reasoning,
                 id,
                 candidates,
+                ..
             } => {
                 reader.read(&text, &reasoning);
                 if let (Some(e), Some((h, top))) = (entries.as_mut(), &logprobs) {
@@ -375,6 +376,7 @@ fn sse_stream(
                             reasoning,
                             id,
                             candidates,
+                            ..
                         }) => {
                             let delta = st.reader.read(&text, &reasoning);
                             if delta.is_empty() && !st.first && logprobs.is_none() {

@@ -21,6 +21,8 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
   const atBottom = useRef(true);
   const [usage, setUsage] = useState<ContextUsage | null>(null);
   const [showProbs, setShowProbs] = useState(false);
+  const [tintDrafts, setTintDrafts] = useState(false);
+  const speculating = (view.settings.speed_up ?? "off") !== "off";
   const messages = view.messages;
   const running = store.running(id);
   // A tool result's card names the function it answers: calls by id, from the branch shown.
@@ -123,6 +125,12 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
           <input type="checkbox" data-testid="show-probs" checked={showProbs} onChange={(e) => setShowProbs(e.target.checked)} />
           Probabilities
         </label>
+        {speculating && (
+          <label className="check small" title="Tint the tokens a draft proposed and the model took, while an answer streams (speculative decoding).">
+            <input type="checkbox" data-testid="tint-drafts" checked={tintDrafts} onChange={(e) => setTintDrafts(e.target.checked)} />
+            Drafts
+          </label>
+        )}
         <button type="button" aria-label="Export as Markdown" onClick={() => exportAs("markdown")}>
           Export .md
         </button>
@@ -161,6 +169,7 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
                   onEdit={(mid, text) => startAnswer(async (ch) => (await api.editMessage(mid, text, ch)).answer_id)}
                   onBranch={(mid) => api.switchBranch(mid).then(onView, (e) => onError(errorText(e)))}
                   showProbs={showProbs}
+                  tintDrafts={tintDrafts}
                   onExportProbs={exportProbs}
                   structured={!!view.settings.json_schema}
                   callName={m.tool_call_id ? callNames.get(m.tool_call_id) : undefined}

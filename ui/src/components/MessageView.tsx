@@ -6,6 +6,7 @@ import Sparkline from "./Sparkline";
 import ThinkingBlock from "./ThinkingBlock";
 import { CallCards, ResultCard } from "./ToolCards";
 import TokenView from "./TokenView";
+import DraftedText from "./DraftedText";
 
 /** Stored answers' token probabilities, fetched once per message when first shown. */
 const storedTokens = new Map<number, TokenProbs[] | null>();
@@ -42,6 +43,8 @@ interface Props {
   onBranch: (id: number) => void;
   /** Show answers as tokens tinted by probability, with a popover of candidates. */
   showProbs: boolean;
+  /** Tint the tokens a draft proposed and the model drew (while the answer is live). */
+  tintDrafts?: boolean;
   onExportProbs: (id: number) => void;
   /** The chat asks for structured output: answers are JSON, shown formatted. */
   structured?: boolean;
@@ -111,7 +114,7 @@ function Stats({ m, live }: { m: ViewMessage; live: LiveAnswer | undefined }) {
   );
 }
 
-function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegenerate, onContinue, onEdit, onBranch, showProbs, onExportProbs, structured, callName }: Props) {
+function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegenerate, onContinue, onEdit, onBranch, showProbs, tintDrafts, onExportProbs, structured, callName }: Props) {
   const m = message;
   const text = live ? live.text : m.content;
   const status = live && !live.final ? live.status : live?.final?.status ?? m.status;
@@ -121,8 +124,10 @@ function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegen
   const tokens = live?.tokens.length ? live.tokens : stored;
   const asTokens = showProbs && assistant && !!tokens?.length;
   const json = useMemo(() => (structured && assistant && !asTokens ? formattedJson(text) : null), [structured, assistant, asTokens, text]);
-  const asJson = structured && assistant && !asTokens;
-  const blocks = useMemo(() => (assistant && !asTokens && !asJson ? markdownBlocks(text) : []), [assistant, asTokens, asJson, text]);
+  const asDrafts = !!tintDrafts && assistant && !asTokens && !!live?.drafted.length;
+  const asJson = structured && assistant && !asTokens && !asDrafts;
+  const asMarkdown = assistant && !asTokens && !asJson && !asDrafts;
+  const blocks = useMemo(() => (asMarkdown ? markdownBlocks(text) : []), [asMarkdown, text]);
   const reasoning = live ? live.reasoning : m.reasoning ?? "";
   const thought = live && !live.final ? live.thinking : null;
   const thinkingNow = running && thought !== null && thought.since !== null && thought.ms === null;
@@ -161,6 +166,8 @@ function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegen
         <ResultCard content={text} name={callName} callId={m.tool_call_id} />
       ) : asTokens && tokens ? (
         <TokenView tokens={tokens} streaming={status === "streaming"} />
+      ) : asDrafts && live ? (
+        <DraftedText text={text} spans={live.drafted} />
       ) : asJson ? (
         <pre className="json-answer" data-testid="json-answer" data-valid={json !== null}>
           <code>{json ?? text}</code>

@@ -184,7 +184,7 @@ export interface ContextUsage {
 export type ChatEvent =
   | { event: "queued"; data: { position: number } }
   | { event: "started"; data: { prompt_tokens: number; reused_tokens: number; dropped_messages: number } }
-  | { event: "token"; data: { text: string; reasoning?: string; probs?: TokenProbs } }
+  | { event: "token"; data: { text: string; reasoning?: string; probs?: TokenProbs; drafted?: boolean } }
   | { event: "stats"; data: { completion_tokens: number; tokens_per_second: number } }
   | { event: "done"; data: { message: Message } }
   | { event: "error"; data: { message: string } };

@@ -25,6 +25,27 @@ describe("LiveStore", () => {
     vi.useRealTimers();
   });
 
+  it("marks the spans of text whose tokens a draft proposed, merged across tokens and frames", async () => {
+    vi.useFakeTimers({ toFake: ["requestAnimationFrame", "setTimeout"] });
+    const store = new LiveStore();
+    let channel!: Channel<ChatEvent>;
+    const id = await store.start(7, "Go: ", async (ch) => ((channel = ch), 42));
+    const send = (text: string, drafted: boolean) => channel.onmessage({ event: "token", data: { text, drafted } });
+    send("one", false);
+    send(" two", true);
+    send(" three", true);
+    vi.advanceTimersByTime(20);
+    send(" four", true);
+    send(" five", false);
+    send("", true); // a token whose text is held back marks nothing
+    send(" six", true);
+    vi.advanceTimersByTime(20);
+    const a = store.get(id)!;
+    expect(a.text).toBe("Go: one two three four five six");
+    expect(a.drafted.map(([s, e]) => a.text.slice(s, e))).toEqual([" two three four", " six"]);
+    vi.useRealTimers();
+  });
+
   it("keeps events that arrive before the answer's id is known", async () => {
     const store = new LiveStore();
     const done = vi.fn();

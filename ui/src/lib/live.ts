@@ -23,6 +23,18 @@ export interface LiveAnswer {
   /** A thinking model's reasoning so far, apart from `text`. */
   reasoning: string;
   thinking: Thought;
+  /** Spans [start, end) of `text` whose tokens a draft proposed and the model drew
+   * (speculative decoding), adjacent ones merged. */
+  drafted: Span[];
+}
+
+export type Span = [number, number];
+
+/** Adds `[start, end)` to `spans`, merged with the last one where they touch. */
+function addSpan(spans: Span[], start: number, end: number) {
+  const last = spans[spans.length - 1];
+  if (last && last[1] === start) last[1] = end;
+  else spans.push([start, end]);
 }
 
 /** How an answer's thinking goes: tokens of reasoning, when it began, and how long it took
@@ -49,6 +61,8 @@ export class LiveStore {
   private pending = new Map<number, string>();
   private pendingTokens = new Map<number, TokenProbs[]>();
   private pendingReasoning = new Map<number, string>();
+  /** Drafted spans of the pending text, from its start. */
+  private pendingDrafted = new Map<number, Span[]>();
   private thoughts = new Map<number, Thought>();
   /** Per answer: tokens seen, and the time and count at the start of the current window. */
   private counts = new Map<number, { seen: number; since: number; at: number }>();
@@ -118,6 +132,7 @@ export class LiveStore {
       rates: [],
       reasoning: initialReasoning,
       thinking: { tokens: 0, since: null, ms: null },
+      drafted: [],
     });
     this.changed();
     for (const e of early) this.apply(id, e);
@@ -138,7 +153,13 @@ export class LiveStore {
     if (!a) return;
     switch (e.event) {
       case "token": {
-        this.pending.set(id, (this.pending.get(id) ?? "") + e.data.text);
+        const before = this.pending.get(id) ?? "";
+        this.pending.set(id, before + e.data.text);
+        if (e.data.drafted && e.data.text) {
+          const spans = this.pendingDrafted.get(id) ?? [];
+          addSpan(spans, before.length, before.length + e.data.text.length);
+          this.pendingDrafted.set(id, spans);
+        }
         const reasoning = e.data.reasoning ?? "";
         const thought = this.thoughts.get(id) ?? { tokens: 0, since: null, ms: null };
         if (reasoning) {
@@ -217,11 +238,18 @@ export class LiveStore {
       }
       const reasoning = a.reasoning + (this.pendingReasoning.get(id) ?? "");
       const thinking = { ...(this.thoughts.get(id) ?? a.thinking) };
-      this.answers.set(id, { ...a, text: a.text + text, reasoning, thinking, tokens: more ? [...a.tokens, ...more] : a.tokens, rates });
+      let drafted = a.drafted;
+      const spans = this.pendingDrafted.get(id);
+      if (spans) {
+        drafted = drafted.map((s): Span => [s[0], s[1]]);
+        for (const [start, end] of spans) addSpan(drafted, a.text.length + start, a.text.length + end);
+      }
+      this.answers.set(id, { ...a, text: a.text + text, reasoning, thinking, tokens: more ? [...a.tokens, ...more] : a.tokens, rates, drafted });
     }
     this.pending.clear();
     this.pendingTokens.clear();
     this.pendingReasoning.clear();
+    this.pendingDrafted.clear();
     this.changed();
   }
 

@@ -18,13 +18,9 @@
 //! cache beside the answer's, whose greedy continuation is the proposal. (A greedy draft is a
 //! single token per position, so the check above stays the standard rule.) [`Drafter`] adapts
 //! how many tokens it proposes: more while drafts are accepted, fewer when they are not, and
-//! none for a while after misses, so a text that repeats nothing costs almost nothing. It also
-//! weighs what speculating costs: every few steps one runs plain, and when the answer's tokens
-//! per second with drafts fall below its speed without them (a draft model as slow as the
-//! model, or check rows that crowd a busy batch), it stops proposing for a while, longer each
-//! time.
-
-use std::time::Instant;
+//! none for a while after misses, so a text that repeats nothing costs almost nothing. What
+//! drafts cost the machine is weighed per pass, for all answers together (`weigh.rs`): the
+//! worker tells each answer how many tokens it may propose this step.
 
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +28,7 @@ use super::Sequence;
 use crate::error::Result;
 use crate::model::KvCache;
 use crate::tokenizer::Tokenizer;
+use crate::weigh::Verdict;
 
 /// How an answer's next tokens are proposed for the model to check.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,11 +57,11 @@ const MAX_K: usize = 8;
 /// Steps without proposals after two misses in a row, doubling up to the most.
 const FIRST_BACKOFF: usize = 4;
 const MAX_BACKOFF: usize = 64;
-/// Every this many steps one runs plain, to measure the answer's speed without drafts.
-const PROBE_EVERY: usize = 8;
-/// Speculating must keep at least this share of the plain speed, over this many steps.
-const MIN_SPEED_SHARE: f64 = 0.95;
-const SPEED_STEPS: usize = 4;
+/// Steps without proposals after its drafts proved to cost the machine (`weigh.rs`), four
+/// times longer each time: a draft model reads every token it missed before it drafts again,
+/// so each resumption costs as much as the pause was long, and only a long pause saves that.
+const FIRST_SLOW_PAUSE: usize = 4;
+const MAX_SLOW_PAUSE: usize = 1024;
 
 /// Up to `k` tokens that followed the latest earlier occurrence of the last `n` tokens of
 /// `tokens` (the longest `n` from [`MAX_NGRAM`] down to [`MIN_NGRAM`] that occurs).
@@ -99,16 +96,10 @@ pub(crate) struct Drafter {
     pause: usize,
     backoff: usize,
     misses: usize,
+    /// The pause the next verdict of "slower" gives.
+    slow_pause: usize,
     pub proposed: usize,
     pub accepted: usize,
-    /// Steps taken (for the plain probes).
-    steps: usize,
-    /// The answer's tokens per ms, smoothed: in plain steps, and in steps that checked drafts.
-    plain_speed: Option<f64>,
-    draft_speed: Option<f64>,
-    /// Drafted steps since speed last decided, and the pause it gives next.
-    draft_steps: usize,
-    slow_backoff: usize,
 }
 
 impl Drafter {
@@ -119,48 +110,30 @@ impl Drafter {
             pause: 0,
             backoff: FIRST_BACKOFF,
             misses: 0,
+            slow_pause: FIRST_SLOW_PAUSE,
             proposed: 0,
             accepted: 0,
-            steps: 0,
-            plain_speed: None,
-            draft_speed: None,
-            draft_steps: 0,
-            slow_backoff: FIRST_BACKOFF,
         })
     }
 
-    /// Whether this step may propose: not while paused, nor on a plain probe step.
+    /// Whether this step may propose: not while paused after misses.
     fn turn(&mut self) -> bool {
-        self.steps += 1;
         if self.pause > 0 {
             self.pause -= 1;
             return false;
         }
-        !self.steps.is_multiple_of(PROBE_EVERY)
+        true
     }
 
-    /// A decode step ended at `speed` (tokens drawn per ms of the answer's time since its
-    /// step before). After enough drafted steps slower than plain ones, drafting pauses.
-    fn observe(&mut self, drafted: bool, speed: f64) {
-        let smooth = |old: Option<f64>| Some(old.map_or(speed, |o| 0.7 * o + 0.3 * speed));
-        if !drafted {
-            self.plain_speed = smooth(self.plain_speed);
-            return;
-        }
-        self.draft_speed = smooth(self.draft_speed);
-        self.draft_steps += 1;
-        if self.draft_steps < SPEED_STEPS {
-            return;
-        }
-        self.draft_steps = 0;
-        if let (Some(plain), Some(drafted)) = (self.plain_speed, self.draft_speed) {
-            if drafted < MIN_SPEED_SHARE * plain {
-                self.pause = self.pause.max(self.slow_backoff);
-                self.slow_backoff = (self.slow_backoff * 2).min(MAX_BACKOFF);
-            } else {
-                self.slow_backoff = FIRST_BACKOFF;
-            }
-        }
+    /// Its drafts cost the machine more than they gave: none for a while, longer each time.
+    fn slower(&mut self) {
+        self.pause = self.pause.max(self.slow_pause);
+        self.slow_pause = (self.slow_pause * 4).min(MAX_SLOW_PAUSE);
+    }
+
+    /// How likely its drafts are to be taken, from its counts so far (a fresh one is even).
+    pub fn acceptance(&self) -> f64 {
+        (self.accepted as f64 + 1.0) / (self.proposed as f64 + 2.0)
     }
 
     /// A draft of at most `room` tokens after `tokens`.
@@ -178,7 +151,8 @@ impl Drafter {
 
     /// How many tokens a draft model may propose now (0 while paused after misses).
     fn wanted(&mut self, room: usize) -> usize {
-        if self.kind != Speculation::Draft || room == 0 || !self.turn() {
+        // A pass with no room still counts as a step of a pause.
+        if self.kind != Speculation::Draft || !self.turn() || room == 0 {
             return 0;
         }
         self.k.min(room)
@@ -208,11 +182,12 @@ impl Drafter {
 
 impl Sequence {
     /// Before a step that draws (a decode step, or the chunk that ends the prompt): proposes
-    /// this step's draft, when the answer speculates. The draft never reaches past the
-    /// answer's length limit or the context.
-    pub fn prepare_draft(&mut self) {
+    /// this step's draft of at most `limit` tokens (the pass's weighing, `weigh.rs`), when the
+    /// answer speculates. The draft never reaches past the answer's length limit or the
+    /// context.
+    pub fn prepare_draft(&mut self, limit: usize) {
         self.draft.clear();
-        let room = self.draft_room();
+        let room = self.draft_room().min(limit);
         if let Some(d) = self.drafter.as_mut() {
             self.draft = d.propose(&self.tokens, room);
         }
@@ -228,9 +203,9 @@ impl Sequence {
     }
 
     /// For a draft model's passes (`draft.rs`): how many tokens it should propose for this
-    /// step, 0 for none. Call after [`prepare_draft`](Self::prepare_draft).
-    pub fn model_draft_wanted(&mut self) -> usize {
-        let room = self.draft_room();
+    /// step (at most `limit`), 0 for none. Call after [`prepare_draft`](Self::prepare_draft).
+    pub fn model_draft_wanted(&mut self, limit: usize) -> usize {
+        let room = self.draft_room().min(limit);
         self.drafter.as_mut().map_or(0, |d| d.wanted(room))
     }
 
@@ -310,7 +285,9 @@ impl Sequence {
         for (i, row) in logits.chunks_exact(vocab).enumerate() {
             let mut row = row.to_vec();
             let before = self.tokens.len();
+            self.guess = draft.get(i).copied();
             result = self.sample_and_emit(tok, &mut row);
+            self.guess = None;
             let drew = (self.tokens.len() == before + 1).then(|| self.tokens[before]);
             let agrees = i < draft.len() && drew == Some(draft[i]);
             if agrees {
@@ -337,18 +314,21 @@ impl Sequence {
         result
     }
 
-    /// After a step, for the drafter's weighing of what drafts cost: the answer's speed in a
-    /// decode step (`decoding`: it had drawn before), drafted or plain.
-    pub(super) fn observe_step(&mut self, decoding: bool, drafted: bool, drawn: usize) {
-        let now = Instant::now();
-        let last = self.last_step.replace(now);
-        let (Some(d), Some(last), true) = (self.drafter.as_mut(), last, decoding) else {
-            return;
-        };
-        let ms = now.saturating_duration_since(last).as_secs_f64() * 1000.0;
-        // A long gap is a pause or a preemption, not what the step cost.
-        if drawn > 0 && ms > 0.0 && ms < 2000.0 {
-            d.observe(drafted, drawn as f64 / ms);
+    /// Whether it speculates, and how likely its drafts are to be taken (for the order in
+    /// which a pass's draft tokens are handed out).
+    pub fn speculates(&self) -> Option<f64> {
+        self.drafter.as_ref().map(Drafter::acceptance)
+    }
+
+    /// The pass-level weighing's verdict on a pass it speculated in (`weigh.rs`): drafts
+    /// that cost the machine pause (4, 16 … 1,024 steps); drafts that pay reset that.
+    pub fn weighed(&mut self, verdict: &Verdict) {
+        if let Some(d) = self.drafter.as_mut() {
+            match verdict {
+                Verdict::Slower => d.slower(),
+                Verdict::Pay => d.slow_pause = FIRST_SLOW_PAUSE,
+                Verdict::Crowding => {}
+            }
         }
     }
 
@@ -403,24 +383,20 @@ mod tests {
     }
 
     #[test]
-    fn drafting_pauses_while_it_is_slower_than_plain_steps_and_probes_plain_ones() {
-        let mut d = Drafter::new(Speculation::Draft).unwrap();
-        // Every eighth step runs plain.
-        let turns: Vec<bool> = (0..16).map(|_| d.turn()).collect();
-        assert_eq!(turns.iter().filter(|t| !**t).count(), 2);
-        assert!(!turns[7] && !turns[15]);
-        // Faster with drafts: no pause.
-        d.observe(false, 1.0);
-        for _ in 0..SPEED_STEPS {
-            d.observe(true, 1.5);
+    fn drafts_that_cost_the_machine_pause_longer_each_time_until_they_pay() {
+        let mut d = Drafter::new(Speculation::Lookup).unwrap();
+        let paused = |d: &mut Drafter| (0..2000).take_while(|_| !d.turn()).count();
+        d.slower();
+        assert_eq!(paused(&mut d), FIRST_SLOW_PAUSE);
+        d.slower();
+        assert_eq!(paused(&mut d), FIRST_SLOW_PAUSE * 4);
+        for _ in 0..6 {
+            d.slower();
         }
-        assert_eq!(d.pause, 0);
-        // Slower with drafts: a pause, and a longer one the next time.
-        for _ in 0..3 * SPEED_STEPS {
-            d.observe(true, 0.5);
-        }
-        assert!(d.pause >= FIRST_BACKOFF, "{}", d.pause);
-        assert!(d.slow_backoff > FIRST_BACKOFF * 2);
-        assert_eq!(d.wanted(8), 0);
+        assert_eq!(paused(&mut d), MAX_SLOW_PAUSE);
+        // Drafts that paid: the next pause is short again.
+        d.slow_pause = FIRST_SLOW_PAUSE;
+        d.slower();
+        assert_eq!(paused(&mut d), FIRST_SLOW_PAUSE);
     }
 }
