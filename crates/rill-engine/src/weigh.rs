@@ -5,12 +5,13 @@
 //! The [`Weigher`] keeps, for each number of answers decoding together, what a pass costs and
 //! yields with drafts and without. Every few passes one runs with no drafts at all (a probe),
 //! and the others may check at most [`Slot::cap`] draft tokens between them. After the first
-//! few drafted passes, each one decides:
+//! two drafted passes, each one decides:
 //! - tokens per millisecond, all answers together, fell below 95% of the plain passes': the
 //!   machine's total throughput is lower with drafts, so the answers that drafted in the pass
-//!   pause their drafts (4, 16 … 1,024 steps, `Drafter`: a draft model must read every token
-//!   it missed before it drafts again, so only a long pause saves that). The pause is the
-//!   answer's, so it holds when other answers come or go, and a new answer gets its chance;
+//!   pause their drafts (4, 16, 64, 256 steps, then for the rest of the answer; `Drafter`: a
+//!   draft model must read every token it missed before it drafts again, so only not
+//!   resuming saves that). The pause is the answer's, so it holds when other answers come or
+//!   go, and a new answer gets its chance;
 //! - an answer that does not speculate sees each token more than 5% later than in plain
 //!   passes: the others' check rows cost it its share of the machine, so the cap halves (and
 //!   drafting pauses where it is down to one token). Answers that speculate are weighed
@@ -194,8 +195,9 @@ impl Weigher {
         }
         slot.drafted = Figures::update(slot.drafted, drawn, ms);
         slot.bystander |= bystander;
-        // After the first few, every drafted pass decides: the figures are smoothed, and one
-        // pass after a pause is all it takes to see that drafts still cost more than they give.
+        // After the first two, every drafted pass decides: the figures are smoothed, and one
+        // pass after a pause is all it takes to see that drafts still cost more than they give
+        // (measured anew, they would cost two passes after every pause).
         slot.since = (slot.since + 1).min(DECIDE_EVERY);
         if slot.since < DECIDE_EVERY {
             return None;

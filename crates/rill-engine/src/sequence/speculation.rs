@@ -58,10 +58,11 @@ const MAX_K: usize = 8;
 const FIRST_BACKOFF: usize = 4;
 const MAX_BACKOFF: usize = 64;
 /// Steps without proposals after its drafts proved to cost the machine (`weigh.rs`), four
-/// times longer each time: a draft model reads every token it missed before it drafts again,
-/// so each resumption costs as much as the pause was long, and only a long pause saves that.
+/// times longer each time, and after the longest none for the rest of the answer: a draft
+/// model reads every token it missed before it drafts again, so each resumption costs as much
+/// as the pause was long, and only not resuming saves that.
 const FIRST_SLOW_PAUSE: usize = 4;
-const MAX_SLOW_PAUSE: usize = 1024;
+const MAX_SLOW_PAUSE: usize = 256;
 
 /// Up to `k` tokens that followed the latest earlier occurrence of the last `n` tokens of
 /// `tokens` (the longest `n` from [`MAX_NGRAM`] down to [`MIN_NGRAM`] that occurs).
@@ -125,10 +126,14 @@ impl Drafter {
         true
     }
 
-    /// Its drafts cost the machine more than they gave: none for a while, longer each time.
+    /// Its drafts cost the machine more than they gave: none for a while, longer each time,
+    /// then none at all.
     fn slower(&mut self) {
         self.pause = self.pause.max(self.slow_pause);
-        self.slow_pause = (self.slow_pause * 4).min(MAX_SLOW_PAUSE);
+        self.slow_pause = match self.slow_pause {
+            p if p >= MAX_SLOW_PAUSE => usize::MAX,
+            p => p * 4,
+        };
     }
 
     /// How likely its drafts are to be taken, from its counts so far (a fresh one is even).
@@ -321,7 +326,8 @@ impl Sequence {
     }
 
     /// The pass-level weighing's verdict on a pass it speculated in (`weigh.rs`): drafts
-    /// that cost the machine pause (4, 16 … 1,024 steps); drafts that pay reset that.
+    /// that cost the machine pause (4, 16, 64, 256 steps, then for the rest of the answer);
+    /// drafts that pay reset that.
     pub fn weighed(&mut self, verdict: &Verdict) {
         if let Some(d) = self.drafter.as_mut() {
             match verdict {
@@ -390,12 +396,17 @@ mod tests {
         assert_eq!(paused(&mut d), FIRST_SLOW_PAUSE);
         d.slower();
         assert_eq!(paused(&mut d), FIRST_SLOW_PAUSE * 4);
-        for _ in 0..6 {
-            d.slower();
-        }
+        d.slower();
+        d.slower();
         assert_eq!(paused(&mut d), MAX_SLOW_PAUSE);
-        // Drafts that paid: the next pause is short again.
+        // After the longest pause, none for the rest of the answer.
+        d.slower();
+        assert_eq!(paused(&mut d), 2000);
+        // A new answer's drafter, or drafts that paid: the next pause is short again.
+        let mut d = Drafter::new(Speculation::Lookup).unwrap();
+        d.slower();
         d.slow_pause = FIRST_SLOW_PAUSE;
+        assert_eq!(paused(&mut d), FIRST_SLOW_PAUSE);
         d.slower();
         assert_eq!(paused(&mut d), FIRST_SLOW_PAUSE);
     }
