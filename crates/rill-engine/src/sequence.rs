@@ -84,8 +84,6 @@ pub(crate) struct Sequence {
     verify: Vec<u32>,
     /// The draft model's cache: a prefix of `tokens` (and, during a step, the proposal).
     draft_cache: KvCache,
-    /// While a draft is checked: its token for the position being drawn.
-    guess: Option<u32>,
     /// Rows its last decode step ran (1, or 1 + its draft).
     last_rows: usize,
 }
@@ -152,7 +150,6 @@ impl Sequence {
             draft: Vec::new(),
             verify: Vec::new(),
             draft_cache: KvCache::new(),
-            guess: None,
             last_rows: 1,
         }
     }
@@ -337,7 +334,7 @@ impl Sequence {
                 self.finish(StopReason::Stop);
                 return Ok(());
             }
-            self.sample_and_emit(tok, &mut logits)?;
+            self.sample_and_emit(tok, &mut logits, None)?;
         }
         Ok(())
     }
@@ -359,7 +356,14 @@ impl Sequence {
             .is_some_and(ReasoningSplit::in_reasoning)
     }
 
-    fn sample_and_emit(&mut self, tok: &Tokenizer, logits: &mut [f32]) -> Result<()> {
+    /// Draws the next token and sends it; `guess`: a draft's token for this position, so the
+    /// event can say whether the model drew it.
+    fn sample_and_emit(
+        &mut self,
+        tok: &Tokenizer,
+        logits: &mut [f32],
+        guess: Option<u32>,
+    ) -> Result<()> {
         // A grammar shapes the answer, not the thinking before it: it waits (its first mask
         // kept) until the block closes.
         let thinking = self.thinking();
@@ -381,7 +385,7 @@ impl Sequence {
         self.first_token.get_or_insert(now);
         self.last_token = Some(now);
         self.tokens.push(id);
-        let drafted = self.guess.take() == Some(id);
+        let drafted = guess == Some(id);
 
         if !self.ignore_eos && tok.is_eog(id) {
             // The end token itself is not part of the answer; text held back for a possible stop

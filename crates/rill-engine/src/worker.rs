@@ -297,9 +297,10 @@ impl Worker {
                 .iter()
                 .all(|(s, _)| s.state() == SequenceState::Decoding);
             let speculating = members.iter().any(|(s, _)| s.speculates().is_some());
-            let limit = match speculating {
-                true => self.weigher.allow(members.len(), measured),
-                false => 0,
+            let limit = if speculating {
+                self.weigher.allow(members.len(), measured)
+            } else {
+                0
             };
             propose(
                 &self.draft,

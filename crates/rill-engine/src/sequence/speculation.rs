@@ -290,9 +290,7 @@ impl Sequence {
         for (i, row) in logits.chunks_exact(vocab).enumerate() {
             let mut row = row.to_vec();
             let before = self.tokens.len();
-            self.guess = draft.get(i).copied();
-            result = self.sample_and_emit(tok, &mut row);
-            self.guess = None;
+            result = self.sample_and_emit(tok, &mut row, draft.get(i).copied());
             let drew = (self.tokens.len() == before + 1).then(|| self.tokens[before]);
             let agrees = i < draft.len() && drew == Some(draft[i]);
             if agrees {
