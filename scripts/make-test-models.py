@@ -54,6 +54,14 @@ FAMILIES = {
     # Qwen3: q/k norms, heads wider than hidden / heads (key_length), no biases.
     "qwen3": dict(vocab="qwen2", template="Qwen-Qwen3-0.6B.jinja", head_dim=64,
                   rope_base=1_000_000.0, qkv_bias=False, qk_norm=True),
+    # Qwen3 MoE (Qwen3-30B-A3B): Qwen3's attention, and a mixture of 8 SwiGLU experts, 2 of
+    # which each token goes through (the real model: 128 and 8). The router's weights are
+    # distinct random values whose logits spread by about 1.5 units, so that routing is
+    # decisive and a change of expert changes the answer.
+    "qwen3moe": dict(vocab="qwen2", template="Qwen-Qwen3-0.6B.jinja", head_dim=64,
+                     rope_base=1_000_000.0, qkv_bias=False, qk_norm=True,
+                     experts=dict(count=8, used=2, ff=96, router_std=1.5),
+                     k=dict(experts=dict(count=8, used=2, ff=256, router_std=1.5))),
     # Gemma 2: post-norms, GELU, √hidden embeddings, tied output, soft-caps set low enough to
     # bite on random weights (the real 50 and 30 are the defaults a file without them gets),
     # a window on every other layer. The llama-spm vocabulary (Gemma's own is not in the
@@ -159,6 +167,11 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
     w.add_embedding_length(hidden)
     w.add_block_count(layers)
     w.add_feed_forward_length(ff)
+    experts = spec.get("experts")
+    if experts:
+        w.add_expert_count(experts["count"])
+        w.add_expert_used_count(experts["used"])
+        w.add_expert_feed_forward_length(experts["ff"])
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
     w.add_key_length(hd)
@@ -238,6 +251,16 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
         if spec["qk_norm"]:
             vector(f"{p}.attn_q_norm.weight", hd, 1.0, 0.2)
             vector(f"{p}.attn_k_norm.weight", hd, 1.0, 0.2)
+        if experts:
+            # The router (F32, as converted files keep it), then each projection of every
+            # expert as one tensor, `[experts, rows, columns]`.
+            n, eff = experts["count"], experts["ff"]
+            w.add_tensor(f"{p}.ffn_gate_inp.weight",
+                         normal((n, hidden), experts["router_std"] / np.sqrt(hidden)))
+            quantized(f"{p}.ffn_gate_exps.weight", normal((n, eff, hidden), 1.0 / np.sqrt(hidden)))
+            quantized(f"{p}.ffn_up_exps.weight", normal((n, eff, hidden), 1.0 / np.sqrt(hidden)))
+            quantized(f"{p}.ffn_down_exps.weight", normal((n, hidden, eff), 1.0 / np.sqrt(eff)))
+            continue
         gate = normal((ff, hidden), 1.0 / np.sqrt(hidden))
         up = normal((ff, hidden), 1.0 / np.sqrt(hidden))
         if fused:

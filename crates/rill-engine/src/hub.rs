@@ -57,6 +57,27 @@ fn gguf_files_under(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// This machine's memory in bytes, where it can be read (Linux: `MemTotal` in `/proc/meminfo`;
+/// macOS: `sysctl hw.memsize`), so the models list can say which downloads will not fit.
+pub fn machine_memory() -> Option<u64> {
+    if let Ok(m) = std::fs::read_to_string("/proc/meminfo") {
+        return m
+            .lines()
+            .find(|l| l.starts_with("MemTotal:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map(|kb| kb * 1024);
+    }
+    if cfg!(target_os = "macos") {
+        let out = std::process::Command::new("sysctl")
+            .args(["-n", "hw.memsize"])
+            .output()
+            .ok()?;
+        return String::from_utf8(out.stdout).ok()?.trim().parse().ok();
+    }
+    None
+}
+
 /// One model Rill can run, and where it was found.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct LocalModel {

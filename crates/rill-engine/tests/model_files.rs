@@ -180,7 +180,7 @@ fn an_mxfp4_tensor_is_named_and_not_called_damaged() {
 fn a_file_of_a_family_rill_does_not_run_says_what_it_is() {
     let dir = tempfile::tempdir().unwrap();
     let mut craft = small();
-    craft.metadata[0].1 = Value::String("qwen3moe".into());
+    craft.metadata[0].1 = Value::String("gpt-oss".into());
     let p = write(dir.path(), "moe.gguf", &craft.bytes());
     // Listed (the models list shows it), marked as not run, named for people.
     let info = rill_engine::inspect(&p).unwrap();
@@ -192,11 +192,11 @@ fn a_file_of_a_family_rill_does_not_run_says_what_it_is() {
     );
     // Loading it says what it is and which families run.
     let msg = match Model::load(&p, &candle_core::Device::Cpu, Some(256)) {
-        Ok(_) => panic!("a qwen3moe file loaded"),
+        Ok(_) => panic!("a gpt-oss file loaded"),
         Err(e) => e.to_string(),
     };
     assert!(
-        msg.contains("`qwen3moe`")
+        msg.contains("`gpt-oss`")
             && msg.contains("mixture of experts")
             && msg.contains("qwen3")
             && msg.contains("gemma3")

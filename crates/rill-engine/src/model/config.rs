@@ -44,7 +44,26 @@ pub struct LlamaConfig {
     pub rope_factors: Option<String>,
     /// Positions the model can attend over in this engine (the trained context, possibly capped).
     pub context_length: usize,
+    /// A mixture of experts' sizes, for a family whose feed-forward is one.
+    pub experts: Option<ExpertsConfig>,
 }
+
+/// How many experts a mixture has, how many a row goes through, and how wide each is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExpertsConfig {
+    /// `expert_count`.
+    pub count: usize,
+    /// `expert_used_count`: the `k` of the top-k routing.
+    pub used: usize,
+    /// Each expert's feed-forward width (`expert_feed_forward_length`; without it,
+    /// `feed_forward_length / expert_used_count`, as llama.cpp falls back).
+    pub ff: usize,
+    /// The chosen experts' weights are multiplied by this (`expert_weights_scale`; 1 without).
+    pub scale: f32,
+}
+
+/// The most experts a mixture may have (llama.cpp's `LLAMA_MAX_EXPERTS`).
+const MAX_EXPERTS: usize = 512;
 
 impl LlamaConfig {
     /// The hyper-parameters of a llama-family GGUF and its RoPE width, checked against each
@@ -100,6 +119,37 @@ impl LlamaConfig {
             ));
         }
         let n_layer = u("block_count")?;
+        let experts = match family.experts {
+            None => None,
+            Some(_) => {
+                let count = u("expert_count")?;
+                let used = u("expert_used_count")?;
+                if count == 0 || count > MAX_EXPERTS || used == 0 || used > count {
+                    return Err(Error::model_file(
+                        path,
+                        format!(
+                            "a mixture of {count} experts of which {used} are used: Rill needs \
+                             1 to {MAX_EXPERTS} experts and 1 to all of them used"
+                        ),
+                    ));
+                }
+                let ff = match u("expert_feed_forward_length") {
+                    Ok(ff) => ff,
+                    Err(_) => u("feed_forward_length")? / used,
+                };
+                let scale = md("expert_weights_scale")
+                    .ok()
+                    .and_then(|v| v.to_f32().ok())
+                    .filter(|s| s.is_finite() && *s != 0.0)
+                    .unwrap_or(1.0);
+                Some(ExpertsConfig {
+                    count,
+                    used,
+                    ff,
+                    scale,
+                })
+            }
+        };
         check_shapes(
             ct,
             path,
@@ -112,6 +162,7 @@ impl LlamaConfig {
                 head: head_dim,
             },
             rope_dim,
+            experts,
         )?;
         let f = |key: &str| md(key).ok().and_then(|v| v.to_f32().ok());
         let rope_base = f("rope.freq_base").unwrap_or(10_000.0);
@@ -178,6 +229,7 @@ impl LlamaConfig {
                     .map_or(trained_ctx, |v| v as usize),
             ),
             context_length,
+            experts,
         };
         Ok((cfg, rope_dim))
     }
@@ -270,6 +322,7 @@ fn check_shapes(
     n_layer: usize,
     widths: Widths,
     rope_dim: usize,
+    experts: Option<ExpertsConfig>,
 ) -> Result<()> {
     let Widths {
         hidden,
@@ -343,6 +396,14 @@ fn check_shapes(
         if family.post_norms {
             expect(&name("post_attention_norm"), &[hidden])?;
             expect(&name("post_ffw_norm"), &[hidden])?;
+        }
+        if let Some(e) = experts {
+            // The router, then each expert's gate, up and down as slabs of one tensor each.
+            expect(&name("ffn_gate_inp"), &[e.count, hidden])?;
+            expect(&name("ffn_gate_exps"), &[e.count, e.ff, hidden])?;
+            expect(&name("ffn_up_exps"), &[e.count, e.ff, hidden])?;
+            expect(&name("ffn_down_exps"), &[e.count, hidden, e.ff])?;
+            continue;
         }
         // The feed-forward width: from the gate, or with a fused gate-up from the down
         // projection.

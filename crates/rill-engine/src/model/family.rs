@@ -51,6 +51,15 @@ pub enum QueryScale {
     Gemma { layers_27b: usize },
 }
 
+/// How a mixture of experts' router turns its logits into the experts a row goes through and
+/// their weights (llama.cpp's `build_moe_ffn`, `llama-graph.cpp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    /// A softmax over every expert, the `k` likeliest chosen, their probabilities divided by
+    /// their sum (Qwen3 MoE: llama.cpp's softmax gating with `norm_w`).
+    SoftmaxTopK,
+}
+
 /// What a family's block does beyond llama's.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Family {
@@ -87,6 +96,9 @@ pub struct Family {
     /// The gate and up projections are one tensor, `ffn_up` of twice the feed-forward width,
     /// gate first (Phi-3). A fused `attn_qkv` is read wherever a file has one.
     pub fused_gate_up: bool,
+    /// The feed-forward is a mixture of experts (`ffn_gate_inp`, `ffn_{gate,up,down}_exps`)
+    /// routed this way, instead of one SwiGLU (`model/experts.rs`).
+    pub experts: Option<Gating>,
 }
 
 const LLAMA: Family = Family {
@@ -104,6 +116,7 @@ const LLAMA: Family = Family {
     query_scale: QueryScale::HeadDim,
     llama_cpp_rounding: false,
     fused_gate_up: false,
+    experts: None,
 };
 
 /// Gemma's block: GELU, post-norms, √width embeddings, NEOX, queries pre-scaled.
@@ -150,6 +163,17 @@ pub const FAMILIES: &[Family] = &[
         llama_cpp_rounding: true,
         ..LLAMA
     },
+    // Qwen3 mixtures of experts (Qwen3-30B-A3B and its Coder and 2507 versions, 235B-A22B):
+    // Qwen3's attention, and a feed-forward of 128 SwiGLU experts of which a row goes through
+    // 8.
+    Family {
+        arch: "qwen3moe",
+        rope: RopeStyle::Neox,
+        qk_norm: true,
+        llama_cpp_rounding: true,
+        experts: Some(Gating::SoftmaxTopK),
+        ..LLAMA
+    },
     // Gemma 2: attention and final-logit soft-capping, a 4,096-position window on every other
     // layer.
     GEMMA,
@@ -193,6 +217,7 @@ pub fn label(arch: &str) -> String {
         "mistral" => "Mistral",
         "qwen2" => "Qwen2",
         "qwen3" => "Qwen3",
+        "qwen3moe" => "Qwen3 MoE",
         "gemma2" => "Gemma 2",
         "gemma3" => "Gemma 3",
         "phi3" => "Phi-3",
@@ -205,7 +230,7 @@ pub fn label(arch: &str) -> String {
 /// models list.
 pub fn not_run(arch: &str) -> &'static str {
     match arch {
-        "qwen3moe" | "qwen2moe" => "a Qwen mixture of experts, not run yet",
+        "qwen2moe" => "a Qwen2 mixture of experts (with a shared expert), not run yet",
         "gpt-oss" => "gpt-oss, a mixture of experts with MXFP4 weights, not run yet",
         "clip" | "mmproj" => "a vision projector (mmproj), which goes beside a model, not a model",
         "gemma" => "the first Gemma, not run",

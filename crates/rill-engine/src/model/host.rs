@@ -8,7 +8,8 @@
 use half::f16;
 
 use super::attention::{self, Scores, Span};
-use super::llama::{KvCache, Layer, Llama};
+use super::experts::{ExpertSpace, Route};
+use super::llama::{Ffn, KvCache, Layer, Llama};
 use super::ops;
 use crate::error::{Error, Result};
 
@@ -27,6 +28,8 @@ pub(super) struct Workspace {
     gate_up: Vec<f32>,
     /// The gated activation.
     act: Vec<f32>,
+    /// A mixture of experts' buffers.
+    experts: ExpertSpace,
 }
 
 impl Llama {
@@ -113,6 +116,7 @@ impl Llama {
     /// [`forward_batch`](Self::forward_batch) on the host (CPU models): row-major `f32`
     /// buffers from the embedding to the logits, our kernels and attention, no candle tensors
     /// on the way (their worker thread spins after each operation, taking a core from ours).
+    /// `routes`, when given, receives each mixture-of-experts layer's routes of every row.
     pub(super) fn forward_host(
         &self,
         ids: &[u32],
@@ -120,6 +124,7 @@ impl Llama {
         spans: &[(usize, usize)],
         out_rows: &[usize],
         outs: &[usize],
+        mut routes: Option<&mut Vec<Vec<Route>>>,
     ) -> Result<Vec<Vec<f32>>> {
         let cfg = &self.cfg;
         let isa = crate::kernels::Isa::detect();
@@ -155,10 +160,20 @@ impl Llama {
             ops::add(&mut x, &w.y);
 
             layer.ffn_norm.forward_host_into(&x, &mut w.h);
-            layer.gate_up.forward_host_into(&w.h, m, &mut w.gate_up)?;
-            let width = w.gate_up.len() / m / 2;
-            ops::gated(&w.gate_up, width, cfg.family.activation, isa, &mut w.act);
-            layer.w_down.forward_host_into(&w.act, m, &mut w.y)?;
+            match &layer.ffn {
+                Ffn::Dense { gate_up, down } => {
+                    gate_up.forward_host_into(&w.h, m, &mut w.gate_up)?;
+                    let width = w.gate_up.len() / m / 2;
+                    ops::gated(&w.gate_up, width, cfg.family.activation, isa, &mut w.act);
+                    down.forward_host_into(&w.act, m, &mut w.y)?;
+                }
+                Ffn::Experts(e) => {
+                    if let Some(r) = routes.as_deref_mut() {
+                        r.push(e.route_host(&w.h, m)?);
+                    }
+                    e.forward_host_into(&w.h, m, isa, &mut w.experts, &mut w.y)?;
+                }
+            }
             if let Some((_, post)) = &layer.post_norms {
                 post.forward_host_into(&w.y, &mut w.h);
                 std::mem::swap(&mut w.h, &mut w.y);
@@ -181,6 +196,41 @@ impl Llama {
             logits.iter_mut().for_each(|v| *v = (*v * inv).tanh() * c);
         }
         Ok(super::llama::per_sequence(logits, outs))
+    }
+
+    /// Runs `tokens` as [`forward`](Self::forward) does (on the host: a CPU model on our
+    /// kernels) and also returns, for each mixture-of-experts layer in order, the experts each
+    /// token went through and their weights (`tokens.len() · k` routes, token by token):
+    /// llama.cpp's `ffn_moe_topk` and `ffn_moe_weights_norm`, to compare routing with it.
+    pub fn forward_routes(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+    ) -> Result<(Vec<f32>, Vec<Vec<Route>>)> {
+        if !self.host {
+            return Err(Error::param(
+                "device",
+                "routes are recorded on the CPU's own forward pass only",
+            ));
+        }
+        if tokens.is_empty() || cache.len() + tokens.len() > self.cfg.context_length {
+            return Err(Error::param(
+                "prompt",
+                "no tokens, or more than the context",
+            ));
+        }
+        cache.reserve(&self.cfg, tokens.len(), &self.device, Some(self.kv_type))?;
+        let mut routes = Vec::new();
+        let mut batch = [(tokens, cache)];
+        let mut logits = self.forward_host(
+            tokens,
+            &mut batch,
+            &[(0, tokens.len())],
+            &[tokens.len() - 1],
+            &[1],
+            Some(&mut routes),
+        )?;
+        Ok((logits.pop().unwrap_or_default(), routes))
     }
 
     /// The family's steps between the q/k/v projections and RoPE, on the host rows

@@ -17,6 +17,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::attention::Rope;
 pub use super::config::LlamaConfig;
+use super::experts::Experts;
 use super::family::Activation;
 pub use super::kv::{KvCache, KV_MIN_CAPACITY};
 use super::kv_rows::KvType;
@@ -33,14 +34,35 @@ pub(super) struct Layer {
     pub(super) qk_norm: Option<(Norm, Norm)>,
     pub(super) wo: Linear,
     pub(super) ffn_norm: Norm,
-    /// gate, up.
-    pub(super) gate_up: Group,
-    pub(super) w_down: Linear,
+    pub(super) ffn: Ffn,
     /// The norms of the attention's and the feed-forward's outputs (Gemma).
     pub(super) post_norms: Option<(Norm, Norm)>,
     /// Which of the model's RoPE tables this layer uses, and the window it attends over.
     pub(super) rope: usize,
     pub(super) window: Option<usize>,
+}
+
+/// A layer's feed-forward: one gated MLP, or a mixture of experts.
+pub(super) enum Ffn {
+    Dense {
+        /// gate, up.
+        gate_up: Group,
+        down: Linear,
+    },
+    Experts(Box<Experts>),
+}
+
+impl Ffn {
+    /// Bytes of weights a one-row step reads, held and in the file.
+    fn step_bytes(&self) -> (usize, usize) {
+        match self {
+            Ffn::Dense { gate_up, down } => {
+                let ((a, b), (c, d)) = (gate_up.bytes(), down.bytes());
+                (a + c, b + d)
+            }
+            Ffn::Experts(e) => e.step_bytes(),
+        }
+    }
 }
 
 /// A RoPE table (cos, sin per position and pair) for candle's attention, and on the host for
@@ -223,17 +245,36 @@ impl Llama {
                     host,
                 )?,
             };
-            let gate_up = match cfg.family.fused_gate_up {
-                true => {
-                    let up = weight("ffn_up")?;
-                    // `check_shapes` proved it `[2·ff, hidden]`.
-                    let ff = up.dims[0] / 2;
-                    Group::fused(up, vec![ff, ff], host)?
-                }
-                false => Group::new(vec![weight("ffn_gate")?, weight("ffn_up")?], host)?,
-            };
             let wo = Linear::new(weight("attn_output")?, host)?;
-            let w_down = Linear::new(weight("ffn_down")?, host)?;
+            let ffn = match (cfg.experts, cfg.family.experts) {
+                (Some(e), Some(gating)) => Ffn::Experts(Box::new(Experts::new(
+                    weight("ffn_gate_inp")?,
+                    [
+                        weight("ffn_gate_exps")?,
+                        weight("ffn_up_exps")?,
+                        weight("ffn_down_exps")?,
+                    ],
+                    e,
+                    gating,
+                    cfg.family.activation,
+                    host,
+                )?)),
+                _ => {
+                    let gate_up = match cfg.family.fused_gate_up {
+                        true => {
+                            let up = weight("ffn_up")?;
+                            // `check_shapes` proved it `[2·ff, hidden]`.
+                            let ff = up.dims[0] / 2;
+                            Group::fused(up, vec![ff, ff], host)?
+                        }
+                        false => Group::new(vec![weight("ffn_gate")?, weight("ffn_up")?], host)?,
+                    };
+                    Ffn::Dense {
+                        gate_up,
+                        down: Linear::new(weight("ffn_down")?, host)?,
+                    }
+                }
+            };
             let bias = match cfg.family.qkv_bias {
                 false => None,
                 true => {
@@ -278,8 +319,7 @@ impl Llama {
                 bias,
                 qk_norm,
                 wo,
-                gate_up,
-                w_down,
+                ffn,
                 post_norms,
                 rope: match window {
                     Some(_) => ropes.len() - 1,
@@ -337,19 +377,13 @@ impl Llama {
     /// Bytes of weights a decode step reads, as the model holds them (our kernels' layouts),
     /// and as the file stores them: every layer's matrices and the output projection, not the
     /// embedding rows it looks up (nor the norms and biases, a few KB). What bounds decode: a
-    /// step reads them all.
+    /// step reads them all; of a mixture of experts, the router and the `k` experts one row
+    /// goes through (at their average size).
     pub fn step_weight_bytes(&self) -> (usize, usize) {
         let add = |(a, b): (usize, usize), (x, y): (usize, usize)| (a + x, b + y);
         self.layers
             .iter()
-            .flat_map(|l| {
-                [
-                    l.qkv.bytes(),
-                    l.wo.bytes(),
-                    l.gate_up.bytes(),
-                    l.w_down.bytes(),
-                ]
-            })
+            .flat_map(|l| [l.qkv.bytes(), l.wo.bytes(), l.ffn.step_bytes()])
             .fold(self.output.bytes(), add)
     }
 
@@ -463,7 +497,7 @@ impl Llama {
             .flat_map(|(&(row, t), &o)| row + t - o..row + t)
             .collect();
         if self.host {
-            return self.forward_host(&ids, batch, &spans, &out_rows, outs);
+            return self.forward_host(&ids, batch, &spans, &out_rows, outs, None);
         }
         // candle's attention (GPU) takes RoPE and mask tables per sequence, made once per step.
         let tables = batch
@@ -485,17 +519,21 @@ impl Llama {
             x = (x + y)?;
 
             let h = layer.ffn_norm.forward(&x)?;
-            let [gate, up]: [Tensor; 2] = layer
-                .gate_up
-                .forward(&h)?
-                .try_into()
-                .map_err(|_| Error::Candle(candle_core::Error::Msg("gate, up".into())))?;
-            let gate = match cfg.family.activation {
-                Activation::Silu => gate.silu()?,
-                // candle's `gelu` is the tanh approximation.
-                Activation::GeluTanh => gate.gelu()?,
+            let mut y = match &layer.ffn {
+                Ffn::Experts(e) => e.forward(&h)?,
+                Ffn::Dense { gate_up, down } => {
+                    let [gate, up]: [Tensor; 2] = gate_up
+                        .forward(&h)?
+                        .try_into()
+                        .map_err(|_| Error::Candle(candle_core::Error::Msg("gate, up".into())))?;
+                    let gate = match cfg.family.activation {
+                        Activation::Silu => gate.silu()?,
+                        // candle's `gelu` is the tanh approximation.
+                        Activation::GeluTanh => gate.gelu()?,
+                    };
+                    down.forward(&(gate * up)?)?
+                }
             };
-            let mut y = layer.w_down.forward(&(gate * up)?)?;
             if let Some((_, post)) = &layer.post_norms {
                 y = post.forward(&y)?;
             }

@@ -3,12 +3,14 @@
 //! halfway through an answer.
 //!
 //! One block ([`llama`]) runs every family; [`family`] describes how each differs from llama's
-//! (RoPE pairing, q/k/v biases, q/k norms, …): llama and mistral (Llama 2/3, SmolLM, TinyLlama,
-//! Mistral), qwen2 (Qwen2/2.5, DeepSeek-R1-Distill-Qwen) and qwen3.
+//! (RoPE pairing, q/k/v biases, q/k norms, a mixture of experts, …): llama and mistral (Llama
+//! 2/3, SmolLM, TinyLlama, Mistral), qwen2 (Qwen2/2.5, DeepSeek-R1-Distill-Qwen), qwen3 and
+//! qwen3moe (Qwen3-30B-A3B, [`experts`]), gemma2, gemma3 and phi3.
 
 pub mod attention;
 mod config;
 mod device;
+pub mod experts;
 pub mod family;
 pub mod gguf;
 mod host;
@@ -41,7 +43,7 @@ pub struct ModelInfo {
     pub name: String,
     pub architecture: String,
     /// The family for people ("Qwen3", "Gemma 3"), or what the file is when Rill does not run
-    /// it ("qwen3moe (not run: a Qwen mixture of experts, not run yet)").
+    /// it ("gpt-oss (not run: gpt-oss, a mixture of experts with MXFP4 weights, not run yet)").
     pub family: String,
     /// Whether Rill runs this architecture.
     pub runs: bool,

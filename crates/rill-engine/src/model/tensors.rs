@@ -38,6 +38,40 @@ impl RawTensor<'_> {
     }
 }
 
+impl<'a> RawTensor<'a> {
+    /// A tensor of `n` equal slabs along its first dimension (a mixture's experts, `[n, rows,
+    /// cols]`) as `n` tensors of the rest of its shape, each its own bytes of the file: an
+    /// expert's matrix is contiguous, its rows in blocks as a 2-D tensor's are. `None` where
+    /// the first dimension is not `n` or a slab is not whole bytes.
+    pub(crate) fn split(mut self, n: usize) -> Option<Vec<RawTensor<'a>>> {
+        if self.dims.first() != Some(&n) || n == 0 || !self.bytes.len().is_multiple_of(n) {
+            return None;
+        }
+        let dims = self.dims[1..].to_vec();
+        let size = self.bytes.len() / n;
+        // The slabs take over the map's pages: each drops its own range when it is dropped.
+        let mapped = self.mapped.take();
+        let bytes = std::mem::replace(&mut self.bytes, Cow::Borrowed(&[]));
+        let part = |i: usize| -> Cow<'a, [u8]> {
+            match &bytes {
+                Cow::Borrowed(b) => Cow::Borrowed(&b[i * size..(i + 1) * size]),
+                Cow::Owned(b) => Cow::Owned(b[i * size..(i + 1) * size].to_vec()),
+            }
+        };
+        Some(
+            (0..n)
+                .map(|i| RawTensor {
+                    dtype: self.dtype,
+                    dims: dims.clone(),
+                    bytes: part(i),
+                    device: self.device.clone(),
+                    mapped: mapped.map(|(map, at)| (map, at + i * size)),
+                })
+                .collect(),
+        )
+    }
+}
+
 impl Drop for RawTensor<'_> {
     fn drop(&mut self) {
         #[cfg(unix)]

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 pub mod flow;
+pub mod parity;
 pub mod prompts;
 
 /// `$var`, else `default` under the repository's root.

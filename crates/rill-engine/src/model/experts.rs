@@ -1,0 +1,415 @@
+//! A mixture of experts' feed-forward (issue 18): a router picks, for each row, the `k` experts
+//! it goes through out of many, and the row's output is their SwiGLUs' outputs weighed by the
+//! router's probabilities. llama.cpp's `build_moe_ffn` (`llama-graph.cpp`) is the graph this
+//! follows: the router's logits, a softmax over every expert, the `k` likeliest (llama.cpp's
+//! `ffn_moe_topk`), their probabilities divided by their sum, each expert's output multiplied by
+//! its weight and the `k` products added likeliest first.
+//!
+//! The file holds each projection of all experts as one tensor (`ffn_gate_exps`: `[experts,
+//! ff, width]`); each expert's slab becomes a matrix of its own on our kernels
+//! ([`RawTensor::split`]), so a step reads only the experts its rows chose. A batch of rows
+//! groups its work by expert: every row routed to an expert goes through it in one product, so
+//! its weights are read once per step however many rows chose it (what batching buys a
+//! mixture). A row's output depends only on that row: the products are row-independent, and
+//! each row's `k` outputs are added in the row's own order.
+
+use candle_core::quantized::GgmlDType;
+use candle_core::{DType, Device, Tensor};
+
+use super::config::ExpertsConfig;
+use super::family::{Activation, Gating};
+use super::ops;
+use super::parts::{Group, Linear};
+use super::tensors::RawTensor;
+use crate::error::{Error, Result};
+use crate::kernels::Isa;
+
+/// One expert: a SwiGLU feed-forward of its own.
+struct Expert {
+    /// gate, up.
+    gate_up: Group,
+    down: Linear,
+}
+
+/// A layer's mixture of experts.
+pub(super) struct Experts {
+    /// `ffn_gate_inp`: one logit per expert.
+    router: Router,
+    experts: Vec<Expert>,
+    cfg: ExpertsConfig,
+    gating: Gating,
+    activation: Activation,
+}
+
+/// The router's matrix. Converted files keep it in f32; on the host its products are then made
+/// row by row in a fixed order, so that a row's route never depends on the rows beside it
+/// (candle's f32 GEMM, which would run it otherwise, blocks its sums by the batch's size, and
+/// a route that flips changes the answer). Other formats run on our kernels, row-independent
+/// too, and on candle's on a GPU.
+enum Router {
+    Host { w: Vec<f32>, cols: usize },
+    Linear(Linear),
+}
+
+impl Router {
+    fn new(t: RawTensor, host: bool) -> Result<Router> {
+        match (host, t.dtype, t.dims.as_slice()) {
+            (true, GgmlDType::F32, &[_, cols]) => Ok(Router::Host {
+                w: t.bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+                cols,
+            }),
+            _ => Ok(Router::Linear(Linear::new(t, host)?)),
+        }
+    }
+
+    fn bytes(&self) -> (usize, usize) {
+        match self {
+            Router::Host { w, .. } => (w.len() * 4, w.len() * 4),
+            Router::Linear(l) => l.bytes(),
+        }
+    }
+
+    /// The logits of `m` rows of `h`, `m × experts`, into `out`.
+    fn forward_host_into(&self, h: &[f32], m: usize, out: &mut Vec<f32>) -> Result<()> {
+        let (w, cols) = match self {
+            Router::Linear(l) => return l.forward_host_into(h, m, out),
+            Router::Host { w, cols } => (w, *cols),
+        };
+        out.clear();
+        for row in h.chunks_exact(cols) {
+            out.extend(w.chunks_exact(cols).map(|e| dot(row, e)));
+        }
+        Ok(())
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Router::Linear(l) => l.forward(x),
+            Router::Host { w, cols } => {
+                let (m, _) = x.dims2()?;
+                let h = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let mut out = Vec::new();
+                self.forward_host_into(&h, m, &mut out)?;
+                Ok(Tensor::from_vec(out, (m, w.len() / cols), x.device())?)
+            }
+        }
+    }
+}
+
+/// `a · b` in eight lanes, then the lanes pairwise: the same order for every row.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    let quads = [
+        lanes[0] + lanes[4],
+        lanes[1] + lanes[5],
+        lanes[2] + lanes[6],
+        lanes[3] + lanes[7],
+    ];
+    (quads[0] + quads[2]) + (quads[1] + quads[3]) + tail
+}
+
+/// The experts a row goes through and their weights.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Route {
+    pub expert: usize,
+    pub weight: f32,
+}
+
+/// The smallest sum of chosen probabilities divided by (llama.cpp clamps it to f16's smallest
+/// normal number, so that a row whose chosen experts all have probability 0 divides by no 0).
+const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
+
+/// Row `logits`' route as `gating` makes it: `k` experts, the likeliest first (ties to the lower
+/// index), into `out` (cleared first).
+pub fn route(logits: &[f32], k: usize, gating: Gating, scale: f32, out: &mut Vec<Route>) {
+    out.clear();
+    match gating {
+        Gating::SoftmaxTopK => {
+            // ggml's softmax: exponentials of the logits less their largest, summed in f64, the
+            // sum's inverse rounded to f32 and multiplied in.
+            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let sum: f64 = logits.iter().map(|&l| f64::from((l - max).exp())).sum();
+            let inv = (1.0 / sum) as f32;
+            for _ in 0..k.min(logits.len()) {
+                let best = (0..logits.len())
+                    .filter(|e| !out.iter().any(|r| r.expert == *e))
+                    .fold(None, |best: Option<usize>, e| match best {
+                        Some(b) if logits[b] >= logits[e] => Some(b),
+                        _ => Some(e),
+                    });
+                let Some(e) = best else { break };
+                out.push(Route {
+                    expert: e,
+                    weight: (logits[e] - max).exp() * inv,
+                });
+            }
+            let chosen: f32 = out.iter().map(|r| r.weight).sum();
+            let by = chosen.max(MIN_WEIGHT_SUM);
+            for r in out.iter_mut() {
+                r.weight /= by;
+            }
+        }
+    }
+    if scale != 1.0 {
+        out.iter_mut().for_each(|r| r.weight *= scale);
+    }
+}
+
+/// `t`'s `n` experts, each a matrix of its own.
+fn split<'a>(t: RawTensor<'a>, n: usize, name: &str) -> Result<Vec<RawTensor<'a>>> {
+    t.split(n).ok_or_else(|| {
+        Error::Candle(candle_core::Error::Msg(format!(
+            "`{name}` does not split into {n} experts"
+        )))
+    })
+}
+
+/// The buffers of a mixture's step on the host, kept between steps.
+#[derive(Default)]
+pub(super) struct ExpertSpace {
+    logits: Vec<f32>,
+    /// Row `r`'s routes at `r·k ..`.
+    routes: Vec<Route>,
+    /// Per expert: the slots (`row·k + j`) routed to it this step.
+    slots_of: Vec<Vec<usize>>,
+    /// An expert's rows gathered, its gate-up, its activation, its output.
+    xs: Vec<f32>,
+    gate_up: Vec<f32>,
+    act: Vec<f32>,
+    ys: Vec<f32>,
+    /// Each slot's expert output, `[row·k + j][width]`.
+    slots: Vec<f32>,
+}
+
+impl Experts {
+    /// A layer's mixture from its tensors: the router, and the gate, up and down tensors of
+    /// every expert at once, each split into one matrix per expert.
+    pub(super) fn new(
+        router: RawTensor,
+        [gate, up, down]: [RawTensor; 3],
+        cfg: ExpertsConfig,
+        gating: Gating,
+        activation: Activation,
+        host: bool,
+    ) -> Result<Experts> {
+        let n = cfg.count;
+        let (gates, ups, downs) = (
+            split(gate, n, "gate")?,
+            split(up, n, "up")?,
+            split(down, n, "down")?,
+        );
+        let experts = gates
+            .into_iter()
+            .zip(ups)
+            .zip(downs)
+            .map(|((g, u), d)| {
+                Ok(Expert {
+                    gate_up: Group::new(vec![g, u], host)?,
+                    down: Linear::new(d, host)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Experts {
+            router: Router::new(router, host)?,
+            experts,
+            cfg,
+            gating,
+            activation,
+        })
+    }
+
+    /// Bytes of weights held and in the file: the router and every expert.
+    pub(super) fn bytes(&self) -> (usize, usize) {
+        self.experts
+            .iter()
+            .flat_map(|e| [e.gate_up.bytes(), e.down.bytes()])
+            .fold(self.router.bytes(), |(a, b), (x, y)| (a + x, b + y))
+    }
+
+    /// Bytes a one-row step reads: the router and `used` experts of the average size.
+    pub(super) fn step_bytes(&self) -> (usize, usize) {
+        let (router, all) = (self.router.bytes(), self.bytes());
+        let experts = (all.0 - router.0, all.1 - router.1);
+        let (k, n) = (self.cfg.used, self.cfg.count.max(1));
+        (router.0 + experts.0 * k / n, router.1 + experts.1 * k / n)
+    }
+
+    /// Each row's route for the router's `logits` (`rows × experts`).
+    fn routes(&self, logits: &[f32], into: &mut Vec<Route>) {
+        into.clear();
+        let mut one = Vec::with_capacity(self.cfg.used);
+        for row in logits.chunks_exact(self.cfg.count) {
+            route(row, self.cfg.used, self.gating, self.cfg.scale, &mut one);
+            into.extend_from_slice(&one);
+        }
+    }
+
+    /// The experts each of `m` rows of `h` (the normed residual) goes through, as the router
+    /// picks them: `m·k` routes, row by row.
+    pub(super) fn route_host(&self, h: &[f32], m: usize) -> Result<Vec<Route>> {
+        let mut logits = Vec::new();
+        self.router.forward_host_into(h, m, &mut logits)?;
+        let mut routes = Vec::new();
+        self.routes(&logits, &mut routes);
+        Ok(routes)
+    }
+
+    /// The mixture's output for `m` rows of `h` on the host into `out` (`m × width`).
+    pub(super) fn forward_host_into(
+        &self,
+        h: &[f32],
+        m: usize,
+        isa: Isa,
+        w: &mut ExpertSpace,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let (k, width, ff) = (self.cfg.used, h.len() / m.max(1), self.cfg.ff);
+        self.router.forward_host_into(h, m, &mut w.logits)?;
+        let logits = std::mem::take(&mut w.logits);
+        self.routes(&logits, &mut w.routes);
+        w.logits = logits;
+        w.slots_of.resize_with(self.experts.len(), Vec::new);
+        w.slots_of.iter_mut().for_each(Vec::clear);
+        for (slot, r) in w.routes.iter().enumerate() {
+            w.slots_of[r.expert].push(slot);
+        }
+        w.slots.resize(m * k * width, 0.0);
+        for (expert, slots) in self.experts.iter().zip(&w.slots_of) {
+            if slots.is_empty() {
+                continue;
+            }
+            w.xs.clear();
+            for &slot in slots {
+                let row = slot / k;
+                w.xs.extend_from_slice(&h[row * width..][..width]);
+            }
+            let n = slots.len();
+            expert.gate_up.forward_host_into(&w.xs, n, &mut w.gate_up)?;
+            ops::gated(&w.gate_up, ff, self.activation, isa, &mut w.act);
+            expert.down.forward_host_into(&w.act, n, &mut w.ys)?;
+            for (i, &slot) in slots.iter().enumerate() {
+                w.slots[slot * width..][..width].copy_from_slice(&w.ys[i * width..][..width]);
+            }
+        }
+        // Each row: its experts' outputs times their weights, added likeliest first.
+        out.clear();
+        out.resize(m * width, 0.0);
+        for (row, o) in out.chunks_exact_mut(width).enumerate() {
+            for j in 0..k {
+                let slot = row * k + j;
+                let weight = w.routes[slot].weight;
+                let y = &w.slots[slot * width..][..width];
+                if j == 0 {
+                    o.iter_mut().zip(y).for_each(|(o, y)| *o = y * weight);
+                } else {
+                    o.iter_mut().zip(y).for_each(|(o, y)| *o += y * weight);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The mixture on candle's tensors (GPUs): the route on the host, then each chosen expert
+    /// over the rows routed to it, weighed and added into the output.
+    pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (m, width) = x.dims2()?;
+        let logits = self
+            .router
+            .forward(x)?
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let mut routes = Vec::new();
+        self.routes(&logits, &mut routes);
+        let k = self.cfg.used;
+        let device: &Device = x.device();
+        let mut y = Tensor::zeros((m, width), x.dtype(), device)?;
+        for (e, expert) in self.experts.iter().enumerate() {
+            let (rows, weights): (Vec<u32>, Vec<f32>) = routes
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.expert == e)
+                .map(|(slot, r)| ((slot / k) as u32, r.weight))
+                .unzip();
+            if rows.is_empty() {
+                continue;
+            }
+            let n = rows.len();
+            let idx = Tensor::new(rows.as_slice(), device)?;
+            let xs = x.index_select(&idx, 0)?;
+            let [gate, up]: [Tensor; 2] = expert
+                .gate_up
+                .forward(&xs)?
+                .try_into()
+                .map_err(|_| Error::Candle(candle_core::Error::Msg("gate, up".into())))?;
+            let gate = match self.activation {
+                Activation::Silu => gate.silu()?,
+                Activation::GeluTanh => gate.gelu()?,
+            };
+            let weights = Tensor::from_vec(weights, (n, 1), device)?.to_dtype(x.dtype())?;
+            let out = expert
+                .down
+                .forward(&(gate * up)?)?
+                .broadcast_mul(&weights)?;
+            y = y.index_add(&idx, &out, 0)?;
+        }
+        Ok(y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_likeliest_experts_are_chosen_and_their_weights_sum_to_one() {
+        let logits = [0.5, 2.0, -1.0, 1.5, 2.0, 0.0];
+        let mut out = Vec::new();
+        route(&logits, 3, Gating::SoftmaxTopK, 1.0, &mut out);
+        let experts: Vec<usize> = out.iter().map(|r| r.expert).collect();
+        // Equal logits: the lower index first.
+        assert_eq!(experts, [1, 4, 3]);
+        let sum: f32 = out.iter().map(|r| r.weight).sum();
+        assert!((sum - 1.0).abs() < 1e-6, "{sum}");
+        // The weights are the softmax's probabilities renormalised over the chosen: in the
+        // ratio of their exponentials.
+        let e = |l: f32| f64::from(l).exp();
+        let want = e(1.5) / (e(2.0) + e(2.0) + e(1.5));
+        assert!((f64::from(out[2].weight) - want).abs() < 1e-6);
+        assert_eq!(out[0].weight, out[1].weight);
+        // A scale multiplies them; k = all experts keeps them all.
+        route(&logits, 6, Gating::SoftmaxTopK, 2.5, &mut out);
+        assert_eq!(out.len(), 6);
+        let sum: f32 = out.iter().map(|r| r.weight).sum();
+        assert!((sum - 2.5).abs() < 1e-5, "{sum}");
+    }
+
+    #[test]
+    fn experts_that_cannot_be_chosen_still_fill_a_route_without_nan() {
+        // Logits of -inf (a masked expert) have probability 0: the route still has k experts,
+        // the likely one first with all the weight.
+        let mut logits = vec![f32::NEG_INFINITY; 8];
+        logits[7] = 0.0;
+        let mut out = Vec::new();
+        route(&logits, 2, Gating::SoftmaxTopK, 1.0, &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].expert, 7);
+        assert!(out.iter().all(|r| r.weight.is_finite()), "{out:?}");
+        assert!((out[0].weight - 1.0).abs() < 1e-6 && out[1].weight == 0.0);
+    }
+}

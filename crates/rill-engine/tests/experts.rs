@@ -1,0 +1,203 @@
+//! Mixtures of experts against llama.cpp (issue 18), on the qwen3moe test model
+//! (`scripts/make-test-models.py`: Qwen3's attention and 8 SwiGLU experts of which each token
+//! goes through 2, seeded random weights with distinct random router weights), and llama.cpp's
+//! logits and routes recorded on the same files (`scripts/record-reference-logits.py`):
+//! - the logits, teacher-forced and greedy, as for every family (`tests/families.rs`);
+//! - the router: for every position and layer, the experts llama.cpp's `ffn_moe_topk` chose, in
+//!   its order, and their weights (`ffn_moe_weights_norm`);
+//! - a batch routes each row as it routes that row alone, bit for bit.
+
+mod common;
+
+use common::parity::{ids, parity_but, reference};
+use rill_engine::model::{KvCache, Model};
+use serde_json::Value;
+
+/// Router probabilities this close are a near-tie: quantised weights move the router's logits
+/// a little (as between llama.cpp's own backends), and either expert is right.
+const ROUTE_TIE: f64 = 0.005;
+
+/// The formats of the mixture's test model: gguf-py's, and llama.cpp's quantiser's K-quants.
+const FORMATS: &[&str] = &["F16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M"];
+
+/// Known gap of the Q4_1 file: one clear position (59, top two 0.414 apart), where the second
+/// layer's router has two experts 0.00014 apart in llama.cpp's probabilities (0.25153 and
+/// 0.25167) and Rill's Q4_1 activations (offset sums rounded as candle rounds them, see
+/// `tests/families.rs`) break the tie the other way: the position goes through another expert.
+const Q4_1_TIE: (&str, usize) = ("Q4_1", 1);
+
+#[test]
+fn qwen3moe_matches_llama_cpp() {
+    for format in FORMATS {
+        let flips = if *format == Q4_1_TIE.0 { Q4_1_TIE.1 } else { 0 };
+        parity_but(&format!("qwen3moe-test.{format}"), flips);
+    }
+}
+
+/// The experts of a recorded route: `[layer][position]` → ids, likeliest first.
+fn recorded(r: &Value, what: &str) -> Vec<Vec<Vec<f64>>> {
+    r["routes"]
+        .as_array()
+        .expect("routes recorded for a mixture (record-reference-logits.py)")
+        .iter()
+        .map(|layer| {
+            layer[what]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|row| {
+                    row.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_f64().unwrap())
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_router_picks_llama_cpps_experts_with_its_weights() {
+    for format in FORMATS {
+        let name = format!("qwen3moe-test.{format}");
+        let r = reference(&name);
+        let model =
+            Model::load(&common::test_model(&name), &candle_core::Device::Cpu, None).unwrap();
+        let tokens = ids(&r["tokens"]);
+        let (_, ours) = model
+            .weights
+            .forward_routes(&tokens, &mut KvCache::new())
+            .unwrap();
+        let (experts, weights, probs) = (
+            recorded(&r, "experts"),
+            recorded(&r, "weights"),
+            recorded(&r, "probs"),
+        );
+        assert_eq!(ours.len(), experts.len(), "{name}: layers");
+        let (mut compared, mut ties) = (0, 0);
+        // The positions a lower layer routed through another (tied) expert: their rows enter
+        // this layer a little apart between the engines, and so may their weights (the other
+        // positions see them only through attention).
+        let mut diverged = vec![false; tokens.len()];
+        for (layer, routes) in ours.iter().enumerate() {
+            let mut tied_here = diverged.clone();
+            let k = experts[layer][0].len();
+            assert_eq!(routes.len(), tokens.len() * k, "{name}: layer {layer}");
+            for (pos, mine) in routes.chunks_exact(k).enumerate() {
+                compared += 1;
+                let (tie, close) = match diverged[pos] {
+                    true => (4.0 * ROUTE_TIE, 0.05),
+                    false => (ROUTE_TIE, 0.01),
+                };
+                let (theirs, theirs_w) = (&experts[layer][pos], &weights[layer][pos]);
+                let p = &probs[layer][pos];
+                let got: Vec<f64> = mine.iter().map(|r| r.expert as f64).collect();
+                if got != *theirs {
+                    // Only a near-tie in llama.cpp's own probabilities may be broken the other
+                    // way: every expert chosen by one engine and not at the same place by the
+                    // other is within ROUTE_TIE of the expert it displaced.
+                    let tied = got
+                        .iter()
+                        .zip(theirs)
+                        .all(|(a, b)| (p[*a as usize] - p[*b as usize]).abs() <= tie);
+                    assert!(
+                        tied,
+                        "{name}: layer {layer}, position {pos}: experts {got:?}, llama.cpp's \
+                         {theirs:?} (its probabilities {p:?})"
+                    );
+                    ties += 1;
+                    tied_here[pos] = true;
+                    continue;
+                }
+                // Each expert's weight is llama.cpp's.
+                for (m, w) in mine.iter().zip(theirs_w) {
+                    assert!(
+                        (f64::from(m.weight) - w).abs() < close,
+                        "{name}: layer {layer}, position {pos}: expert {}'s weight {} against {w}",
+                        m.expert,
+                        m.weight
+                    );
+                }
+            }
+            diverged = tied_here;
+        }
+        eprintln!(
+            "{name}: llama.cpp's experts and weights at {} of {compared} routes, the rest \
+             near-ties",
+            compared - ties
+        );
+        // The full-precision files route exactly as llama.cpp does.
+        if matches!(*format, "F16" | "Q8_0") {
+            assert_eq!(ties, 0, "{name}");
+        }
+    }
+}
+
+/// Rows batched together go through the experts grouped by expert, but each row's logits are
+/// those of the row alone, bit for bit: four conversations at once against each by itself.
+#[test]
+fn a_batch_routes_each_row_as_alone() {
+    let name = "qwen3moe-test.Q4_K_M";
+    let model = Model::load(&common::test_model(name), &candle_core::Device::Cpu, None).unwrap();
+    let tokens = ids(&reference(name)["tokens"]);
+    let prompts: Vec<&[u32]> = vec![
+        &tokens[..9],
+        &tokens[5..30],
+        &tokens[20..21],
+        &tokens[40..60],
+    ];
+    let alone: Vec<Vec<f32>> = prompts
+        .iter()
+        .map(|p| model.weights.forward(p, &mut KvCache::new()).unwrap())
+        .collect();
+    let mut caches: Vec<KvCache> = prompts.iter().map(|_| KvCache::new()).collect();
+    let mut batch: Vec<(&[u32], &mut KvCache)> =
+        prompts.iter().copied().zip(caches.iter_mut()).collect();
+    let together = model.weights.forward_batch(&mut batch).unwrap();
+    for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
+        assert!(a == b, "{name}: sequence {i} differs in a batch");
+    }
+    // And the decode step after, the four together, as each alone.
+    let next = [tokens[9], tokens[30], tokens[21], tokens[60]];
+    let mut alone_caches: Vec<KvCache> = Vec::new();
+    let mut alone_next = Vec::new();
+    for (p, t) in prompts.iter().zip(next) {
+        let mut c = KvCache::new();
+        model.weights.forward(p, &mut c).unwrap();
+        alone_next.push(model.weights.forward(&[t], &mut c).unwrap());
+        alone_caches.push(c);
+    }
+    let steps: Vec<[u32; 1]> = next.iter().map(|&t| [t]).collect();
+    let mut batch: Vec<(&[u32], &mut KvCache)> = steps
+        .iter()
+        .map(|s| s.as_slice())
+        .zip(caches.iter_mut())
+        .collect();
+    let together = model.weights.forward_batch(&mut batch).unwrap();
+    assert_eq!(alone_next, together, "{name}: a batched decode step");
+}
+
+/// What `rill bench` divides the bandwidth by: of a mixture, a one-row step reads the router
+/// and the 2 of 8 experts it chose, not all 8.
+#[test]
+fn a_step_of_a_mixture_reads_its_chosen_experts() {
+    use candle_core::quantized::gguf_file;
+    let name = "qwen3moe-test.Q8_0";
+    let path = common::test_model(name);
+    let header = gguf_file::Content::read(&mut std::fs::File::open(&path).unwrap()).unwrap();
+    let bytes = |t: &gguf_file::TensorInfo| {
+        t.shape.elem_count() / t.ggml_dtype.block_size() * t.ggml_dtype.type_size()
+    };
+    let (mut dense, mut experts) = (0, 0);
+    for (n, t) in &header.tensor_infos {
+        match t.shape.dims().len() {
+            3 => experts += bytes(t),
+            2 if n != "token_embd.weight" => dense += bytes(t),
+            _ => {}
+        }
+    }
+    let model = Model::load(&path, &candle_core::Device::Cpu, None).unwrap();
+    let (_, in_file) = model.weights.step_weight_bytes();
+    assert_eq!(in_file, dense + experts * 2 / 8, "{name}");
+}
