@@ -36,6 +36,9 @@ pub struct Models {
     pub loaded: Option<ModelInfo>,
     pub local: Vec<LocalModel>,
     pub catalogue: Vec<CatalogueEntry>,
+    /// This machine's memory, where it can be read: the window warns before a download whose
+    /// `ram_bytes` is more.
+    pub machine_ram_bytes: Option<u64>,
 }
 
 #[derive(Clone, Serialize)]
@@ -71,6 +74,7 @@ pub async fn models(state: State<'_, AppState>) -> Result<Models> {
         loaded: state.model(),
         local,
         catalogue: catalogue(),
+        machine_ram_bytes: hub::machine_memory(),
     })
 }
 

@@ -122,6 +122,23 @@ describe("the chat window", () => {
     expect(answer(id).textContent).toContain("Paris is the capital.");
   });
 
+  it("warns before a download that needs more memory than this machine has", async () => {
+    backend.state.model = null;
+    backend.state.machineRam = 16e9;
+    backend.state.catalogue.push({
+      name: "Qwen3 30B-A3B (Q4_K_M)", family: "Qwen3 MoE", spec: "o/qwen3-30b-a3b:Q4_K_M.gguf",
+      description: "A mixture of experts.", size_bytes: 18.6e9, ram_bytes: 20.5e9, recommended: false,
+    });
+    render(<App />);
+    const warning = await screen.findByRole("alert");
+    expect(warning.textContent).toContain("This machine has 16.0 GB of RAM");
+    // Only the model that does not fit is flagged, and its button says so.
+    expect(screen.getAllByRole("alert")).toHaveLength(1);
+    expect(warning.closest(".catalogue-card")?.textContent).toContain("Qwen3 30B-A3B");
+    expect(screen.getByRole("button", { name: "Download anyway" })).toBeTruthy();
+    expect(screen.getAllByRole("button", { name: "Download" })).toHaveLength(1);
+  });
+
   it("refuses an out-of-range number instead of sending it", async () => {
     await startChat();
     const before = backend.calls.length;

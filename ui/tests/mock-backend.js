@@ -66,7 +66,9 @@ export function createMockBackend() {
     model,
     downloads: new Map(), tokens: new Map(), activity: [], exports: [], conversations: [], messages: [], byId: new Map(), nextId: 1, channels: new Map(), calls: [], presets: [],
     // More models on this machine than the loaded one (a test adds them).
-    extraModels: [] };
+    extraModels: [],
+    // The catalogue and this machine's memory (a test sets them).
+    catalogue, machineRam: 16e9 };
   const conv = (id) => state.conversations.find((c) => c.id === id);
   const msg = (id) => state.byId.get(id);
   const noStats = { prompt_tokens: null, completion_tokens: null, ttft_ms: null, decode_tps: null };
@@ -151,7 +153,7 @@ export function createMockBackend() {
     pause: () => null,
     resume: () => null,
     set_priority: () => null,
-    models: () => ({ loaded: state.model, local: state.model ? [{ ...model, source: "models" }, ...state.extraModels] : [], catalogue }),
+    models: () => ({ loaded: state.model, local: state.model ? [{ ...model, source: "models" }, ...state.extraModels] : [], catalogue: state.catalogue, machine_ram_bytes: state.machineRam }),
     download_model: ({ spec, onProgress }) =>
       new Promise((resolve, reject) => state.downloads.set(spec, { channel: onProgress, resolve, reject })),
     message_tokens: ({ message }) => state.tokens.get(message) ?? null,

@@ -105,7 +105,7 @@ export default function ModelManager({ welcome, loaded, onClose, onLoaded }: Pro
       {error && <div className="error" role="alert">{error}</div>}
 
       {welcome && recommended && (
-        <CatalogueCard entry={recommended} download={downloads[recommended.spec]} onDownload={download} highlight />
+        <CatalogueCard entry={recommended} download={downloads[recommended.spec]} onDownload={download} machineRam={models?.machine_ram_bytes ?? null} highlight />
       )}
 
       <div className="import">
@@ -147,7 +147,7 @@ export default function ModelManager({ welcome, loaded, onClose, onLoaded }: Pro
           .filter((c) => !(welcome && c.recommended))
           .map((c) => (
             <li key={c.spec}>
-              <CatalogueCard entry={c} download={downloads[c.spec]} onDownload={download} />
+              <CatalogueCard entry={c} download={downloads[c.spec]} onDownload={download} machineRam={models?.machine_ram_bytes ?? null} />
             </li>
           ))}
       </ul>
@@ -159,14 +159,18 @@ function CatalogueCard({
   entry,
   download,
   onDownload,
+  machineRam,
   highlight = false,
 }: {
   entry: CatalogueEntry;
   download: Download | undefined;
   onDownload: (e: CatalogueEntry) => void;
+  /** This machine's memory, if known: a model that needs more is flagged before it is fetched. */
+  machineRam: number | null;
   highlight?: boolean;
 }) {
   const pct = download && download.total > 0 ? (100 * download.done) / download.total : 0;
+  const tooBig = machineRam !== null && entry.ram_bytes > machineRam;
   return (
     <div className={`catalogue-card ${highlight ? "recommended" : ""}`}>
       <div>
@@ -175,6 +179,11 @@ function CatalogueCard({
           {entry.family} · {formatBytes(entry.size_bytes)} download · needs about {formatBytes(entry.ram_bytes)} of RAM
         </div>
         <div className="small">{entry.description}</div>
+        {tooBig && (
+          <div className="warning small" role="alert">
+            This machine has {formatBytes(machineRam)} of RAM: the model will not fit, or will run from disk very slowly.
+          </div>
+        )}
       </div>
       {download?.running ? (
         <div className="download">
@@ -190,7 +199,7 @@ function CatalogueCard({
         <div className="download">
           {download?.error && <span className="error small">{download.error}</span>}
           <button type="button" className={highlight ? "primary" : ""} onClick={() => onDownload(entry)}>
-            {download?.error ? "Retry" : "Download"}
+            {download?.error ? "Retry" : tooBig ? "Download anyway" : "Download"}
           </button>
         </div>
       )}

@@ -165,6 +165,8 @@ export interface Models {
   loaded: ModelInfo | null;
   local: LocalModel[];
   catalogue: CatalogueEntry[];
+  /** This machine's memory, where the app could read it. */
+  machine_ram_bytes: number | null;
 }
 
 export interface AppStatus {
