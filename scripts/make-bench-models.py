@@ -11,6 +11,12 @@ outside the repository, never used by the tests or CI.
 
 FAMILY is `llama` (the llama-bpe vocabulary: Llama 3's 128,256 tokens) or one of the test
 models' families. Default DIR: ~/.cache/rill/bench-models.
+
+`qwen3moe` is Qwen3-30B-A3B's shape instead (width 2048, 32 query and 4 KV heads of 128, 128
+experts of feed-forward 768 of which 8 are used, Qwen's 151,936 tokens), with `--layers N` of
+its 48 layers (default 48: about 17 GB at 4 bits). The experts repeat one random block, but
+every layer's router is its own random matrix, so that routing spreads over the experts as a
+real model's does.
 """
 
 import argparse
@@ -118,6 +124,73 @@ def write(family: str, qtype, out: Path, models: Path) -> Path:
     return path
 
 
+MOE = dict(hidden=2048, heads=32, kv_heads=4, head=128, experts=128, used=8, ff=768,
+           layers=48, vocab="qwen2", template="Qwen-Qwen3-0.6B.jinja")
+
+
+def write_moe(qtype, out: Path, models: Path, layers: int) -> Path:
+    """A Qwen3-30B-A3B-shape qwen3moe file of `layers` layers."""
+    m = MOE
+    rng = np.random.default_rng(7)
+    path = out / f"qwen3moe-30b-a3b-{layers}l.{qtype.name}.gguf"
+    tmp = path.with_suffix(".partial")
+    w = gguf.GGUFWriter(str(tmp), "qwen3moe")
+    w.add_name(f"qwen3moe 30B-A3B-shape benchmark model, {layers} layers (random weights)")
+    n_vocab = tm.copy_tokenizer(w, models / f"ggml-vocab-{m['vocab']}.gguf")
+    w.add_chat_template((models / "templates" / m["template"]).read_text(encoding="utf-8"))
+    hidden, head = m["hidden"], m["head"]
+    w.add_context_length(8192)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(6144)
+    w.add_expert_count(m["experts"])
+    w.add_expert_used_count(m["used"])
+    w.add_expert_feed_forward_length(m["ff"])
+    w.add_head_count(m["heads"])
+    w.add_head_count_kv(m["kv_heads"])
+    w.add_key_length(head)
+    w.add_value_length(head)
+    w.add_rope_dimension_count(head)
+    w.add_rope_freq_base(1_000_000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(int(qtype))
+
+    def normal(shape, std):
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+
+    def q(data):
+        return gguf.quants.quantize(data, qtype)
+
+    w.add_tensor("token_embd.weight", q(normal((n_vocab, hidden), 1.0)), raw_dtype=qtype)
+    w.add_tensor("output.weight", q(normal((n_vocab, hidden), 1.0 / np.sqrt(hidden))),
+                 raw_dtype=qtype)
+    w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
+    qw, kw, n, ff = m["heads"] * head, m["kv_heads"] * head, m["experts"], m["ff"]
+    block = {
+        "attn_q.weight": q(normal((qw, hidden), 1.0 / np.sqrt(hidden))),
+        "attn_k.weight": q(normal((kw, hidden), 1.0 / np.sqrt(hidden))),
+        "attn_v.weight": q(normal((kw, hidden), 1.0 / np.sqrt(hidden))),
+        "attn_output.weight": q(normal((hidden, qw), 1.0 / np.sqrt(qw))),
+        "ffn_gate_exps.weight": q(normal((n, ff, hidden), 1.0 / np.sqrt(hidden))),
+        "ffn_up_exps.weight": q(normal((n, ff, hidden), 1.0 / np.sqrt(hidden))),
+        "ffn_down_exps.weight": q(normal((n, hidden, ff), 1.0 / np.sqrt(ff))),
+    }
+    for i in range(layers):
+        for norm in ["attn_norm", "ffn_norm"]:
+            w.add_tensor(f"blk.{i}.{norm}.weight", np.ones(hidden, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.attn_q_norm.weight", np.ones(head, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.ones(head, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", normal((n, hidden), 1.0 / np.sqrt(hidden)))
+        for name, data in block.items():
+            w.add_tensor(f"blk.{i}.{name}", data, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tmp.rename(path)
+    return path
+
+
 def q4_k_m(src: Path, dst: Path):
     """llama.cpp's quantiser, through llama-cpp-python's binding."""
     import llama_cpp
@@ -136,10 +209,19 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=Path.home() / ".cache/rill/bench-models")
     ap.add_argument("--force", action="store_true")
-    ap.add_argument("families", nargs="*", default=list(FAMILIES))
+    ap.add_argument("--layers", type=int, default=MOE["layers"],
+                    help="of the qwen3moe shape's 48 layers")
+    ap.add_argument("families", nargs="*",
+                    default=[f for f in FAMILIES if f != "qwen3moe"])
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     models = tm.assets()
+    if "qwen3moe" in a.families:
+        path = a.out / f"qwen3moe-30b-a3b-{a.layers}l.Q4_0.gguf"
+        if a.force or not path.is_file():
+            write_moe(gguf.GGMLQuantizationType.Q4_0, a.out, models, a.layers)
+        print(path)
+        a.families.remove("qwen3moe")
     for family in a.families:
         for qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0):
             path = a.out / f"{family}-1b.{qtype.name}.gguf"

@@ -201,3 +201,46 @@ fn a_step_of_a_mixture_reads_its_chosen_experts() {
     let (_, in_file) = model.weights.step_weight_bytes();
     assert_eq!(in_file, dense + experts * 2 / 8, "{name}");
 }
+
+/// Through the engine, with its chat template: four conversations streaming at once on the
+/// mixture (their decode steps batched, their prompts chunked beside them) each get the answer
+/// they get alone, token for token.
+#[test]
+fn answers_streaming_together_on_a_mixture_are_their_answers_alone() {
+    use rill_engine::{Engine, EngineConfig, GenerateRequest, Message, SamplingParams};
+    let path = common::test_model("qwen3moe-test.Q4_K_M");
+    let engine = Engine::start(EngineConfig::new(path)).unwrap();
+    let ask = |q: &str| GenerateRequest {
+        params: SamplingParams::greedy(),
+        max_tokens: Some(24),
+        ignore_eos: true,
+        ..GenerateRequest::chat(vec![Message::user(q)])
+    };
+    let questions = [
+        "Write a poem about the sea.",
+        "What is the capital of France?",
+        "Count to ten.",
+        "Tell me about the river boats of Europe, their history and their songs.",
+    ];
+    let alone: Vec<Vec<u32>> = questions
+        .iter()
+        .map(|q| {
+            let gen = engine.handle().generate(ask(q)).unwrap();
+            gen.collect_blocking().unwrap().ids
+        })
+        .collect();
+    let gens: Vec<_> = questions
+        .iter()
+        .map(|q| engine.handle().generate(ask(q)).unwrap())
+        .collect();
+    let together: Vec<Vec<u32>> = gens
+        .into_iter()
+        .map(|g| g.collect_blocking().unwrap().ids)
+        .collect();
+    for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(a.len(), 24, "question {i}");
+        assert_eq!(a, t, "question {i}: together differs from alone");
+    }
+    // The answers are not one answer: routing and attention see each conversation.
+    assert_ne!(alone[0], alone[1]);
+}
