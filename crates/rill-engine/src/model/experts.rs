@@ -15,6 +15,7 @@
 
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Tensor};
+use rayon::prelude::*;
 
 use super::config::ExpertsConfig;
 use super::family::{Activation, Gating};
@@ -187,11 +188,6 @@ pub(super) struct ExpertSpace {
     routes: Vec<Route>,
     /// Per expert: the slots (`row·k + j`) routed to it this step.
     slots_of: Vec<Vec<usize>>,
-    /// An expert's rows gathered, its gate-up, its activation, its output.
-    xs: Vec<f32>,
-    gate_up: Vec<f32>,
-    act: Vec<f32>,
-    ys: Vec<f32>,
     /// Each slot's expert output, `[row·k + j][width]`.
     slots: Vec<f32>,
 }
@@ -289,21 +285,39 @@ impl Experts {
             w.slots_of[r.expert].push(slot);
         }
         w.slots.resize(m * k * width, 0.0);
-        for (expert, slots) in self.experts.iter().zip(&w.slots_of) {
-            if slots.is_empty() {
-                continue;
-            }
-            w.xs.clear();
-            for &slot in slots {
-                let row = slot / k;
-                w.xs.extend_from_slice(&h[row * width..][..width]);
-            }
-            let n = slots.len();
-            expert.gate_up.forward_host_into(&w.xs, n, &mut w.gate_up)?;
-            ops::gated(&w.gate_up, ff, self.activation, isa, &mut w.act);
-            expert.down.forward_host_into(&w.act, n, &mut w.ys)?;
+        // The chosen experts side by side on the pool (each product splits further where it
+        // is large), rather than one after another, each product a parallel section ending in
+        // a wait for every thread (measured on the 30B-A3B shape: prefill +14–26%, four
+        // streams +20%, one stream's decode the same). Each expert's few buffers are its own
+        // (some kB a step).
+        let chosen: Vec<(&Expert, &[usize])> = self
+            .experts
+            .iter()
+            .zip(&w.slots_of)
+            .filter(|(_, s)| !s.is_empty())
+            .map(|(e, s)| (e, s.as_slice()))
+            .collect();
+        let activation = self.activation;
+        let outs: Vec<Result<Vec<f32>>> = chosen
+            .par_iter()
+            .map(|&(expert, slots)| {
+                let mut xs = Vec::with_capacity(slots.len() * width);
+                for &slot in slots {
+                    xs.extend_from_slice(&h[slot / k * width..][..width]);
+                }
+                let (mut gate_up, mut act, mut ys) = (Vec::new(), Vec::new(), Vec::new());
+                expert
+                    .gate_up
+                    .forward_host_into(&xs, slots.len(), &mut gate_up)?;
+                ops::gated(&gate_up, ff, activation, isa, &mut act);
+                expert.down.forward_host_into(&act, slots.len(), &mut ys)?;
+                Ok(ys)
+            })
+            .collect();
+        for ((_, slots), ys) in chosen.iter().zip(outs) {
+            let ys = ys?;
             for (i, &slot) in slots.iter().enumerate() {
-                w.slots[slot * width..][..width].copy_from_slice(&w.ys[i * width..][..width]);
+                w.slots[slot * width..][..width].copy_from_slice(&ys[i * width..][..width]);
             }
         }
         // Each row: its experts' outputs times their weights, added likeliest first.
