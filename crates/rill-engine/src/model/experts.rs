@@ -42,11 +42,12 @@ pub(super) struct Experts {
     activation: Activation,
 }
 
-/// The router's matrix. Converted files keep it in f32; on the host its products are then made
+/// The router's matrix. Converted files keep it in f32; its products are then made on the host,
 /// row by row in a fixed order, so that a row's route never depends on the rows beside it
-/// (candle's f32 GEMM, which would run it otherwise, blocks its sums by the batch's size, and
-/// a route that flips changes the answer). Other formats run on our kernels, row-independent
-/// too, and on candle's on a GPU.
+/// (candle's f32 GEMM blocks its sums by the batch's size, and a route that flips changes the
+/// answer), and candle's path (GPUs) routes with the same arithmetic as ours (its rows come to
+/// the host for the route anyway). Other formats run on our kernels, row-independent too, and
+/// on candle's on a GPU.
 enum Router {
     Host { w: Vec<f32>, cols: usize },
     Linear(Linear),
@@ -54,8 +55,8 @@ enum Router {
 
 impl Router {
     fn new(t: RawTensor, host: bool) -> Result<Router> {
-        match (host, t.dtype, t.dims.as_slice()) {
-            (true, GgmlDType::F32, &[_, cols]) => Ok(Router::Host {
+        match (t.dtype, t.dims.as_slice()) {
+            (GgmlDType::F32, &[_, cols]) => Ok(Router::Host {
                 w: t.bytes
                     .chunks_exact(4)
                     .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -86,15 +87,18 @@ impl Router {
         Ok(())
     }
 
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// The logits of the rows of `x` (candle's path), on the host: the route is made there.
+    fn logits(&self, x: &Tensor) -> Result<Vec<f32>> {
+        let on_host = |t: Tensor| -> Result<Vec<f32>> {
+            Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
+        };
         match self {
-            Router::Linear(l) => l.forward(x),
-            Router::Host { w, cols } => {
+            Router::Linear(l) => on_host(l.forward(x)?),
+            Router::Host { .. } => {
                 let (m, _) = x.dims2()?;
-                let h = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
                 let mut out = Vec::new();
-                self.forward_host_into(&h, m, &mut out)?;
-                Ok(Tensor::from_vec(out, (m, w.len() / cols), x.device())?)
+                self.forward_host_into(&on_host(x.clone())?, m, &mut out)?;
+                Ok(out)
             }
         }
     }
@@ -342,12 +346,7 @@ impl Experts {
     /// over the rows routed to it, weighed and added into the output.
     pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (m, width) = x.dims2()?;
-        let logits = self
-            .router
-            .forward(x)?
-            .to_dtype(DType::F32)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
+        let logits = self.router.logits(x)?;
         let mut routes = Vec::new();
         self.routes(&logits, &mut routes);
         let k = self.cfg.used;
