@@ -196,6 +196,13 @@ pub(super) struct ExpertSpace {
     slots: Vec<f32>,
 }
 
+impl ExpertSpace {
+    /// The routes of the last step's rows, row after row (`k` each).
+    pub(super) fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+}
+
 impl Experts {
     /// A layer's mixture from its tensors: the router, and the gate, up and down tensors of
     /// every expert at once, each split into one matrix per expert.
@@ -257,16 +264,6 @@ impl Experts {
             route(row, self.cfg.used, self.gating, self.cfg.scale, &mut one);
             into.extend_from_slice(&one);
         }
-    }
-
-    /// The experts each of `m` rows of `h` (the normed residual) goes through, as the router
-    /// picks them: `m·k` routes, row by row.
-    pub(super) fn route_host(&self, h: &[f32], m: usize) -> Result<Vec<Route>> {
-        let mut logits = Vec::new();
-        self.router.forward_host_into(h, m, &mut logits)?;
-        let mut routes = Vec::new();
-        self.routes(&logits, &mut routes);
-        Ok(routes)
     }
 
     /// The mixture's output for `m` rows of `h` on the host into `out` (`m × width`).

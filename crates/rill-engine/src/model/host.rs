@@ -168,10 +168,10 @@ impl Llama {
                     down.forward_host_into(&w.act, m, &mut w.y)?;
                 }
                 Ffn::Experts(e) => {
-                    if let Some(r) = routes.as_deref_mut() {
-                        r.push(e.route_host(&w.h, m)?);
-                    }
                     e.forward_host_into(&w.h, m, isa, &mut w.experts, &mut w.y)?;
+                    if let Some(r) = routes.as_deref_mut() {
+                        r.push(w.experts.routes().to_vec());
+                    }
                 }
             }
             if let Some((_, post)) = &layer.post_norms {
