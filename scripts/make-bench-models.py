@@ -44,6 +44,17 @@ FAMILIES = {
 WINDOWS = {"gemma2": 4096, "gemma3": 512}
 
 
+def finish(w: gguf.GGUFWriter, tmp: Path, path: Path) -> Path:
+    """Writes out `w`'s file at `tmp`, then names it `path` (a run cut short leaves no file
+    that looks whole)."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tmp.rename(path)
+    return path
+
+
 def write(family: str, qtype, out: Path, models: Path) -> Path:
     s = dict(FAMILIES[family])
     arch = "llama" if family == "llama" else family
@@ -116,12 +127,7 @@ def write(family: str, qtype, out: Path, models: Path) -> Path:
             w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.ones(HEAD, dtype=np.float32))
         for name, data in block.items():
             w.add_tensor(f"blk.{i}.{name}", data, raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tmp.rename(path)
-    return path
+    return finish(w, tmp, path)
 
 
 MOE = dict(hidden=2048, heads=32, kv_heads=4, head=128, experts=128, used=8, ff=768,
@@ -183,12 +189,7 @@ def write_moe(qtype, out: Path, models: Path, layers: int) -> Path:
         w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", normal((n, hidden), 1.0 / np.sqrt(hidden)))
         for name, data in block.items():
             w.add_tensor(f"blk.{i}.{name}", data, raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tmp.rename(path)
-    return path
+    return finish(w, tmp, path)
 
 
 def q4_k_m(src: Path, dst: Path):

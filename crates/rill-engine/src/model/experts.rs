@@ -277,9 +277,7 @@ impl Experts {
     ) -> Result<()> {
         let (k, width, ff) = (self.cfg.used, h.len() / m.max(1), self.cfg.ff);
         self.router.forward_host_into(h, m, &mut w.logits)?;
-        let logits = std::mem::take(&mut w.logits);
-        self.routes(&logits, &mut w.routes);
-        w.logits = logits;
+        self.routes(&w.logits, &mut w.routes);
         w.slots_of.resize_with(self.experts.len(), Vec::new);
         w.slots_of.iter_mut().for_each(Vec::clear);
         for (slot, r) in w.routes.iter().enumerate() {
