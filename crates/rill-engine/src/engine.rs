@@ -35,6 +35,7 @@ use crate::sequence::{Sequence, SequenceSpec, Speculation};
 use crate::stop::{StopReason, StopStrings};
 use crate::template::{ChatTemplate, Message};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::tools::ToolFormat;
 use crate::worker::{self, Worker};
 
 /// Where the model runs.
@@ -543,9 +544,14 @@ impl Handle {
         };
         let (mut prompt, dropped_messages) =
             self.fit(&req.prompt, &req.chat, req.max_tokens, req.overflow)?;
+        // gpt-oss's harmony messages are split by their channels; with tools offered, the
+        // tool reader reads them instead (it knows the calls too).
+        let harmony = self.tool_format() == ToolFormat::Harmony && req.chat.tools.is_empty();
         let split = match (req.split_reasoning, req.continues_reasoning) {
             (false, _) => None,
+            (true, Some(inside)) if harmony => Some(ReasoningSplit::harmony_resumed(inside)),
             (true, Some(inside)) => Some(ReasoningSplit::resumed(inside)),
+            (true, None) if harmony => Some(ReasoningSplit::harmony()),
             (true, None) => {
                 let opened = self.opens_thinking(&prompt) || self.open_thinking(&req, &mut prompt);
                 Some(ReasoningSplit::new(opened))
@@ -560,7 +566,8 @@ impl Handle {
             Prompt::Messages(_) => StreamDecoder::new(&self.shared.tokenizer),
             Prompt::Text(_) | Prompt::Tokens(_) => StreamDecoder::continuing(),
         };
-        if !req.chat.tools.is_empty() {
+        // The markers a reader parses are shown as text (control tokens are not, otherwise).
+        if !req.chat.tools.is_empty() || (harmony && split.is_some()) {
             decoder.show(self.marker_ids(self.tool_format()));
         }
         let seq = Sequence::new(SequenceSpec {

@@ -12,6 +12,14 @@
 //! - text that may be the start of a marker is held back until it is ruled in or out, and
 //!   [`ReasoningSplit::flush`] releases it at the end;
 //! - a block never closed (a cut answer, or a random-weight model) is all reasoning.
+//!
+//! gpt-oss writes no think markers: its answer is harmony messages (`<|channel|>analysis
+//! <|message|>…<|end|><|start|>assistant<|channel|>final<|message|>…`), and
+//! [`ReasoningSplit::harmony`] reads them with the tool reader's harmony parser
+//! (`tools/formats.rs`): the analysis channel is the reasoning, the final (and commentary)
+//! channel the content, the markup neither.
+
+use crate::tools::{Harmony, Raw, ToolParser};
 
 /// A thinking block's markers.
 pub const OPEN: &str = "<think>";
@@ -45,12 +53,18 @@ enum Where {
 }
 
 /// Splits one answer's text into reasoning and content.
-#[derive(Clone, Debug)]
 pub struct ReasoningSplit {
     at: Where,
     /// Text not yet given out: a possible marker's start, or whitespace before a block.
     held: String,
+    /// Harmony's channels instead of think markers (gpt-oss).
+    harmony: Option<Harmony>,
 }
+
+/// What ends a thinking block early (a thinking budget): its closing marker, or in harmony the
+/// end of the analysis message and the start of the final one.
+const CLOSE_THINK: &str = "\n</think>\n\n";
+const CLOSE_ANALYSIS: &str = "<|end|><|start|>assistant<|channel|>final<|message|>";
 
 /// The length of the longest end of `text` that is a start of `marker` (shorter than it).
 fn partial_marker(text: &str, marker: &str) -> usize {
@@ -73,6 +87,15 @@ impl ReasoningSplit {
                 Where::Start
             },
             held: String::new(),
+            harmony: None,
+        }
+    }
+
+    /// A split of harmony messages (gpt-oss), from the start of the answer.
+    pub fn harmony() -> Self {
+        ReasoningSplit {
+            harmony: Some(Harmony::default()),
+            ..Self::new(false)
         }
     }
 
@@ -86,16 +109,57 @@ impl ReasoningSplit {
                 Where::Content
             },
             held: String::new(),
+            harmony: None,
+        }
+    }
+
+    /// [`resumed`](Self::resumed) for harmony messages, inside the analysis message
+    /// (`inside`) or the final one.
+    pub fn harmony_resumed(inside: bool) -> Self {
+        ReasoningSplit {
+            harmony: Some(Harmony::resumed(inside)),
+            ..Self::resumed(inside)
         }
     }
 
     /// True while the answer is inside its thinking block.
     pub fn in_reasoning(&self) -> bool {
-        matches!(self.at, Where::OpenedFresh | Where::Reasoning)
+        match &self.harmony {
+            Some(h) => h.in_analysis(),
+            None => matches!(self.at, Where::OpenedFresh | Where::Reasoning),
+        }
+    }
+
+    /// The text that closes the thinking block where the answer is in it: `</think>`, or in
+    /// harmony the analysis message's end and the final message's start.
+    pub fn closing(&self) -> &'static str {
+        match self.harmony {
+            Some(_) => CLOSE_ANALYSIS,
+            None => CLOSE_THINK,
+        }
+    }
+
+    /// Harmony's pieces as parts: a call's arguments (a model that calls a function no one
+    /// offered) are kept as content, not lost.
+    fn harmony_parts(raw: Vec<Raw>) -> Parts {
+        let mut out = Parts::default();
+        for r in raw {
+            match r {
+                Raw::Reasoning(t) => out.reasoning.push_str(&t),
+                Raw::Content(t) | Raw::Arguments(t) => out.content.push_str(&t),
+                Raw::Call(_) => {}
+            }
+        }
+        out
     }
 
     /// Follows the answer through `text`, the next piece of it.
     pub fn push(&mut self, text: &str) -> Parts {
+        if let Some(h) = &mut self.harmony {
+            let mut raw = Vec::new();
+            h.push(text, &mut raw);
+            return Self::harmony_parts(raw);
+        }
         let mut out = Parts::default();
         let mut buf = std::mem::take(&mut self.held);
         buf.push_str(text);
@@ -149,6 +213,11 @@ impl ReasoningSplit {
 
     /// The end of the answer: what was held back, in the part it was in.
     pub fn flush(&mut self) -> Parts {
+        if let Some(h) = &mut self.harmony {
+            let mut raw = Vec::new();
+            h.finish(&mut raw);
+            return Self::harmony_parts(raw);
+        }
         let held = std::mem::take(&mut self.held);
         match self.at {
             Where::Reasoning | Where::OpenedFresh => Parts {
@@ -267,6 +336,53 @@ mod tests {
             split_everywhere("<think>a</think>b <think>c</think>", false),
             parts("a", "b <think>c</think>")
         );
+    }
+
+    /// A harmony answer pushed in two pieces cut at every character boundary, flushed.
+    fn harmony_everywhere(text: &str) -> Parts {
+        let whole = {
+            let mut s = ReasoningSplit::harmony();
+            let mut p = s.push(text);
+            p.append(s.flush());
+            p
+        };
+        for cut in (1..text.len()).filter(|&c| text.is_char_boundary(c)) {
+            let mut s = ReasoningSplit::harmony();
+            let mut p = s.push(&text[..cut]);
+            p.append(s.push(&text[cut..]));
+            p.append(s.flush());
+            assert_eq!(p, whole, "cut at {cut} of {text:?}");
+        }
+        whole
+    }
+
+    #[test]
+    fn harmony_messages_split_by_their_channels() {
+        let text = "<|channel|>analysis<|message|>User asks 17 × 3. 10 × 3 + 7 × 3 = 51.<|end|>\
+                    <|start|>assistant<|channel|>final<|message|>17 × 3 = **51**.";
+        assert_eq!(
+            harmony_everywhere(text),
+            parts("User asks 17 × 3. 10 × 3 + 7 × 3 = 51.", "17 × 3 = **51**.")
+        );
+        // No analysis: all content; a cut answer inside its analysis: all reasoning.
+        assert_eq!(
+            harmony_everywhere("<|channel|>final<|message|>Paris."),
+            parts("", "Paris.")
+        );
+        assert_eq!(
+            harmony_everywhere("<|channel|>analysis<|message|>Thinking about Par"),
+            parts("Thinking about Par", "")
+        );
+        // Where the answer is, for a thinking budget, and what closes the analysis.
+        let mut s = ReasoningSplit::harmony();
+        assert!(!s.in_reasoning());
+        s.push("<|channel|>analysis<|message|>Hm");
+        assert!(s.in_reasoning());
+        let closing = s.closing();
+        let p = s.push(closing);
+        assert!(!s.in_reasoning() && p == parts("", ""), "{p:?}");
+        assert_eq!(s.push("Paris."), parts("", "Paris."));
+        assert_eq!(ReasoningSplit::new(false).closing(), "\n</think>\n\n");
     }
 
     #[test]

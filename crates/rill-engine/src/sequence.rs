@@ -454,7 +454,10 @@ impl Sequence {
     /// answer as if drawn (sent as tokens, counted, run through the model with the next step),
     /// and the model goes on with its answer after them.
     fn close_thinking(&mut self, tok: &Tokenizer) {
-        let Ok(ids) = tok.encode_with("\n</think>\n\n", false) else {
+        let Some(closing) = self.split.as_ref().map(ReasoningSplit::closing) else {
+            return;
+        };
+        let Ok(ids) = tok.encode_with(closing, false) else {
             return;
         };
         if self.tokens.len() + ids.len() >= self.context_length {

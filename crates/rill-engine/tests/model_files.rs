@@ -155,21 +155,21 @@ fn tensor_dimensions_that_overflow_are_refused() {
 }
 
 #[test]
-fn an_mxfp4_tensor_is_named_and_not_called_damaged() {
+fn an_iq_tensor_is_named_and_not_called_damaged() {
     let dir = tempfile::tempdir().unwrap();
     let mut craft = small();
-    // gpt-oss's expert weights: ggml type 39, 17 bytes a block of 32.
+    // IQ4_XS: ggml type 23, 136 bytes a block of 256.
     craft.tensors.push(RawTensor {
-        name: "blk.0.ffn_down_exps.weight".into(),
-        dims: vec![32, 2],
-        type_id: 39,
-        data: vec![0; 34],
+        name: "blk.0.ffn_down.weight".into(),
+        dims: vec![256, 2],
+        type_id: 23,
+        data: vec![0; 272],
     });
-    let p = write(dir.path(), "mxfp4.gguf", &craft.bytes());
+    let p = write(dir.path(), "iq4_xs.gguf", &craft.bytes());
     let msg = rill_engine::inspect(&p).unwrap_err().to_string();
     assert!(
-        msg.contains("blk.0.ffn_down_exps.weight")
-            && msg.contains("MXFP4")
+        msg.contains("blk.0.ffn_down.weight")
+            && msg.contains("IQ4_XS")
             && msg.contains("not run yet")
             && !msg.contains("damaged"),
         "{msg}"
@@ -180,7 +180,7 @@ fn an_mxfp4_tensor_is_named_and_not_called_damaged() {
 fn a_file_of_a_family_rill_does_not_run_says_what_it_is() {
     let dir = tempfile::tempdir().unwrap();
     let mut craft = small();
-    craft.metadata[0].1 = Value::String("gpt-oss".into());
+    craft.metadata[0].1 = Value::String("qwen2moe".into());
     let p = write(dir.path(), "moe.gguf", &craft.bytes());
     // Listed (the models list shows it), marked as not run, named for people.
     let info = rill_engine::inspect(&p).unwrap();
@@ -192,11 +192,11 @@ fn a_file_of_a_family_rill_does_not_run_says_what_it_is() {
     );
     // Loading it says what it is and which families run.
     let msg = match Model::load(&p, &candle_core::Device::Cpu, Some(256)) {
-        Ok(_) => panic!("a gpt-oss file loaded"),
+        Ok(_) => panic!("a qwen2moe file loaded"),
         Err(e) => e.to_string(),
     };
     assert!(
-        msg.contains("`gpt-oss`")
+        msg.contains("`qwen2moe`")
             && msg.contains("mixture of experts")
             && msg.contains("qwen3")
             && msg.contains("gemma3")

@@ -257,7 +257,7 @@ mod tests {
                     assert!((*v as f64 - exact).abs() <= bound, "{v} vs {exact}");
                 }
                 for isa in Isa::available() {
-                    let lin = QLinear::from_raw(dtype, &[n_out, k], &bytes, isa).unwrap();
+                    let lin = QLinear::from_raw(dtype.into(), &[n_out, k], &bytes, isa).unwrap();
                     let got = lin.product(&x, m);
                     assert!(got == want, "{dtype:?} {isa:?} {n_out}×{k}, m={m}");
                     for i in [0, m - 1] {

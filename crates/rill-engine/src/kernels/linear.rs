@@ -29,6 +29,8 @@ pub(crate) enum Weights {
     /// F16 and BF16 rows as the file holds them (`halves.rs`).
     F16(Vec<f16>),
     Bf16(Vec<half::bf16>),
+    /// MXFP4 blocks as the file holds them (`mxfp4.rs`).
+    Mxfp4(Vec<BlockMxfp4>),
 }
 
 /// `$body` with `$w` bound to the weights of whatever layout `$weights` holds.
@@ -51,6 +53,7 @@ macro_rules! each_layout {
             Weights::Q8_0x16($w) => $body,
             Weights::F16($w) => $body,
             Weights::Bf16($w) => $body,
+            Weights::Mxfp4($w) => $body,
         }
     };
 }
@@ -75,6 +78,7 @@ impl Weights {
             Weights::Q8_0x16(w) => 16 * w.len(),
             Weights::F16(w) => w.len() / QK,
             Weights::Bf16(w) => w.len() / QK,
+            Weights::Mxfp4(w) => w.len(),
         }
     }
 
@@ -97,6 +101,7 @@ impl Weights {
             (Weights::Q8_0x16(w), Weights::Q8_0x16(m)) => w.extend(m),
             (Weights::F16(w), Weights::F16(m)) => w.extend(m),
             (Weights::Bf16(w), Weights::Bf16(m)) => w.extend(m),
+            (Weights::Mxfp4(w), Weights::Mxfp4(m)) => w.extend(m),
             _ => return None,
         }
         Some(())
@@ -158,15 +163,34 @@ impl QLinear {
     /// The matrix, when its format is one the kernels run and its rows are whole blocks of 32;
     /// `None` leaves it to candle.
     pub fn from_qtensor(t: &QTensor, isa: Isa) -> Option<QLinear> {
-        Self::from_raw(t.dtype(), t.shape().dims(), &t.data().ok()?, isa)
+        Self::from_raw(t.dtype().into(), t.shape().dims(), &t.data().ok()?, isa)
     }
 
     /// [`from_qtensor`](Self::from_qtensor) from a tensor's format, shape (`[n_out, k]`) and
     /// bytes as the file holds them (a model's weights come straight from a map of the file).
-    pub fn from_raw(dtype: GgmlDType, dims: &[usize], bytes: &[u8], isa: Isa) -> Option<QLinear> {
+    pub fn from_raw(dtype: TensorType, dims: &[usize], bytes: &[u8], isa: Isa) -> Option<QLinear> {
         if !Self::supports_raw(dtype, dims) {
             return None;
         }
+        let dtype = match dtype {
+            TensorType::Ggml(d) => d,
+            // MXFP4 in its blocks, as the file holds them (byte-aligned: no copy would be
+            // needed to read them in place).
+            TensorType::Mxfp4 => {
+                let isa = isa.checked();
+                let &[n_out, k] = dims else {
+                    return None;
+                };
+                let weights = Weights::Mxfp4(blocks(bytes)?);
+                return (weights.n_blocks() == n_out * (k / QK)).then_some(QLinear {
+                    weights,
+                    n_out,
+                    k,
+                    isa,
+                    file_bytes: bytes.len(),
+                });
+            }
+        };
         let isa = isa.checked();
         let &[n_out, k] = dims else {
             return None;
@@ -225,23 +249,26 @@ impl QLinear {
 
     /// Whether [`from_qtensor`](Self::from_qtensor) takes this tensor (without copying it).
     pub fn supports(t: &QTensor) -> bool {
-        Self::supports_raw(t.dtype(), t.shape().dims())
+        Self::supports_raw(t.dtype().into(), t.shape().dims())
     }
 
     /// [`supports`](Self::supports) by format and shape.
-    pub fn supports_raw(dtype: GgmlDType, dims: &[usize]) -> bool {
+    pub fn supports_raw(dtype: TensorType, dims: &[usize]) -> bool {
         matches!(dims, &[_, k] if k > 0 && k % QK == 0)
             && matches!(
                 dtype,
-                GgmlDType::Q4_1
-                    | GgmlDType::Q8_0
-                    | GgmlDType::Q4_0
-                    | GgmlDType::Q5_0
-                    | GgmlDType::Q4K
-                    | GgmlDType::Q5K
-                    | GgmlDType::Q6K
-                    | GgmlDType::F16
-                    | GgmlDType::BF16
+                TensorType::Mxfp4
+                    | TensorType::Ggml(
+                        GgmlDType::Q4_1
+                            | GgmlDType::Q8_0
+                            | GgmlDType::Q4_0
+                            | GgmlDType::Q5_0
+                            | GgmlDType::Q4K
+                            | GgmlDType::Q5K
+                            | GgmlDType::Q6K
+                            | GgmlDType::F16
+                            | GgmlDType::BF16
+                    )
             )
     }
 
@@ -289,6 +316,9 @@ impl QLinear {
             Weights::Q8_0x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q8_0),
             Weights::F16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
             Weights::Bf16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
+            Weights::Mxfp4(w) => {
+                dequantize_blocks(w[row].iter().copied(), out, QK, dequantize_mxfp4)
+            }
         }
     }
 
@@ -326,6 +356,7 @@ impl QLinear {
             Weights::Q8_0x16(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::F16(w) => half_times(self.isa, w, x, m, self.k, out),
             Weights::Bf16(w) => half_times(self.isa, w, x, m, self.k, out),
+            Weights::Mxfp4(w) => rows_times(self.isa, w, x, m, self.k, out),
         }
     }
 

@@ -74,8 +74,10 @@ mod halves;
 mod isa;
 mod kpanels;
 mod linear;
+mod mxfp4;
 mod panels;
 mod quants;
+mod tensor_type;
 
 pub use blocks::*;
 use driver::*;
@@ -83,8 +85,10 @@ use halves::*;
 pub use isa::*;
 pub use kpanels::*;
 pub use linear::*;
+pub use mxfp4::*;
 pub use panels::*;
 pub use quants::*;
+pub use tensor_type::*;
 
 /// A panel kernel's driver: `$name` runs panels `ps` of `w` × activation rows `is` into
 /// `o[(i − is.start)·n_out + ROWS·p + k]`, in tiles of one panel × up to [`TILE_A`] activation

@@ -38,7 +38,7 @@ impl Shape {
 
 /// How a query's scores are made from its dot products with the keys.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Scores {
+pub struct Scores<'a> {
     /// Multiplies each `q · k` (`1/√head_dim`, or 1 where the queries were scaled already).
     pub scale: f32,
     /// Caps each scaled score smoothly at ±`c`: `c · tanh(s / c)` (Gemma 2).
@@ -52,16 +52,21 @@ pub struct Scores {
     /// to llama.cpp's: without it a six-layer Gemma 3 test model drifts by 0.06 from the second
     /// position on.
     pub f16_weights: bool,
+    /// Attention sinks (gpt-oss): per query head, a learned logit that joins the softmax's
+    /// denominator as if it were the score of one more key whose value is zero (ggml's
+    /// `soft_max_ext` with sinks), so a head may attend to nothing.
+    pub sinks: Option<&'a [f32]>,
 }
 
-impl Scores {
+impl Scores<'_> {
     /// Llama's: scores scaled by `1/√head_dim`, no cap, the whole context.
-    pub fn standard(head_dim: usize) -> Scores {
+    pub fn standard(head_dim: usize) -> Scores<'static> {
         Scores {
             scale: 1.0 / (head_dim as f32).sqrt(),
             softcap: None,
             window: None,
             f16_weights: false,
+            sinks: None,
         }
     }
 }
@@ -161,6 +166,7 @@ pub fn attend(
         let filled = (s.pos + s.t).saturating_sub(s.kv.start) * shape.kv_width();
         assert!(s.kv.k.len() >= filled && s.kv.v.len() >= filled);
     }
+    assert!(scores.sinks.is_none_or(|s| s.len() == shape.n_head));
     // Each chunk of `out` is the query heads of one KV head in one row (they read the same keys
     // and values, converted once for all), or one head where that leaves too few tasks for the
     // threads (a decode step of one row): find its sequence once per row.
@@ -194,8 +200,22 @@ pub fn attend(
         let (s, from, to) = owner[row];
         let q = &q[row * q_stride + first * hd..][..heads * hd];
         let g = first / per_group;
-        SCORES
-            .with_borrow_mut(|buf| group(shape, scores, q, spans[s].kv, g, from..to, buf, y, isa));
+        // The sinks of these query heads.
+        let sinks = scores.sinks.map(|s| &s[first..first + heads]);
+        SCORES.with_borrow_mut(|buf| {
+            group(
+                shape,
+                scores,
+                sinks,
+                q,
+                spans[s].kv,
+                g,
+                from..to,
+                buf,
+                y,
+                isa,
+            )
+        });
     };
     match serial {
         true => out.chunks_exact_mut(heads * hd).enumerate().for_each(one),
@@ -206,12 +226,13 @@ pub fn attend(
     }
 }
 
-/// Query heads `q` (`[heads][head_dim]`) of KV head `g` over its positions `keys_at`, into `y`
-/// (the same shape).
+/// Query heads `q` (`[heads][head_dim]`, their sinks `sinks`) of KV head `g` over its
+/// positions `keys_at`, into `y` (the same shape).
 #[allow(clippy::too_many_arguments)]
 fn group(
     shape: Shape,
     how: Scores,
+    sinks: Option<&[f32]>,
     q: &[f32],
     kv: &LayerKv,
     g: usize,
@@ -233,6 +254,7 @@ fn group(
         while h < heads {
             let n = (heads - h).min(4);
             let (qs, ys) = (&q[h * hd..(h + n) * hd], &mut y[h * hd..(h + n) * hd]);
+            let cap = (cap.0, cap.1, sinks.map(|s| &s[h..h + n]));
             scores.clear();
             scores.resize(n * n_keys, 0.0);
             let rows = (&kv.k, &kv.v, at);
@@ -256,8 +278,17 @@ fn group(
     let _ = isa;
     scores.clear();
     scores.resize(n_keys, 0.0);
-    for (q, y) in q.chunks_exact(hd).zip(y.chunks_exact_mut(hd)) {
-        head(q, (&kv.k, &kv.v, at), stride, scale, cap, scores, y);
+    for (h, (q, y)) in q.chunks_exact(hd).zip(y.chunks_exact_mut(hd)).enumerate() {
+        let sink = sinks.map(|s| s[h]);
+        head(
+            q,
+            (&kv.k, &kv.v, at),
+            stride,
+            scale,
+            (cap.0, cap.1, sink),
+            scores,
+            y,
+        );
     }
 }
 
@@ -271,14 +302,14 @@ fn softcap(scores: &mut [f32], cap: Option<f32>) {
 }
 
 /// One query head over the keys and values of its KV head (`scores.len()` rows of `stride`
-/// values from value `at`), the scalar reference.
+/// values from value `at`), its sink (if any) in the softmax, the scalar reference.
 #[allow(clippy::too_many_arguments)]
 fn head(
     q: &[f32],
     (keys, values, at): (&KvRows, &KvRows, usize),
     stride: usize,
     scale: f32,
-    (cap, f16_weights): (Option<f32>, bool),
+    (cap, f16_weights, sink): (Option<f32>, bool, Option<f32>),
     scores: &mut [f32],
     y: &mut [f32],
 ) {
@@ -292,10 +323,15 @@ fn head(
     }
     softcap(scores, cap);
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    // A sink raises the maximum the exponentials are taken from, and adds its own to the sum.
+    let max = sink.map_or(max, |s| max.max(s));
     let mut sum = 0.0;
     for s in scores.iter_mut() {
         *s = (*s - max).exp();
         sum += *s;
+    }
+    if let Some(s) = sink {
+        sum += (s - max).exp();
     }
     let mut inv = 1.0 / sum;
     if f16_weights {

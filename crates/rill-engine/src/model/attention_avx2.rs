@@ -77,7 +77,7 @@ pub unsafe fn heads<const H: usize>(
     (keys, values, at): (&KvRows, &KvRows, usize),
     stride: usize,
     scale: f32,
-    cap: (Option<f32>, bool),
+    cap: (Option<f32>, bool, Option<&[f32]>),
     scores: &mut [f32],
     ys: &mut [f32],
 ) {
@@ -115,7 +115,7 @@ unsafe fn heads_of<const H: usize, const Q: bool>(
     values: Src,
     stride: usize,
     scale: f32,
-    (cap, f16_weights): (Option<f32>, bool),
+    (cap, f16_weights, sinks): (Option<f32>, bool, Option<&[f32]>),
     scores: &mut [f32],
     ys: &mut [f32],
 ) {
@@ -139,7 +139,7 @@ unsafe fn heads_of<const H: usize, const Q: bool>(
     let mut inv = [0f32; H];
     for (h, inv) in inv.iter_mut().enumerate() {
         let s = &mut scores[h * n..(h + 1) * n];
-        *inv = 1.0 / exp_in_place(s);
+        *inv = 1.0 / exp_in_place(s, sinks.map(|k| k[h]));
         if f16_weights {
             weights_in_f16(s, *inv);
             *inv = 1.0;
@@ -285,10 +285,12 @@ unsafe fn score_keys<const H: usize, const K: usize, const Q: bool>(
     }
 }
 
-/// `s ← e^(s − max s)` in place; returns the sum.
+/// `s ← e^(s − max)` in place, `max` the largest of `s` and the `sink` (if any); returns the
+/// sum, the sink's own exponential added last (the scalar head's order).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn exp_in_place(s: &mut [f32]) -> f32 {
+pub unsafe fn exp_in_place(s: &mut [f32], sink: Option<f32>) -> f32 {
     let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let max = sink.map_or(max, |k| max.max(k));
     let m = _mm256_set1_ps(max);
     let mut sum = _mm256_setzero_ps();
     let mut chunks = s.chunks_exact_mut(8);
@@ -306,6 +308,9 @@ pub unsafe fn exp_in_place(s: &mut [f32]) -> f32 {
         _mm256_storeu_ps(buf.as_mut_ptr(), e);
         rest.copy_from_slice(&buf[..rest.len()]);
         total += rest.iter().sum::<f32>();
+    }
+    if let Some(k) = sink {
+        total += (k - max).exp();
     }
     total
 }

@@ -31,7 +31,7 @@ fn kinds(hd: usize) -> impl Iterator<Item = KvType> {
 }
 
 /// softmax(cap(q·kᵀ·scale))·v over the window before key `n_keys` in f64, straight from
-/// the definition.
+/// the definition; a head's sink is one more score in the softmax, with no value.
 fn reference(
     shape: Shape,
     how: Scores,
@@ -64,9 +64,11 @@ fn reference(
             }
         })
         .collect();
+    let sink = how.sinks.map(|s| s[head] as f64);
     let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let max = sink.map_or(max, |k| max.max(k));
     let mut e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
-    let mut sum: f64 = e.iter().sum();
+    let mut sum: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |k| (k - max).exp());
     if how.f16_weights {
         e.iter_mut()
             .for_each(|x| *x = f16::from_f64(*x / sum).to_f64());
@@ -118,8 +120,21 @@ fn every_path_equals_the_definition() {
                 softcap: Some(0.5),
                 window: Some(window),
                 f16_weights: true,
+                sinks: None,
             };
-            for how in [Scores::standard(hd), gemma(4), gemma(500)] {
+            // gpt-oss's: a sink per head, above and below the scores, over a window.
+            let sinks: Vec<f32> = (0..n_head).map(|h| h as f32 - 2.0).collect();
+            let oss = Scores {
+                window: Some(4),
+                f16_weights: true,
+                sinks: Some(&sinks),
+                ..Scores::standard(hd)
+            };
+            let sinks_only = Scores {
+                sinks: Some(&sinks),
+                ..Scores::standard(hd)
+            };
+            for how in [Scores::standard(hd), gemma(4), gemma(500), oss, sinks_only] {
                 for isa in crate::kernels::Isa::available() {
                     let mut out = vec![0f32; t * n_head * hd];
                     attend(shape, how, &q, n_head * hd, &spans, &mut out, isa);
@@ -434,7 +449,7 @@ fn the_vector_exp_is_within_an_ulp() {
     let max = 0.0f32;
     ys.push(max);
     // SAFETY: AVX2, FMA and F16C were detected above.
-    unsafe { avx2::exp_in_place(&mut ys) };
+    unsafe { avx2::exp_in_place(&mut ys, None) };
     for (x, y) in xs.iter().zip(&ys) {
         let want = (*x as f64).exp();
         if want < f32::MIN_POSITIVE as f64 * 4.0 {

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use candle_core::quantized::gguf_file;
+use super::gguf::Header;
 
 use super::family::{Family, QueryScale};
 use crate::error::{candle_message, Error, Result};
@@ -44,8 +44,83 @@ pub struct LlamaConfig {
     pub rope_factors: Option<String>,
     /// Positions the model can attend over in this engine (the trained context, possibly capped).
     pub context_length: usize,
+    /// YaRN's RoPE scaling, where the file asks for it (`rope.scaling.type = yarn`).
+    pub yarn: Option<Yarn>,
     /// A mixture of experts' sizes, for a family whose feed-forward is one.
     pub experts: Option<ExpertsConfig>,
+}
+
+/// YaRN's RoPE scaling as llama.cpp applies it (ggml's `rope_yarn`, and the attention factor
+/// `llama_context` derives): each pair's angle blends the interpolated angle (the position
+/// times `freq_scale`) and the original one, by a ramp over the pairs between the correction
+/// dimensions of `beta_fast` and `beta_slow`; cos and sin are multiplied by `mscale`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Yarn {
+    /// `1 / rope.scaling.factor`.
+    pub freq_scale: f32,
+    /// `rope.scaling.original_context_length` (the trained context without it).
+    pub original_context: usize,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// How much of the ramp applies (`rope.scaling.yarn_ext_factor`; 1 without).
+    pub ext_factor: f32,
+    /// cos and sin are multiplied by this.
+    pub mscale: f32,
+}
+
+impl Yarn {
+    /// llama.cpp's numbers for a file's keys: the attention factor `get_mscale(factor)` (over
+    /// `get_mscale(factor, yarn_log_multiplier)` where the file has one), cancelled against
+    /// `rope_yarn`'s own `1 + 0.1·ln factor` and multiplied back by it, times the file's
+    /// `rope.scaling.attn_factor`.
+    fn new(factor: f32, original_context: usize, f: impl Fn(&str) -> Option<f32>) -> Yarn {
+        let get_mscale = |s: f32, m: f32| match s <= 1.0 {
+            true => 1.0,
+            false => 0.1 * m * s.ln() + 1.0,
+        };
+        let freq_scale = 1.0 / factor;
+        let ext_factor = f("rope.scaling.yarn_ext_factor")
+            .filter(|e| e.is_finite() && *e >= 0.0)
+            .unwrap_or(1.0);
+        let mut attn = f("rope.scaling.attn_factor")
+            .filter(|a| a.is_finite() && *a > 0.0)
+            .unwrap_or(1.0);
+        if ext_factor != 0.0 {
+            let log_mul = f("rope.scaling.yarn_log_multiplier").unwrap_or(0.0);
+            let base = match log_mul != 0.0 {
+                true => get_mscale(factor, 1.0) / get_mscale(factor, log_mul),
+                false => get_mscale(factor, 1.0),
+            };
+            attn *= base * (1.0 / (1.0 + 0.1 * factor.ln()));
+            attn *= 1.0 + 0.1 * (1.0 / freq_scale).ln();
+        }
+        Yarn {
+            freq_scale,
+            original_context,
+            beta_fast: f("rope.scaling.yarn_beta_fast").unwrap_or(32.0),
+            beta_slow: f("rope.scaling.yarn_beta_slow").unwrap_or(1.0),
+            ext_factor,
+            mscale: attn,
+        }
+    }
+
+    /// `(cos, sin)` of pair `i` (of `rope_dim / 2`) for RoPE base `base`, whose unscaled angle
+    /// at the position is `theta_extrap` (the position times the pair's frequency).
+    pub fn cos_sin(&self, rope_dim: usize, base: f32, i: usize, theta_extrap: f32) -> (f32, f32) {
+        // ggml_rope_yarn_corr_dims.
+        let corr = |beta: f32| {
+            rope_dim as f32
+                * (self.original_context as f32 / (beta * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * base.ln())
+        };
+        let low = corr(self.beta_fast).floor().max(0.0);
+        let high = corr(self.beta_slow).ceil().min(rope_dim as f32 - 1.0);
+        let y = (i as f32 - low) / (high - low).max(0.001);
+        let ramp = (1.0 - y.clamp(0.0, 1.0)) * self.ext_factor;
+        let theta_interp = self.freq_scale * theta_extrap;
+        let theta = theta_interp * (1.0 - ramp) + theta_extrap * ramp;
+        (theta.cos() * self.mscale, theta.sin() * self.mscale)
+    }
 }
 
 /// How many experts a mixture has, how many a row goes through, and how wide each is.
@@ -69,7 +144,7 @@ impl LlamaConfig {
     /// The hyper-parameters of a llama-family GGUF and its RoPE width, checked against each
     /// other and against every weight's shape (nothing is loaded).
     pub(crate) fn read(
-        ct: &gguf_file::Content,
+        ct: &Header,
         family: Family,
         context_cap: Option<usize>,
         path: &Path,
@@ -166,14 +241,24 @@ impl LlamaConfig {
         )?;
         let f = |key: &str| md(key).ok().and_then(|v| v.to_f32().ok());
         let rope_base = f("rope.freq_base").unwrap_or(10_000.0);
-        // Linear RoPE scaling (positions divided by the factor). YaRN is not applied yet (such a
-        // file runs unscaled); frequency factors (Llama 3.1, Phi-3) are `rope_factors` below.
+        // Linear RoPE scaling (positions divided by the factor), or YaRN's (`Yarn`); frequency
+        // factors (Llama 3.1, Phi-3) are `rope_factors` below.
         let scaling = md("rope.scaling.type")
             .ok()
             .and_then(|v| v.to_string().ok().cloned());
         let rope_scale = match (scaling.as_deref(), f("rope.scaling.factor")) {
             (None | Some("linear"), Some(factor)) if factor > 0.0 => 1.0 / factor,
             _ => 1.0,
+        };
+        let original_context = md("rope.scaling.original_context_length")
+            .ok()
+            .and_then(|v| v.to_u32().ok())
+            .map_or(trained_ctx, |v| v as usize);
+        let yarn = match (scaling.as_deref(), f("rope.scaling.factor")) {
+            (Some("yarn"), Some(factor)) if factor.is_finite() && factor > 0.0 => {
+                Some(Yarn::new(factor, original_context.max(1), f))
+            }
+            _ => None,
         };
         let windows = windows(ct, family, n_layer, path)?;
         let (rope_base_swa, rope_scale_swa) = match family.sliding_window {
@@ -220,15 +305,9 @@ impl LlamaConfig {
             rope_attn_factor: f("rope.scaling.attn_factor")
                 .filter(|a| a.is_finite() && *a > 0.0)
                 .unwrap_or(1.0),
-            rope_factors: rope_factors(
-                ct,
-                context_length,
-                md("rope.scaling.original_context_length")
-                    .ok()
-                    .and_then(|v| v.to_u32().ok())
-                    .map_or(trained_ctx, |v| v as usize),
-            ),
+            rope_factors: rope_factors(ct, context_length, original_context),
             context_length,
+            yarn,
             experts,
         };
         Ok((cfg, rope_dim))
@@ -237,7 +316,7 @@ impl LlamaConfig {
 
 /// The RoPE frequency factors' tensor a file has, as llama.cpp picks it: `rope_freqs`, else the
 /// long factors when the context is past the original one, else the short ones.
-fn rope_factors(ct: &gguf_file::Content, context: usize, original: usize) -> Option<String> {
+fn rope_factors(ct: &Header, context: usize, original: usize) -> Option<String> {
     let has = |n: &str| ct.tensor_infos.contains_key(n).then(|| n.to_string());
     has("rope_freqs.weight").or_else(|| match context > original {
         true => has("rope_factors_long.weight"),
@@ -248,12 +327,7 @@ fn rope_factors(ct: &gguf_file::Content, context: usize, original: usize) -> Opt
 /// Which layers attend over a window, and its size: `attention.sliding_window`, and the
 /// pattern (`attention.sliding_window_pattern`: a cycle length, or one flag per layer), as
 /// llama.cpp reads them.
-fn windows(
-    ct: &gguf_file::Content,
-    family: Family,
-    n_layer: usize,
-    path: &Path,
-) -> Result<Vec<Option<usize>>> {
+fn windows(ct: &Header, family: Family, n_layer: usize, path: &Path) -> Result<Vec<Option<usize>>> {
     let Some(sw) = family.sliding_window else {
         return Ok(vec![None; n_layer]);
     };
@@ -316,7 +390,7 @@ struct Widths {
 /// message, not with an index out of bounds on the first forward pass (issue 13). Shapes are
 /// candle's: `[rows, columns]`, a linear layer being `[out, in]`.
 fn check_shapes(
-    ct: &gguf_file::Content,
+    ct: &Header,
     path: &Path,
     family: Family,
     n_layer: usize,
@@ -374,7 +448,14 @@ fn check_shapes(
     for i in 0..n_layer {
         let name = |n: &str| format!("blk.{i}.{n}.weight");
         expect(&name("attn_norm"), &[hidden])?;
-        expect(&name("ffn_norm"), &[hidden])?;
+        expect(&name(family.ffn_norm), &[hidden])?;
+        let bias = |n: &str| format!("blk.{i}.{n}.bias");
+        if family.out_bias {
+            expect(&bias("attn_output"), &[hidden])?;
+        }
+        if family.attn_sinks {
+            expect(&name("attn_sinks"), &[q_width / head])?;
+        }
         if ct.tensor_infos.contains_key(&name("attn_qkv")) {
             expect(&name("attn_qkv"), &[q_width + 2 * kv_width, hidden])?;
         } else {
@@ -384,7 +465,6 @@ fn check_shapes(
         }
         expect(&name("attn_output"), &[hidden, q_width])?;
         if family.qkv_bias {
-            let bias = |n: &str| format!("blk.{i}.{n}.bias");
             expect(&bias("attn_q"), &[q_width])?;
             expect(&bias("attn_k"), &[kv_width])?;
             expect(&bias("attn_v"), &[kv_width])?;
@@ -403,6 +483,12 @@ fn check_shapes(
             expect(&name("ffn_gate_exps"), &[e.count, e.ff, hidden])?;
             expect(&name("ffn_up_exps"), &[e.count, e.ff, hidden])?;
             expect(&name("ffn_down_exps"), &[e.count, hidden, e.ff])?;
+            if family.expert_biases {
+                expect(&bias("ffn_gate_inp"), &[e.count])?;
+                expect(&bias("ffn_gate_exps"), &[e.count, e.ff])?;
+                expect(&bias("ffn_up_exps"), &[e.count, e.ff])?;
+                expect(&bias("ffn_down_exps"), &[e.count, hidden])?;
+            }
             continue;
         }
         // The feed-forward width: from the gate, or with a fused gate-up from the down

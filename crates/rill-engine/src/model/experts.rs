@@ -1,9 +1,11 @@
 //! A mixture of experts' feed-forward (issue 18): a router picks, for each row, the `k` experts
 //! it goes through out of many, and the row's output is their SwiGLUs' outputs weighed by the
 //! router's probabilities. llama.cpp's `build_moe_ffn` (`llama-graph.cpp`) is the graph this
-//! follows: the router's logits, a softmax over every expert, the `k` likeliest (llama.cpp's
-//! `ffn_moe_topk`), their probabilities divided by their sum, each expert's output multiplied by
-//! its weight and the `k` products added likeliest first.
+//! follows: the router's logits (plus its bias, gpt-oss), the `k` likeliest (llama.cpp's
+//! `ffn_moe_topk`) and their weights — Qwen3's softmax over every expert renormalised over the
+//! chosen, or gpt-oss's softmax over the chosen logits alone ([`Gating`]) — each expert's output
+//! (its projections' biases added, gpt-oss) multiplied by its weight and the `k` products added
+//! likeliest first.
 //!
 //! The file holds each projection of all experts as one tensor (`ffn_gate_exps`: `[experts,
 //! ff, width]`); each expert's slab becomes a matrix of its own on our kernels
@@ -23,19 +25,32 @@ use super::ops;
 use super::parts::{Group, Linear};
 use super::tensors::RawTensor;
 use crate::error::{Error, Result};
-use crate::kernels::Isa;
+use crate::kernels::{Isa, TensorType};
 
-/// One expert: a SwiGLU feed-forward of its own.
+/// One expert: a gated feed-forward of its own.
 struct Expert {
     /// gate, up.
     gate_up: Group,
     down: Linear,
+    /// Its projections' biases (gpt-oss): `[gate | up]`, and down's.
+    bias: Option<(Vec<f32>, Vec<f32>)>,
+}
+
+/// The biases of a mixture whose family has them (gpt-oss), as f32 rows: the router's (one per
+/// expert), and each expert's gate, up and down (`[experts][width]`).
+pub(super) struct ExpertBiases {
+    pub(super) router: Vec<f32>,
+    pub(super) gate: Vec<f32>,
+    pub(super) up: Vec<f32>,
+    pub(super) down: Vec<f32>,
 }
 
 /// A layer's mixture of experts.
 pub(super) struct Experts {
     /// `ffn_gate_inp`: one logit per expert.
     router: Router,
+    /// Added to the router's logits (gpt-oss).
+    router_bias: Option<Vec<f32>>,
     experts: Vec<Expert>,
     cfg: ExpertsConfig,
     gating: Gating,
@@ -56,7 +71,7 @@ enum Router {
 impl Router {
     fn new(t: RawTensor, host: bool) -> Result<Router> {
         match (t.dtype, t.dims.as_slice()) {
-            (GgmlDType::F32, &[_, cols]) => Ok(Router::Host {
+            (TensorType::Ggml(GgmlDType::F32), &[_, cols]) => Ok(Router::Host {
                 w: t.bytes
                     .chunks_exact(4)
                     .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -151,13 +166,9 @@ pub fn route(logits: &[f32], k: usize, gating: Gating, scale: f32, out: &mut Vec
             let sum: f64 = logits.iter().map(|&l| f64::from((l - max).exp())).sum();
             let inv = (1.0 / sum) as f32;
             for _ in 0..k.min(logits.len()) {
-                let best = (0..logits.len())
-                    .filter(|e| !out.iter().any(|r| r.expert == *e))
-                    .fold(None, |best: Option<usize>, e| match best {
-                        Some(b) if logits[b] >= logits[e] => Some(b),
-                        _ => Some(e),
-                    });
-                let Some(e) = best else { break };
+                let Some(e) = likeliest(logits, out) else {
+                    break;
+                };
                 out.push(Route {
                     expert: e,
                     weight: (logits[e] - max).exp() * inv,
@@ -169,10 +180,48 @@ pub fn route(logits: &[f32], k: usize, gating: Gating, scale: f32, out: &mut Vec
                 r.weight /= by;
             }
         }
+        Gating::TopKSoftmax => {
+            // The `k` largest logits, then ggml's softmax over them alone (as above: f64 sum,
+            // its inverse in f32), in place of the logits.
+            for _ in 0..k.min(logits.len()) {
+                let Some(e) = likeliest(logits, out) else {
+                    break;
+                };
+                out.push(Route {
+                    expert: e,
+                    weight: logits[e],
+                });
+            }
+            let max = out
+                .iter()
+                .map(|r| r.weight)
+                .fold(f32::NEG_INFINITY, f32::max);
+            let sum: f64 = out.iter().map(|r| f64::from((r.weight - max).exp())).sum();
+            let inv = (1.0 / sum) as f32;
+            for r in out.iter_mut() {
+                r.weight = (r.weight - max).exp() * inv;
+            }
+        }
     }
     if scale != 1.0 {
         out.iter_mut().for_each(|r| r.weight *= scale);
     }
+}
+
+/// gpt-oss's mixture (biases, the clamped SwiGLU) runs on our kernels only; `Llama::from_gguf`
+/// refuses the family on candle's path, so this is never reached from a loaded model.
+fn cpu_only() -> Error {
+    Error::param("device", "this mixture of experts runs on the CPU only")
+}
+
+/// The expert of the largest logit not in `out` yet (ties to the lower index).
+fn likeliest(logits: &[f32], out: &[Route]) -> Option<usize> {
+    (0..logits.len())
+        .filter(|e| !out.iter().any(|r| r.expert == *e))
+        .fold(None, |best: Option<usize>, e| match best {
+            Some(b) if logits[b] >= logits[e] => Some(b),
+            _ => Some(e),
+        })
 }
 
 /// `t`'s `n` experts, each a matrix of its own.
@@ -205,34 +254,45 @@ impl ExpertSpace {
 
 impl Experts {
     /// A layer's mixture from its tensors: the router, and the gate, up and down tensors of
-    /// every expert at once, each split into one matrix per expert.
+    /// every expert at once, each split into one matrix per expert; their biases where the
+    /// family has them (checked against these shapes at load: `config.rs`).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         router: RawTensor,
         [gate, up, down]: [RawTensor; 3],
+        biases: Option<ExpertBiases>,
         cfg: ExpertsConfig,
         gating: Gating,
         activation: Activation,
         host: bool,
     ) -> Result<Experts> {
         let n = cfg.count;
+        let width = down.dims.get(1).copied().unwrap_or(0);
         let (gates, ups, downs) = (
             split(gate, n, "gate")?,
             split(up, n, "up")?,
             split(down, n, "down")?,
         );
+        let (ff, b) = (cfg.ff, biases.as_ref());
         let experts = gates
             .into_iter()
             .zip(ups)
             .zip(downs)
-            .map(|((g, u), d)| {
+            .enumerate()
+            .map(|(e, ((g, u), d))| {
                 Ok(Expert {
                     gate_up: Group::new(vec![g, u], host)?,
                     down: Linear::new(d, host)?,
+                    bias: b.map(|b| {
+                        let gate_up = [&b.gate[e * ff..][..ff], &b.up[e * ff..][..ff]].concat();
+                        (gate_up, b.down[e * width..][..width].to_vec())
+                    }),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Experts {
             router: Router::new(router, host)?,
+            router_bias: biases.map(|b| b.router),
             experts,
             cfg,
             gating,
@@ -256,11 +316,14 @@ impl Experts {
         (router.0 + experts.0 * k / n, router.1 + experts.1 * k / n)
     }
 
-    /// Each row's route for the router's `logits` (`rows × experts`).
-    fn routes(&self, logits: &[f32], into: &mut Vec<Route>) {
+    /// Each row's route for the router's `logits` (`rows × experts`), its bias added first.
+    fn routes(&self, logits: &mut [f32], into: &mut Vec<Route>) {
         into.clear();
         let mut one = Vec::with_capacity(self.cfg.used);
-        for row in logits.chunks_exact(self.cfg.count) {
+        for row in logits.chunks_exact_mut(self.cfg.count) {
+            if let Some(b) = &self.router_bias {
+                ops::add(row, b);
+            }
             route(row, self.cfg.used, self.gating, self.cfg.scale, &mut one);
             into.extend_from_slice(&one);
         }
@@ -277,7 +340,7 @@ impl Experts {
     ) -> Result<()> {
         let (k, width, ff) = (self.cfg.used, h.len() / m.max(1), self.cfg.ff);
         self.router.forward_host_into(h, m, &mut w.logits)?;
-        self.routes(&w.logits, &mut w.routes);
+        self.routes(&mut w.logits, &mut w.routes);
         w.slots_of.resize_with(self.experts.len(), Vec::new);
         w.slots_of.iter_mut().for_each(Vec::clear);
         for (slot, r) in w.routes.iter().enumerate() {
@@ -308,8 +371,16 @@ impl Experts {
                 expert
                     .gate_up
                     .forward_host_into(&xs, slots.len(), &mut gate_up)?;
+                if let Some((b, _)) = &expert.bias {
+                    gate_up
+                        .chunks_exact_mut(2 * ff)
+                        .for_each(|r| ops::add(r, b));
+                }
                 ops::gated(&gate_up, ff, activation, isa, &mut act);
                 expert.down.forward_host_into(&act, slots.len(), &mut ys)?;
+                if let Some((_, b)) = &expert.bias {
+                    ys.chunks_exact_mut(width).for_each(|r| ops::add(r, b));
+                }
                 Ok(ys)
             })
             .collect();
@@ -341,9 +412,12 @@ impl Experts {
     /// over the rows routed to it, weighed and added into the output.
     pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (m, width) = x.dims2()?;
-        let logits = self.router.logits(x)?;
+        if self.router_bias.is_some() {
+            return Err(cpu_only());
+        }
+        let mut logits = self.router.logits(x)?;
         let mut routes = Vec::new();
-        self.routes(&logits, &mut routes);
+        self.routes(&mut logits, &mut routes);
         let k = self.cfg.used;
         let device: &Device = x.device();
         let mut y = Tensor::zeros((m, width), x.dtype(), device)?;
@@ -368,6 +442,7 @@ impl Experts {
             let gate = match self.activation {
                 Activation::Silu => gate.silu()?,
                 Activation::GeluTanh => gate.gelu()?,
+                Activation::SwigluOai => return Err(cpu_only()),
             };
             let weights = Tensor::from_vec(weights, (n, 1), device)?.to_dtype(x.dtype())?;
             let out = expert

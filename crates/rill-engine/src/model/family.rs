@@ -22,6 +22,9 @@ pub enum Activation {
     Silu,
     /// `gelu(gate) · up` with GELU's tanh approximation (Gemma).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`): the gate capped at 7 and the up clamped
+    /// to ±7, then `g · σ(1.702·g) · (u + 1)`.
+    SwigluOai,
 }
 
 /// Which layers attend over a sliding window of the last positions, and how (Gemma). A cycle of
@@ -58,6 +61,9 @@ pub enum Gating {
     /// A softmax over every expert, the `k` likeliest chosen, their probabilities divided by
     /// their sum (Qwen3 MoE: llama.cpp's softmax gating with `norm_w`).
     SoftmaxTopK,
+    /// The `k` largest logits chosen, their weights a softmax over those `k` alone (gpt-oss:
+    /// llama.cpp's `SOFTMAX_WEIGHT` gating).
+    TopKSoftmax,
 }
 
 /// What a family's block does beyond llama's.
@@ -99,6 +105,16 @@ pub struct Family {
     /// The feed-forward is a mixture of experts (`ffn_gate_inp`, `ffn_{gate,up,down}_exps`)
     /// routed this way, instead of one SwiGLU (`model/experts.rs`).
     pub experts: Option<Gating>,
+    /// The router and every expert's projections add biases (`ffn_gate_inp.bias`,
+    /// `ffn_{gate,up,down}_exps.bias`; gpt-oss).
+    pub expert_biases: bool,
+    /// The attention's output projection adds a bias (`attn_output.bias`; gpt-oss).
+    pub out_bias: bool,
+    /// Each query head has a learned sink logit in its softmax (`attn_sinks`; gpt-oss).
+    pub attn_sinks: bool,
+    /// The name of the norm before the feed-forward: `ffn_norm`, or gpt-oss's
+    /// `post_attention_norm`.
+    pub ffn_norm: &'static str,
 }
 
 const LLAMA: Family = Family {
@@ -117,6 +133,10 @@ const LLAMA: Family = Family {
     llama_cpp_rounding: false,
     fused_gate_up: false,
     experts: None,
+    expert_biases: false,
+    out_bias: false,
+    attn_sinks: false,
+    ffn_norm: "ffn_norm",
 };
 
 /// Gemma's block: GELU, post-norms, √width embeddings, NEOX, queries pre-scaled.
@@ -192,6 +212,28 @@ pub const FAMILIES: &[Family] = &[
         query_scale: QueryScale::Gemma { layers_27b: 62 },
         ..GEMMA
     },
+    // gpt-oss (20b, 120b; llama.cpp's `openai-moe.cpp`): a mixture of 32 or 128 experts of
+    // which a row goes through 4, routed by a softmax over the chosen, each a clamped SwiGLU
+    // with biases (MXFP4 weights in the released files); q/k/v and output biases, a sink
+    // logit per head, a 128-position window on every other layer, YaRN RoPE.
+    Family {
+        arch: "gpt-oss",
+        rope: RopeStyle::Neox,
+        qkv_bias: true,
+        activation: Activation::SwigluOai,
+        sliding_window: Some(SlidingWindow {
+            pattern: 2,
+            default_window: Some(128),
+            default_base: None,
+        }),
+        llama_cpp_rounding: true,
+        experts: Some(Gating::TopKSoftmax),
+        expert_biases: true,
+        out_bias: true,
+        attn_sinks: true,
+        ffn_norm: "post_attention_norm",
+        ..LLAMA
+    },
     // Phi-3/3.5-mini, Phi-4-mini: fused qkv and gate-up, NEOX RoPE over part of each head,
     // long/short RoPE factors (and their attention factor) where the file has them.
     Family {
@@ -218,6 +260,7 @@ pub fn label(arch: &str) -> String {
         "qwen2" => "Qwen2",
         "qwen3" => "Qwen3",
         "qwen3moe" => "Qwen3 MoE",
+        "gpt-oss" => "gpt-oss",
         "gemma2" => "Gemma 2",
         "gemma3" => "Gemma 3",
         "phi3" => "Phi-3",
@@ -231,7 +274,6 @@ pub fn label(arch: &str) -> String {
 pub fn not_run(arch: &str) -> &'static str {
     match arch {
         "qwen2moe" => "a Qwen2 mixture of experts (with a shared expert), not run yet",
-        "gpt-oss" => "gpt-oss, a mixture of experts with MXFP4 weights, not run yet",
         "clip" | "mmproj" => "a vision projector (mmproj), which goes beside a model, not a model",
         "gemma" => "the first Gemma, not run",
         "gemma3n" | "gemma4" => "a Gemma of a newer block, not run yet",

@@ -2,9 +2,10 @@
 //!
 //! A model file is untrusted input: a download cut short, a file from a newer converter, or one
 //! crafted to crash whatever opens it. This reader walks the header (format spec:
-//! <https://github.com/ggml-org/ggml/blob/master/docs/gguf.md>) and builds candle's own
-//! [`gguf_file::Content`], so candle still reads the tensors, but every count, size and offset
-//! from the file is checked before it is used, with checked arithmetic. A bad header is a
+//! <https://github.com/ggml-org/ggml/blob/master/docs/gguf.md>) into a [`Header`]: candle's
+//! metadata values, and each tensor's [`TensorType`] (candle's formats, and MXFP4, which only
+//! our kernels read), shape and offset. Every count, size and offset from the file is checked
+//! before it is used, with checked arithmetic. A bad header is a
 //! [`HeaderError`], never a panic or a wrapped number: candle's reader divides by
 //! `general.alignment` unchecked and multiplies tensor dimensions unchecked, so Rill does not
 //! hand it a header it has not checked (issue 13). The rules follow llama.cpp's `gguf.cpp`:
@@ -12,14 +13,36 @@
 //! a first dimension that fills whole blocks, no tensor named twice, tensor data aligned and
 //! inside the file.
 //!
-//! A tensor type Rill does not run (MXFP4, the IQ formats, …) is named as such
+//! A tensor type Rill does not run (the IQ formats, …) is named as such
 //! ([`HeaderError::UnsupportedType`]): the file is not damaged.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 
-use candle_core::quantized::gguf_file::{Content, TensorInfo, Value, VersionedMagic};
+use candle_core::quantized::gguf_file::{Value, VersionedMagic};
 use candle_core::quantized::GgmlDType;
+
+use crate::kernels::TensorType;
+
+/// Where a tensor is and how it is stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    pub dtype: TensorType,
+    /// Row-major (candle's order: GGUF lists the fastest-moving dimension first).
+    pub shape: candle_core::Shape,
+    /// From the start of the tensor data.
+    pub offset: u64,
+}
+
+/// A checked GGUF header: its metadata and its tensors.
+#[derive(Debug)]
+pub struct Header {
+    pub magic: VersionedMagic,
+    pub metadata: HashMap<String, Value>,
+    pub tensor_infos: HashMap<String, TensorInfo>,
+    /// Where the tensor data starts in the file.
+    pub tensor_data_offset: u64,
+}
 
 /// Longest string and longest array a header may hold (llama.cpp's limits).
 const MAX_STRING: u64 = 1 << 30;
@@ -76,15 +99,17 @@ fn ggml_type_name(id: u32) -> Option<&'static str> {
         29 => "IQ1_M",
         34 => "TQ1_0",
         35 => "TQ2_0",
-        39 => "MXFP4 (gpt-oss's 4-bit format)",
         40 => "NVFP4",
         41 => "Q1_0",
         _ => return None,
     })
 }
 
-fn dtype_of(id: u32) -> Option<GgmlDType> {
-    Some(match id {
+fn dtype_of(id: u32) -> Option<TensorType> {
+    if id == 39 {
+        return Some(TensorType::Mxfp4);
+    }
+    Some(TensorType::Ggml(match id {
         0 => GgmlDType::F32,
         1 => GgmlDType::F16,
         2 => GgmlDType::Q4_0,
@@ -101,11 +126,11 @@ fn dtype_of(id: u32) -> Option<GgmlDType> {
         15 => GgmlDType::Q8K,
         30 => GgmlDType::BF16,
         _ => return None,
-    })
+    }))
 }
 
 /// Bytes a tensor of `dims` in `dtype` takes, or why it cannot be stored.
-pub fn tensor_bytes(dims: &[usize], dtype: GgmlDType) -> Result<u64, String> {
+pub fn tensor_bytes(dims: &[usize], dtype: TensorType) -> Result<u64, String> {
     let block = dtype.block_size();
     let mut elems: u64 = 1;
     for &d in dims {
@@ -221,7 +246,7 @@ impl<R: Read> Reader<'_, R> {
 }
 
 /// Reads and checks the header of a GGUF file of `file_len` bytes from the start of `r`.
-pub fn read<R: Read + Seek>(r: &mut R, file_len: u64) -> Result<Content, HeaderError> {
+pub fn read<R: Read + Seek>(r: &mut R, file_len: u64) -> Result<Header, HeaderError> {
     r.seek(SeekFrom::Start(0))
         .map_err(|e| damaged(e.to_string()))?;
     let mut rd = Reader {
@@ -312,7 +337,7 @@ pub fn read<R: Read + Seek>(r: &mut R, file_len: u64) -> Result<Content, HeaderE
         // GGUF lists the fastest-moving dimension first; candle's shapes are row-major.
         dims.reverse();
         let info = TensorInfo {
-            ggml_dtype: dtype,
+            dtype,
             shape: candle_core::Shape::from(dims),
             offset,
         };
@@ -340,7 +365,7 @@ pub fn read<R: Read + Seek>(r: &mut R, file_len: u64) -> Result<Content, HeaderE
             }
         }
     }
-    Ok(Content {
+    Ok(Header {
         magic,
         metadata,
         tensor_infos,

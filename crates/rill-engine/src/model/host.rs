@@ -35,7 +35,7 @@ pub(super) struct Workspace {
 impl Llama {
     /// How layer `layer`'s scores are made on the host: scaled by `1/√head_dim` unless the
     /// queries were scaled already, soft-capped, over the layer's window.
-    fn scores(&self, layer: &Layer) -> Scores {
+    fn scores<'a>(&self, layer: &'a Layer) -> Scores<'a> {
         Scores {
             scale: match self.cfg.query_prescale {
                 Some(_) => 1.0,
@@ -44,6 +44,7 @@ impl Llama {
             softcap: self.cfg.attn_softcap,
             window: layer.window,
             f16_weights: self.cfg.family.llama_cpp_rounding,
+            sinks: layer.sinks.as_deref(),
         }
     }
 
@@ -153,6 +154,10 @@ impl Llama {
             self.shape_qkv_host(layer, &mut w.qkv);
             self.attend_host(li, shape, &mut w.qkv, batch, spans, &mut w.att)?;
             layer.wo.forward_host_into(&w.att, m, &mut w.y)?;
+            if let Some(b) = &layer.wo_bias {
+                w.y.chunks_exact_mut(cfg.hidden)
+                    .for_each(|r| ops::add(r, b));
+            }
             if let Some((post, _)) = &layer.post_norms {
                 post.forward_host_into(&w.y, &mut w.h);
                 std::mem::swap(&mut w.h, &mut w.y);

@@ -10,7 +10,6 @@
 //! preallocated tensors written with `slice_set`, and grouped-query attention reshapes the
 //! queries of a KV group into one matrix instead of repeating K and V per head.
 
-use candle_core::quantized::gguf_file;
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
@@ -33,6 +32,10 @@ pub(super) struct Layer {
     /// Per-head RMS norms of the queries and keys, before RoPE (Qwen3).
     pub(super) qk_norm: Option<(Norm, Norm)>,
     pub(super) wo: Linear,
+    /// Added to the attention's output (gpt-oss).
+    pub(super) wo_bias: Option<Vec<f32>>,
+    /// Each query head's sink logit (gpt-oss).
+    pub(super) sinks: Option<Vec<f32>>,
     pub(super) ffn_norm: Norm,
     pub(super) ffn: Ffn,
     /// The norms of the attention's and the feed-forward's outputs (Gemma).
@@ -96,12 +99,14 @@ pub struct Llama {
 
 /// The RoPE angles of every position for `base` and a position scale (`1`: none), each pair's
 /// frequency divided by its `factors` where the file has them, cos and sin multiplied by the
-/// file's attention factor; on `device` and, when `host`, as our attention's table.
+/// file's attention factor, or YaRN's angles and factor where it has `yarn`; on `device` and,
+/// when `host`, as our attention's table.
 fn rope_table(
     cfg: &LlamaConfig,
     rope_dim: usize,
     (base, scale): (f32, f32),
     factors: Option<&[f32]>,
+    yarn: Option<&super::config::Yarn>,
     device: &Device,
     host: bool,
 ) -> Result<RopeTable> {
@@ -117,6 +122,28 @@ fn rope_table(
         })
         .collect();
     let n = inv_freq.len();
+    if let Some(y) = yarn {
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for p in 0..cfg.context_length {
+            for (i, f) in inv_freq.iter().enumerate() {
+                let (c, s) = y.cos_sin(rope_dim, base, i, p as f32 * f);
+                cos.push(c);
+                sin.push(s);
+            }
+        }
+        let shape = (cfg.context_length, n);
+        let neox = cfg.family.rope == super::family::RopeStyle::Neox;
+        return Ok(RopeTable {
+            cos: Tensor::from_slice(&cos, shape, device)?,
+            sin: Tensor::from_slice(&sin, shape, device)?,
+            host: host.then_some(Rope {
+                cos,
+                sin,
+                pairs: n,
+                neox,
+            }),
+        });
+    }
     let inv_freq = Tensor::from_vec(inv_freq, (1, n), device)?;
     let mut pos = Tensor::arange(0u32, cfg.context_length as u32, device)?
         .to_dtype(DType::F32)?
@@ -146,7 +173,7 @@ impl Llama {
     /// Reads the weights of a llama-family GGUF. `context_length` caps the positions (and so
     /// the RoPE tables and the largest cache).
     pub(crate) fn from_gguf<R: std::io::Read + std::io::Seek>(
-        ct: &gguf_file::Content,
+        ct: &super::gguf::Header,
         source: TensorSource<'_, R>,
         device: &Device,
         family: super::family::Family,
@@ -161,6 +188,17 @@ impl Llama {
             && compute == super::Compute::Ours
             && rope_dim <= cfg.head_dim
             && rope_dim % 2 == 0;
+        // gpt-oss's sinks, biases, clamped SwiGLU and MXFP4 experts are on our path only.
+        if !host && (family.attn_sinks || family.expert_biases || family.out_bias) {
+            return Err(Error::model_file(
+                path,
+                format!(
+                    "{} runs on the CPU only for now (its attention sinks and MXFP4 experts \
+                     are on Rill's own kernels); load it on the CPU",
+                    super::family::label(family.arch)
+                ),
+            ));
+        }
         let mut source = source;
         let failed = |name: &str, e: candle_core::Error| {
             Error::model_file(path, format!("tensor `{name}`: {}", candle_message(&e)))
@@ -191,9 +229,16 @@ impl Llama {
         let global = (cfg.rope_base, cfg.rope_scale);
         let windowed = (cfg.rope_base_swa, cfg.rope_scale_swa);
         let f = factors.as_deref();
-        let mut ropes = vec![rope_table(&cfg, rope_dim, global, f, device, host)?];
+        let yarn = cfg.yarn.as_ref();
+        let mut ropes = vec![rope_table(&cfg, rope_dim, global, f, yarn, device, host)?];
         if windowed != global && cfg.windows.iter().any(Option::is_some) {
-            ropes.push(rope_table(&cfg, rope_dim, windowed, f, device, host)?);
+            // The windowed layers' own base is unscaled (Gemma 3), or scaled as the global
+            // layers' are (linear: `windowed` says so; YaRN: the same scaling).
+            let same = family
+                .sliding_window
+                .is_some_and(|w| w.default_base.is_none());
+            let yarn = yarn.filter(|_| same);
+            ropes.push(rope_table(&cfg, rope_dim, windowed, f, yarn, device, host)?);
         }
         let embed_raw = raw("token_embd.weight")?;
         let tied = !ct.tensor_infos.contains_key("output.weight");
@@ -246,6 +291,29 @@ impl Llama {
                 )?,
             };
             let wo = Linear::new(weight("attn_output")?, host)?;
+            // A vector of the file (a bias, sinks) as f32.
+            let mut floats = |n: &str| -> Result<Vec<f32>> {
+                let t = raw(&format!("blk.{i}.{n}"))?.qtensor()?;
+                Ok(t.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1()?)
+            };
+            let biases = match cfg.family.expert_biases {
+                false => None,
+                true => Some(super::experts::ExpertBiases {
+                    router: floats("ffn_gate_inp.bias")?,
+                    gate: floats("ffn_gate_exps.bias")?,
+                    up: floats("ffn_up_exps.bias")?,
+                    down: floats("ffn_down_exps.bias")?,
+                }),
+            };
+            let wo_bias = match cfg.family.out_bias {
+                true => Some(floats("attn_output.bias")?),
+                false => None,
+            };
+            let sinks = match cfg.family.attn_sinks {
+                true => Some(floats("attn_sinks.weight")?),
+                false => None,
+            };
+            let mut weight = |n: &str| raw(&format!("blk.{i}.{n}.weight"));
             let ffn = match (cfg.experts, cfg.family.experts) {
                 (Some(e), Some(gating)) => Ffn::Experts(Box::new(Experts::new(
                     weight("ffn_gate_inp")?,
@@ -254,6 +322,7 @@ impl Llama {
                         weight("ffn_up_exps")?,
                         weight("ffn_down_exps")?,
                     ],
+                    biases,
                     e,
                     gating,
                     cfg.family.activation,
@@ -304,7 +373,7 @@ impl Llama {
                     cfg.family.llama_cpp_rounding,
                 )
             };
-            let (attn_norm, ffn_norm) = (norm("attn_norm")?, norm("ffn_norm")?);
+            let (attn_norm, ffn_norm) = (norm("attn_norm")?, norm(cfg.family.ffn_norm)?);
             let qk_norm = match cfg.family.qk_norm {
                 false => None,
                 true => Some((norm("attn_q_norm")?, norm("attn_k_norm")?)),
@@ -319,6 +388,8 @@ impl Llama {
                 bias,
                 qk_norm,
                 wo,
+                wo_bias,
+                sinks,
                 ffn,
                 post_norms,
                 rope: match window {
@@ -530,6 +601,13 @@ impl Llama {
                         Activation::Silu => gate.silu()?,
                         // candle's `gelu` is the tanh approximation.
                         Activation::GeluTanh => gate.gelu()?,
+                        // Only gpt-oss's experts use it, and they run on the host.
+                        Activation::SwigluOai => {
+                            return Err(Error::param(
+                                "device",
+                                "the clamped SwiGLU runs on the CPU only",
+                            ))
+                        }
                     };
                     down.forward(&(gate * up)?)?
                 }

@@ -25,7 +25,6 @@ use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use candle_core::quantized::gguf_file;
 use candle_core::Device;
 use serde::Serialize;
 
@@ -83,7 +82,7 @@ fn open(path: &Path) -> Result<(File, u64)> {
 /// Reads and checks the header: magic, metadata, tensor table, and that every tensor's data
 /// lies inside the file (a truncated download is caught here, not when the tensor is read).
 /// Every number in it is checked before use ([`gguf`]), so a crafted file is an error here.
-fn read_header(path: &Path) -> Result<(gguf_file::Content, BufReader<File>, u64)> {
+fn read_header(path: &Path) -> Result<(gguf::Header, BufReader<File>, u64)> {
     let (file, len) = open(path)?;
     let mut reader = BufReader::new(file);
     let mut magic = [0u8; 4];
@@ -105,7 +104,7 @@ fn header_error(path: &Path, e: gguf::HeaderError) -> Error {
     }
 }
 
-fn info_of(path: &Path, content: &gguf_file::Content, len: u64) -> Result<ModelInfo> {
+fn info_of(path: &Path, content: &gguf::Header, len: u64) -> Result<ModelInfo> {
     let md = &content.metadata;
     let s = |k: &str| md.get(k).and_then(|v| v.to_string().ok()).cloned();
     let architecture = s("general.architecture")
@@ -122,7 +121,7 @@ fn info_of(path: &Path, content: &gguf_file::Content, len: u64) -> Result<ModelI
         .values()
         .filter(|t| t.shape.rank() == 2)
     {
-        *counts.entry(format!("{:?}", t.ggml_dtype)).or_default() += 1;
+        *counts.entry(t.dtype.name()).or_default() += 1;
     }
     let quantization = counts
         .into_iter()
@@ -173,7 +172,7 @@ struct TextSide {
 /// against every tensor's shape, the tokenizer against the embedding, the chat template.
 fn check_content(
     path: &Path,
-    content: &gguf_file::Content,
+    content: &gguf::Header,
     info: &ModelInfo,
     beside: Option<&Path>,
 ) -> Result<TextSide> {
@@ -294,7 +293,7 @@ impl Model {
     }
 }
 
-fn weights_vocab(content: &gguf_file::Content) -> Option<usize> {
+fn weights_vocab(content: &gguf::Header) -> Option<usize> {
     content
         .tensor_infos
         .get("token_embd.weight")

@@ -75,7 +75,23 @@ pub fn gated(gate_up: &[f32], width: usize, act: Activation, isa: Isa, out: &mut
     match act {
         Activation::Silu => swiglu(gate_up, width, isa, out),
         Activation::GeluTanh => geglu(gate_up, width, isa, out),
+        Activation::SwigluOai => swiglu_oai(gate_up, width, isa, out),
     }
+}
+
+/// gpt-oss's clamped SwiGLU, as ggml's `swiglu_oai` computes it (α = 1.702 and the limit 7
+/// are llama.cpp's constants for the family): `x = min(gate, 7)`, `y = clamp(up, ±7)`,
+/// `x / (1 + e^(−α·x)) · (y + 1)`.
+pub fn swiglu_oai(gate_up: &[f32], width: usize, isa: Isa, out: &mut Vec<f32>) {
+    const ALPHA: f32 = 1.702;
+    const LIMIT: f32 = 7.0;
+    rows(gate_up, width, isa, out, |gate, up, out, _| {
+        for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
+            let x = g.min(LIMIT);
+            let y = u.clamp(-LIMIT, LIMIT);
+            *o = x / (1.0 + (ALPHA * -x).exp()) * (y + 1.0);
+        }
+    })
 }
 
 /// `gelu(g)` with the tanh approximation, `½g(1 + tanh(u))` with `u = √(2/π)(g + 0.044715g³)`,

@@ -6,8 +6,11 @@
 use std::borrow::Cow;
 use std::io::{Read, Seek, SeekFrom};
 
-use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use candle_core::quantized::QTensor;
 use candle_core::Device;
+
+use super::gguf::Header;
+use crate::kernels::TensorType;
 
 /// Where the weights' bytes come from: a map of the whole file, or the file read.
 pub(crate) enum TensorSource<'a, R> {
@@ -18,7 +21,7 @@ pub(crate) enum TensorSource<'a, R> {
 /// One tensor as the file holds it. Borrowed from a map, its pages leave the map when it is
 /// dropped (they stay in the page cache), so the map never adds a file's worth to the RSS.
 pub(crate) struct RawTensor<'a> {
-    pub(crate) dtype: GgmlDType,
+    pub(crate) dtype: TensorType,
     pub(crate) dims: Vec<usize>,
     pub(crate) bytes: Cow<'a, [u8]>,
     device: Device,
@@ -27,10 +30,17 @@ pub(crate) struct RawTensor<'a> {
 }
 
 impl RawTensor<'_> {
-    /// As a candle tensor on the model's device (a copy of the bytes).
+    /// As a candle tensor on the model's device (a copy of the bytes); refused for a format
+    /// only our kernels read (MXFP4).
     pub(crate) fn qtensor(&self) -> candle_core::Result<QTensor> {
+        let Some(dtype) = self.dtype.ggml() else {
+            candle_core::bail!(
+                "{} runs on Rill's CPU kernels only, not on candle's (a GPU)",
+                self.dtype.name()
+            )
+        };
         candle_core::quantized::ggml_file::qtensor_from_ggml(
-            self.dtype,
+            dtype,
             &self.bytes,
             self.dims.clone(),
             &self.device,
@@ -92,7 +102,7 @@ impl Drop for RawTensor<'_> {
 /// Tensor `name` of `ct`, with candle's checks (`TensorInfo::read`): its size from its shape
 /// and format, and its bytes inside the file.
 pub(crate) fn raw_tensor<'a, R: Read + Seek>(
-    ct: &gguf_file::Content,
+    ct: &Header,
     source: &mut TensorSource<'a, R>,
     name: &str,
     device: &Device,
@@ -100,13 +110,13 @@ pub(crate) fn raw_tensor<'a, R: Read + Seek>(
     let Some(info) = ct.tensor_infos.get(name) else {
         candle_core::bail!("cannot find tensor info for {name}")
     };
-    let (elems, block) = (info.shape.elem_count(), info.ggml_dtype.block_size());
+    let (elems, block) = (info.shape.elem_count(), info.dtype.block_size());
     if !elems.is_multiple_of(block) {
         candle_core::bail!(
             "the number of elements {elems} is not divisible by the block size {block}"
         )
     }
-    let size = elems / block * info.ggml_dtype.type_size();
+    let size = elems / block * info.dtype.type_size();
     let start = ct.tensor_data_offset.saturating_add(info.offset);
     let beyond = || {
         candle_core::Error::Msg(format!(
@@ -134,7 +144,7 @@ pub(crate) fn raw_tensor<'a, R: Read + Seek>(
         }
     };
     Ok(RawTensor {
-        dtype: info.ggml_dtype,
+        dtype: info.dtype,
         dims: info.shape.dims().to_vec(),
         bytes,
         device: device.clone(),
@@ -161,7 +171,8 @@ mod tests {
     fn mapped_and_read_tensors_are_the_same_bytes() {
         let path = test_model("qwen2-test.Q4_K_M");
         let mut file = std::fs::File::open(&path).expect("run scripts/make-test-models.py");
-        let mut ct = gguf_file::Content::read(&mut file).unwrap();
+        let len = file.metadata().unwrap().len();
+        let mut ct = crate::model::gguf::read(&mut file, len).unwrap();
         // SAFETY: a test's own file, only read.
         let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
         let names: Vec<String> = ct.tensor_infos.keys().cloned().collect();

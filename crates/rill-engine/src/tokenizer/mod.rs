@@ -50,6 +50,9 @@ const EOG_TEXTS: &[&str] = &[
     "<|eom_id|>",
     "</s>",
     "<|end_of_text|>",
+    // gpt-oss's harmony: the end of an answer, and of a message that calls a tool.
+    "<|return|>",
+    "<|call|>",
 ];
 
 /// A model's tokenizer: text ⇄ ids, plus the special ids the engine needs.
@@ -266,6 +269,16 @@ impl Tokenizer {
             if ty(i) == TOKEN_TYPE_CONTROL && EOG_TEXTS.contains(&t.as_str()) {
                 eog.push(i as u32);
             }
+        }
+        // Harmony (gpt-oss): `<|end|>` ends a message, not the answer, which goes on with the
+        // next (analysis, then final); where `<|return|>` and `<|call|>` end answers, it is
+        // taken off the list (llama.cpp's workaround for o200k_harmony).
+        let named = |text: &str| {
+            eog.iter()
+                .any(|&i| tokens.get(i as usize).is_some_and(|t| t == text))
+        };
+        if named("<|return|>") && named("<|call|>") {
+            eog.retain(|&i| tokens.get(i as usize).is_none_or(|t| t != "<|end|>"));
         }
         eog.sort_unstable();
         eog.dedup();

@@ -20,6 +20,9 @@ const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen 3.5's: combining marks (`\p{M}`) belong to the letters they follow.
 const QWEN35_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// o200k (GPT-4o's, gpt-oss's `o200k_harmony`, Llama 4's): words split before capitals,
+/// contractions kept, digits by three, punctuation with trailing newlines and slashes.
+const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// DeepSeek Coder: newlines, letters, punctuation, CJK and each digit on their own.
 const DEEPSEEK_CODER_REGEXES: &[&str] = &[
     r"[\r\n]",
@@ -100,6 +103,7 @@ pub(super) fn pre_tokenizer_for(pre: &str) -> Result<Pre> {
         },
         "qwen2" | "deepseek-r1-qwen" | "stablelm2" | "hunyuan" => plain(splits(&[QWEN2_REGEX])?),
         "qwen35" => plain(splits(&[QWEN35_REGEX])?),
+        "gpt-4o" | "llama4" => plain(splits(&[GPT4O_REGEX])?),
         "deepseek-coder" => plain(splits(DEEPSEEK_CODER_REGEXES)?),
         "deepseek-llm" => plain(splits(DEEPSEEK_LLM_REGEXES)?),
         "falcon" => plain(splits(FALCON_REGEXES)?),
@@ -123,4 +127,57 @@ pub(super) fn gemma4() -> Result<PreTokenizerWrapper> {
     )
     .map_err(|e| Error::Tokenizer(format!("pre-tokenizer: {e}")))?;
     Ok(s.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+
+    /// o200k's split (no vocabulary of it in llama.cpp's assets): the pieces Python's `regex`
+    /// gives for the pattern of its `tokenizer.json`, which fancy-regex must give too.
+    #[test]
+    fn o200k_splits_text_as_its_regex_does() {
+        let split = Split::new(
+            SplitPattern::Regex(GPT4O_REGEX.into()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .unwrap();
+        let text = "Hello World's HTTPServer ran 1234567 times!\n\n  path/to/file.rs  DON'T stop, \
+                    café naïve 日本語";
+        let mut pre = PreTokenizedString::from(text);
+        split.pre_tokenize(&mut pre).unwrap();
+        let pieces: Vec<&str> = pre
+            .get_splits(OffsetReferential::Original, OffsetType::Byte)
+            .into_iter()
+            .map(|(p, _, _)| p)
+            .collect();
+        // regex.findall(pattern, text), Python 3.11, regex 2026.5.9.
+        let want = [
+            "Hello",
+            " World's",
+            " HTTPServer",
+            " ran",
+            " ",
+            "123",
+            "456",
+            "7",
+            " times",
+            "!\n\n",
+            " ",
+            " path",
+            "/to",
+            "/file",
+            ".rs",
+            " ",
+            " DON'T",
+            " stop",
+            ",",
+            " café",
+            " naïve",
+            " 日本語",
+        ];
+        assert_eq!(pieces, want);
+    }
 }

@@ -431,7 +431,7 @@ impl ToolParser for Mistral {
 /// commentary channels content, and a message to `functions.f` is a call of `f` whose body is
 /// its arguments. An answer that does not start with a marker is content.
 #[derive(Default)]
-pub(super) struct Harmony {
+pub(crate) struct Harmony {
     buf: String,
     state: HarmonyState,
 }
@@ -455,6 +455,23 @@ const MESSAGE: &str = "<|message|>";
 const BODY_ENDS: &[&str] = &["<|end|>", "<|call|>", "<|return|>", "<|start|>"];
 
 impl Harmony {
+    /// A parser inside a message's body already: an answer continued from a partial one, in
+    /// its analysis (`reasoning`) or its final message.
+    pub(crate) fn resumed(reasoning: bool) -> Harmony {
+        Harmony {
+            buf: String::new(),
+            state: HarmonyState::Body(match reasoning {
+                true => Channel::Reasoning,
+                false => Channel::Content,
+            }),
+        }
+    }
+
+    /// True inside an analysis message's body (the reasoning).
+    pub(crate) fn in_analysis(&self) -> bool {
+        matches!(self.state, HarmonyState::Body(Channel::Reasoning))
+    }
+
     /// The channel a header opens (and the call's name, for a message to a function).
     fn header(head: &str) -> (Channel, Option<String>) {
         let word_after = |key: &str| {

@@ -19,6 +19,8 @@ mod formats;
 pub mod prompt;
 mod scan;
 
+pub(crate) use formats::Harmony;
+
 use crate::template::ToolCall;
 
 /// How a model family writes its calls.

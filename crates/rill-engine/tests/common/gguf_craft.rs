@@ -136,12 +136,15 @@ pub fn read(path: &std::path::Path) -> Craft {
         .into_iter()
         .map(|(name, t)| {
             let dims: Vec<usize> = t.shape.dims().iter().rev().copied().collect();
-            let size = rill_engine::model::gguf::tensor_bytes(&dims, t.ggml_dtype).unwrap();
+            let size = rill_engine::model::gguf::tensor_bytes(&dims, t.dtype).unwrap();
             let start = (content.tensor_data_offset + t.offset) as usize;
             RawTensor {
                 name,
                 dims: dims.iter().map(|&d| d as u64).collect(),
-                type_id: ggml_id(t.ggml_dtype),
+                type_id: match t.dtype {
+                    rill_engine::kernels::TensorType::Ggml(d) => ggml_id(d),
+                    rill_engine::kernels::TensorType::Mxfp4 => 39,
+                },
                 data: bytes[start..start + size as usize].to_vec(),
             }
         })

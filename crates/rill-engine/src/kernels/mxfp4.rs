@@ -1,0 +1,451 @@
+//! MXFP4, the 4-bit format of gpt-oss's expert weights (OCP Microscaling, as ggml stores it:
+//! `GGML_TYPE_MXFP4`): blocks of 32 weights, each a 4-bit E2M1 code, sharing one E8M0 scale
+//! (a power of two). ggml keeps the E2M1 values doubled as integers (`kvalues_mxfp4`: 0, ±1, ±2,
+//! ±3, ±4, ±6, ±8, ±12) and halves the scale instead (`ggml_e8m0_to_fp32_half`), so a weight is
+//! `2^(e − 128) · kvalues[q]` and a block's products with 8-bit activations are exact integers.
+//!
+//! The matrix runs as the file holds it (17 bytes per 32 weights, no repacking), dotted with
+//! activations quantised as ggml's Q8_0 (`ggml_vec_dot_mxfp4_q8_0`). Every path sums the same
+//! way, so every path gives the scalar reference's bits: per block, eight lanes each take the
+//! exact integer sum of four neighbouring products (elements `4l .. 4l+4`), and add it times
+//! the block's scale `2^(e−128)·d_y` by one fused multiply-add; the eight lanes are then added
+//! as one fixed tree. AVX2 decodes a block's codes with one table lookup (`pshufb`) and takes
+//! the byte products with `maddubs`, AVX-VNNI with `vpdpbusd`, AVX-512 with its EVEX form on
+//! 256-bit registers; the integers are the same, and so is everything after them. A row's
+//! output never depends on the rows beside it (several activation rows share the decoded
+//! weight block, nothing else). NEON runs the scalar reference.
+
+use super::*;
+
+/// 32 weights: `2^(e − 128) · KVALUES[q]`; element j in the low nibble of `qs[j]`, element
+/// j + 16 in the high nibble (as [`BlockQ4_0`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BlockMxfp4 {
+    pub e: u8,
+    pub qs: [u8; QK / 2],
+}
+
+// Read straight from GGUF bytes: no padding allowed (and byte-aligned, so any slice of the
+// file's bytes is one).
+const _: () = assert!(std::mem::size_of::<BlockMxfp4>() == 17);
+
+/// E2M1's values, doubled (ggml's `kvalues_mxfp4`).
+pub const KVALUES_MXFP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// The scale `2^(e − 128)` of an E8M0 exponent, halved for the doubled values (ggml's
+/// `ggml_e8m0_to_fp32_half`): exact for every `e`, subnormal for 0 and 1.
+#[inline(always)]
+pub fn e8m0_half(e: u8) -> f32 {
+    match e {
+        0 | 1 => f32::from_bits(0x0020_0000 << e),
+        _ => f32::from_bits((e as u32 - 1) << 23),
+    }
+}
+
+/// Element `i` of a block as its doubled E2M1 integer.
+#[inline(always)]
+fn code(b: &BlockMxfp4, i: usize) -> i8 {
+    let byte = b.qs[i % (QK / 2)];
+    KVALUES_MXFP4[usize::from(if i < QK / 2 { byte & 0x0F } else { byte >> 4 })]
+}
+
+/// A block's 32 weights into `o`.
+pub(crate) fn dequantize_mxfp4(_: &[f32], b: &BlockMxfp4, o: &mut [f32]) {
+    let d = e8m0_half(b.e);
+    for (i, v) in o.iter_mut().enumerate().take(QK) {
+        *v = d * code(b, i) as f32;
+    }
+}
+
+/// The eight lanes added as the SIMD paths add them: `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`.
+#[inline(always)]
+fn lanes_sum(l: [f32; 8]) -> f32 {
+    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+}
+
+/// The scalar reference: per block and lane `l`, the exact Σ of products `4l .. 4l+4` times
+/// `2^(e−128)·d_y`, added to the lane by one fused multiply-add; then [`lanes_sum`].
+pub fn dot_mxfp4_q8_0_scalar(x: &[BlockMxfp4], y: &[BlockQ8_0]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    let t = f16_table();
+    let mut lanes = [0f32; 8];
+    for (x, y) in x.iter().zip(y) {
+        let scale = e8m0_half(x.e) * h(t, y.d);
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            let p: i32 = (4 * l..4 * l + 4)
+                .map(|i| code(x, i) as i32 * y.qs[i] as i32)
+                .sum();
+            *lane = scale.mul_add(p as f32, *lane);
+        }
+    }
+    lanes_sum(lanes)
+}
+
+impl Isa {
+    /// A row of MXFP4 weights dotted with a row of Q8_0 activations.
+    pub fn dot_mxfp4_q8_0(self, x: &[BlockMxfp4], y: &[BlockQ8_0]) -> f32 {
+        self.checked().dot_mxfp4_q8_0_checked(x, y)
+    }
+
+    /// As [`dot_mxfp4_q8_0`](Self::dot_mxfp4_q8_0), for an `Isa` already checked.
+    pub(crate) fn dot_mxfp4_q8_0_checked(self, x: &[BlockMxfp4], y: &[BlockQ8_0]) -> f32 {
+        assert_eq!(x.len(), y.len());
+        let mut out = [0f32];
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2() {
+            // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C (and
+            // AVX-512 F/BW/VL/VNNI or AVX-VNNI where `simd::tile` picks them); one weight row
+            // of `x.len()` blocks against one activation row of as many.
+            unsafe { simd::tile::<1>(self, x.as_ptr(), x.len(), y.as_ptr(), &mut out, 1) };
+            return out[0];
+        }
+        dot_mxfp4_q8_0_scalar(x, y)
+    }
+}
+
+impl Quantise for BlockMxfp4 {
+    type Act = BlockQ8_0;
+    const QUANTIZE: fn(&[f32], &mut [BlockQ8_0]) = quantize_q8_0;
+    #[cfg(target_arch = "x86_64")]
+    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8_0]) = avx2::quantize_q8_0;
+    fn act_scales(a: &BlockQ8_0, t: &[f32]) -> (f32, f32) {
+        (h(t, a.d), 0.0)
+    }
+}
+
+impl Format for BlockMxfp4 {
+    // `rows` below picks its tiles itself (three instruction sets, not two).
+    #[cfg(target_arch = "x86_64")]
+    const ROWS_AVX2: [RowsFn<Self, BlockQ8_0>; 2] = [simd::rows, simd::rows];
+
+    fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_0]) -> f32 {
+        isa.dot_mxfp4_q8_0_checked(w, a)
+    }
+
+    fn rows(
+        isa: Isa,
+        w: &[Self],
+        acts: &Acts<BlockQ8_0>,
+        is: std::ops::Range<usize>,
+        out: &mut [f32],
+        sj: usize,
+        si: usize,
+    ) {
+        let kb = acts.kb;
+        let n = w.len() / kb;
+        assert!(w.len().is_multiple_of(kb) && is.start < is.end && is.end * kb <= acts.q.len());
+        assert!(n == 0 || (n - 1) * sj + (is.len() - 1) * si < out.len());
+        #[cfg(target_arch = "x86_64")]
+        if isa.avx2() {
+            // SAFETY: as in `dot_mxfp4_q8_0_checked`; every weight row, activation row and
+            // output the tiles touch is inside the bounds asserted above.
+            return unsafe { simd::rows_for(isa, w, acts, is, out, sj, si) };
+        }
+        for j in 0..n {
+            for i in is.clone() {
+                let (x, y) = (&w[j * kb..(j + 1) * kb], &acts.q[i * kb..(i + 1) * kb]);
+                out[j * sj + (i - is.start) * si] = dot_mxfp4_q8_0_scalar(x, y);
+            }
+        }
+    }
+}
+
+/// The x86 paths: one tile shape (a weight row × up to [`TILE_A`] activation rows) compiled
+/// three times, for AVX2's `maddubs`, AVX-VNNI's `vpdpbusd` and AVX-512's.
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use super::*;
+    use std::arch::x86_64::*;
+
+    /// The byte products of one block, for every instruction set: four per i32 lane.
+    macro_rules! kernels {
+        ($tile:ident, $features:literal, |$u:ident, $s:ident| $dot4:expr) => {
+            /// One MXFP4 weight row (`kb` blocks at `w`) × `C` Q8_0 activation rows (row c at
+            /// `a + c·kb`), into `out[c·si]`.
+            ///
+            /// # Safety
+            /// The target features; `kb` blocks readable at `w` and at each activation row,
+            /// and `out[c·si]` writable for every `c < C`.
+            #[inline]
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $tile<const C: usize>(
+                w: *const BlockMxfp4,
+                kb: usize,
+                a: *const BlockQ8_0,
+                out: &mut [f32],
+                si: usize,
+            ) {
+                let t = f16_table();
+                let table = _mm_loadu_si128(KVALUES_MXFP4.as_ptr() as *const __m128i);
+                let low = _mm_set1_epi8(0x0F);
+                let mut acc = [_mm256_setzero_ps(); C];
+                for b in 0..kb {
+                    let x = &*w.add(b);
+                    let nibbles = _mm_loadu_si128(x.qs.as_ptr() as *const __m128i);
+                    // Elements 0..16 from the low nibbles, 16..32 from the high ones.
+                    let lo = _mm_shuffle_epi8(table, _mm_and_si128(nibbles, low));
+                    let hi =
+                        _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(nibbles, 4), low));
+                    let qx = _mm256_set_m128i(hi, lo);
+                    let ax = _mm256_sign_epi8(qx, qx);
+                    let dx = e8m0_half(x.e);
+                    for c in 0..C {
+                        let y = &*a.add(c * kb + b);
+                        let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                        // |x| · (y with x's sign): u8 × i8, |products| ≤ 12·127.
+                        let ($u, $s) = (ax, _mm256_sign_epi8(qy, qx));
+                        let sums = _mm256_cvtepi32_ps($dot4);
+                        let scale = _mm256_set1_ps(dx * h(t, y.d));
+                        acc[c] = _mm256_fmadd_ps(scale, sums, acc[c]);
+                    }
+                }
+                for c in 0..C {
+                    // `lanes_sum`'s tree.
+                    let v = acc[c];
+                    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+                    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+                    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+                    out[c * si] = _mm_cvtss_f32(s);
+                }
+            }
+        };
+    }
+
+    kernels!(tile_avx2, "avx2,fma,f16c", |u, s| _mm256_madd_epi16(
+        _mm256_maddubs_epi16(u, s),
+        _mm256_set1_epi16(1)
+    ));
+    kernels!(tile_avx_vnni, "avx2,fma,f16c,avxvnni", |u, s| {
+        let mut acc = _mm256_setzero_si256();
+        // AVX-VNNI's VEX form (the CPU is checked at run time).
+        std::arch::asm!(
+            "{{vex}} vpdpbusd {acc}, {u}, {s}",
+            acc = inout(ymm_reg) acc,
+            u = in(ymm_reg) u,
+            s = in(ymm_reg) s,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        acc
+    });
+    kernels!(
+        tile_avx512,
+        "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+        |u, s| _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+    );
+
+    /// AVX-512's 256-bit forms (VL), which `Isa::Avx512Vnni` does not promise by itself.
+    fn has_avx512_vl() -> bool {
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| is_x86_feature_detected!("avx512vl"))
+    }
+
+    /// A tile on the best instruction set `isa` allows.
+    ///
+    /// # Safety
+    /// `isa` checked and [`avx2`](Isa::avx2); the bounds of the tiles.
+    #[inline]
+    pub(super) unsafe fn tile<const C: usize>(
+        isa: Isa,
+        w: *const BlockMxfp4,
+        kb: usize,
+        a: *const BlockQ8_0,
+        out: &mut [f32],
+        si: usize,
+    ) {
+        match isa {
+            Isa::Avx512Vnni if has_avx512_vl() => tile_avx512::<C>(w, kb, a, out, si),
+            _ if isa.avx_vnni() => tile_avx_vnni::<C>(w, kb, a, out, si),
+            _ => tile_avx2::<C>(w, kb, a, out, si),
+        }
+    }
+
+    /// [`Format::rows`] for MXFP4: each weight row against the activation rows four at a
+    /// time, each weight block decoded once for the four.
+    ///
+    /// # Safety
+    /// `isa` checked and [`avx2`](Isa::avx2); the bounds [`Format::rows`] asserts.
+    pub(super) unsafe fn rows_for(
+        isa: Isa,
+        w: &[BlockMxfp4],
+        acts: &Acts<BlockQ8_0>,
+        is: std::ops::Range<usize>,
+        out: &mut [f32],
+        sj: usize,
+        si: usize,
+    ) {
+        let kb = acts.kb;
+        for j in 0..w.len() / kb {
+            let wp = w.as_ptr().add(j * kb);
+            for i in is.clone().step_by(TILE_A) {
+                let a = acts.q.as_ptr().add(i * kb);
+                let o = &mut out[j * sj + (i - is.start) * si..];
+                match TILE_A.min(is.end - i) {
+                    4 => tile::<4>(isa, wp, kb, a, o, si),
+                    3 => tile::<3>(isa, wp, kb, a, o, si),
+                    2 => tile::<2>(isa, wp, kb, a, o, si),
+                    _ => tile::<1>(isa, wp, kb, a, o, si),
+                }
+            }
+        }
+    }
+
+    /// [`rows_for`] with AVX2 alone (the `ROWS_AVX2` entry; `rows` is overridden and calls
+    /// [`rows_for`] with the matrix's own instruction set).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; the bounds [`Format::rows`] asserts.
+    pub(super) unsafe fn rows(
+        w: &[BlockMxfp4],
+        acts: &Acts<BlockQ8_0>,
+        is: std::ops::Range<usize>,
+        out: &mut [f32],
+        sj: usize,
+        si: usize,
+    ) {
+        rows_for(Isa::Avx2, w, acts, is, out, sj, si)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::tests::Lcg;
+
+    /// Blocks quantised from `x` as gguf-py's `MXFP4.quantize_blocks` does: the exponent from
+    /// the block's largest magnitude, each value the nearest code.
+    fn quantize(x: &[f32]) -> Vec<BlockMxfp4> {
+        x.chunks_exact(QK)
+            .map(|xs| {
+                let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+                let e = match amax > 0.0 {
+                    true => (amax.log2().floor() - 2.0 + 127.0).clamp(0.0, 255.0) as u8,
+                    false => 0,
+                };
+                let d = e8m0_half(e);
+                let nearest = |v: f32| {
+                    (0..16u8)
+                        .min_by(|&a, &b| {
+                            let err = |q: u8| (d * KVALUES_MXFP4[q as usize] as f32 - v).abs();
+                            err(a).total_cmp(&err(b))
+                        })
+                        .unwrap_or(0)
+                };
+                let mut b = BlockMxfp4 { e, qs: [0; 16] };
+                for j in 0..16 {
+                    b.qs[j] = nearest(xs[j]) | (nearest(xs[j + 16]) << 4);
+                }
+                b
+            })
+            .collect()
+    }
+
+    fn bytes(b: &[BlockMxfp4]) -> Vec<u8> {
+        b.iter()
+            .flat_map(|b| std::iter::once(b.e).chain(b.qs))
+            .collect()
+    }
+
+    #[test]
+    fn the_scale_is_a_power_of_two_for_every_exponent() {
+        for e in 0..=255u8 {
+            let want = 2f64.powi(e as i32 - 128);
+            assert_eq!(f64::from(e8m0_half(e)), want, "e = {e}");
+        }
+    }
+
+    /// Every path gives the reference's bits, and the reference is the f64 product of the
+    /// dequantised weights and activations within float rounding.
+    #[test]
+    fn every_path_equals_the_scalar_reference_and_the_reference_the_exact_product() {
+        let mut r = Lcg(11);
+        for blocks in [1, 3, 18, 49, 90] {
+            // Weights and activations of very different sizes per block, and exponents far
+            // from 127 (the expert weights of real files are small).
+            let w: Vec<f32> = r
+                .vec(blocks * QK)
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v * 2f32.powi((i / QK) as i32 % 9 - 12))
+                .collect();
+            let x: Vec<f32> = r.vec(blocks * QK).iter().map(|v| v * 3.0).collect();
+            let wq = quantize(&w);
+            let mut xq = vec![BlockQ8_0::default(); blocks];
+            quantize_q8_0(&x, &mut xq);
+            let reference = dot_mxfp4_q8_0_scalar(&wq, &xq);
+            // Exact: the dequantised values multiplied and added in f64.
+            let (mut wd, mut xd) = (vec![0f32; blocks * QK], vec![0f32; blocks * QK]);
+            dequantize_blocks(wq.iter().copied(), &mut wd, QK, dequantize_mxfp4);
+            dequantize_blocks(xq.iter().copied(), &mut xd, QK, dequantize_q8_0);
+            let exact: f64 = wd.iter().zip(&xd).map(|(a, b)| *a as f64 * *b as f64).sum();
+            let magnitude: f64 = wd
+                .iter()
+                .zip(&xd)
+                .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                .sum();
+            // Each product is exact in f32 (a power of two times small integers); the
+            // roundings are one per block and lane and seven more.
+            let bound = magnitude * f64::from(f32::EPSILON) * (blocks as f64 + 8.0);
+            assert!(
+                (reference as f64 - exact).abs() <= bound,
+                "{blocks} blocks: {reference} vs {exact} (bound {bound})"
+            );
+            // The quantised product is near the real one.
+            let real: f32 = w.iter().zip(&x).map(|(a, b)| a * b).sum();
+            let scale: f32 = w.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum();
+            assert!(
+                (reference - real).abs() <= 0.2 * scale,
+                "{reference} vs {real}"
+            );
+            for isa in Isa::available() {
+                let got = isa.dot_mxfp4_q8_0(&wq, &xq);
+                assert_eq!(
+                    got.to_bits(),
+                    reference.to_bits(),
+                    "{isa:?} {blocks}: {got} vs {reference}"
+                );
+            }
+        }
+    }
+
+    /// The matrix from a tensor's bytes: every instruction set, every split (one row, a few,
+    /// a prefill's many) gives each output the reference's bits, so a row is the same alone
+    /// and in any batch.
+    #[test]
+    fn the_matmul_gives_every_output_the_reference_bits() {
+        let mut r = Lcg(5);
+        let (n_out, k) = (72, 9 * QK);
+        let w = quantize(&r.vec(n_out * k));
+        let raw = bytes(&w);
+        for m in (1..=6).chain([70]) {
+            let x = r.vec(m * k);
+            for isa in Isa::available() {
+                let lin = QLinear::from_raw(TensorType::Mxfp4, &[n_out, k], &raw, isa)
+                    .expect("MXFP4 runs on our kernels");
+                assert_eq!(lin.file_bytes(), raw.len());
+                assert_eq!(lin.bytes(), raw.len(), "held as the file holds it");
+                let mut out = vec![0f32; m * n_out];
+                lin.matmul(&x, m, &mut out);
+                for (i, row) in out.chunks_exact(n_out).enumerate() {
+                    let mut a = vec![BlockQ8_0::default(); k / QK];
+                    quantize_q8_0(&x[i * k..(i + 1) * k], &mut a);
+                    for (j, &v) in row.iter().enumerate() {
+                        let want = dot_mxfp4_q8_0_scalar(&w[j * k / QK..(j + 1) * k / QK], &a);
+                        assert_eq!(v.to_bits(), want.to_bits(), "{isa:?} m={m} ({i}, {j})");
+                    }
+                }
+                // Rows dequantise to the blocks' values.
+                let mut row = vec![0f32; k];
+                lin.dequantize_row(3, &mut row);
+                let mut want = vec![0f32; k];
+                dequantize_blocks(
+                    w[3 * k / QK..4 * k / QK].iter().copied(),
+                    &mut want,
+                    QK,
+                    dequantize_mxfp4,
+                );
+                assert_eq!(row, want);
+            }
+        }
+    }
+}
