@@ -5,7 +5,9 @@ writes them; `scripts/fetch-llama-cpp-assets.sh` provides the vocabularies and t
 
     python3 scripts/make-test-models.py [--out DIR] [--force] [FAMILY ...]
 
-Each family gets, in DIR (default: `models/test-models/` in the repository):
+Each family gets, in DIR (default: `models/test-models/` in the repository) — gpt-oss gets an
+`.MXFP4.gguf` (its experts in MXFP4, the other matrices Q8_0, as the released files are) and
+an `.F16.gguf` instead:
 - `<family>-test.F16.gguf`, `.Q8_0.gguf`, `.Q4_0.gguf` and `.Q4_1.gguf`: the same weights,
   written by gguf-py;
 - `<family>-test.Q4_K_M.gguf` and `.Q5_K_M.gguf`: llama.cpp's own quantiser (`llama-quantize`, built portable by
@@ -44,6 +46,12 @@ PHI3_TOKENS = ["<|endoftext|>", "<|assistant|>", "<|placeholder1|>", "<|placehol
 # A window short enough that the teacher-forced text (70 tokens) and the candle-path test (24)
 # run past it on the windowed layers.
 WINDOW = 8
+
+# gpt-oss's harmony tokens, after the vocabulary (the assets have no o200k vocabulary).
+HARMONY_TOKENS = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>",
+                  "<|constrain|>"]
+
+MXFP4 = gguf.GGMLQuantizationType.MXFP4
 
 FAMILIES = {
     # Qwen2/2.5 and the DeepSeek-R1 Qwen distills: q/k/v biases, NEOX RoPE.
@@ -92,6 +100,20 @@ FAMILIES = {
                  k=dict(head_dim=64),
                  keys={"rope.scaling.original_context_length": 512,
                        "rope.scaling.attn_factor": float(np.sqrt(1 + np.log(8) / np.log(512)))}),
+    # gpt-oss (llama.cpp's `openai-moe.cpp`): q/k/v and output biases, a sink logit per head,
+    # the norm before the experts named `post_attention_norm`, a mixture of 8 experts of which
+    # 2 are used, routed by a softmax over the chosen logits with the router's bias, each a
+    # clamped SwiGLU with biases; every other layer windowed; YaRN RoPE (factor 32 over an
+    # original context of 128, so the ramp between the scaled and unscaled pairs falls inside
+    # the head). The qwen2 vocabulary with harmony's tokens, under the real gpt-oss template.
+    "gpt-oss": dict(vocab="qwen2", template="openai-gpt-oss-120b.jinja", head_dim=64,
+                    rope_base=150_000.0, qkv_bias=True, qk_norm=False, oss=True,
+                    extra_tokens=HARMONY_TOKENS,
+                    experts=dict(count=8, used=2, ff=96, router_std=1.5),
+                    formats=("MXFP4", gguf.GGMLQuantizationType.F16),
+                    keys={"attention.sliding_window": WINDOW, "rope.scaling.type": "yarn",
+                          "rope.scaling.factor": 32.0,
+                          "rope.scaling.original_context_length": 128}),
 }
 
 # Mistral's control tokens (Nemo's, and the v11 tokenizer's `[ARGS]` and `[CALL_ID]`), so
@@ -152,7 +174,8 @@ def copy_tokenizer(writer: gguf.GGUFWriter, vocab_file: Path, extra=()):
 
 
 def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path, models: Path,
-          hidden: int = HIDDEN, ff: int = FF):
+          hidden: int = HIDDEN, ff: int = FF, experts_qtype=None):
+    """`experts_qtype`: the experts' format where it is not the other matrices' (MXFP4)."""
     rng = np.random.default_rng(1234)
     tmp = path.with_suffix(".partial")
     w = gguf.GGUFWriter(str(tmp), family)
@@ -180,7 +203,7 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
     w.add_rope_dimension_count(rope_dim)
     w.add_rope_freq_base(spec["rope_base"])
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_file_type(int(qtype))
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE if experts_qtype == MXFP4 else int(qtype))
     for key, value in spec.get("keys", {}).items():
         key = f"{family}.{key}"
         if isinstance(value, str):
@@ -193,8 +216,8 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
     def normal(shape, std):
         return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
 
-    def quantized(name, data):
-        w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+    def quantized(name, data, as_type=qtype):
+        w.add_tensor(name, gguf.quants.quantize(data, as_type), raw_dtype=as_type)
 
     def matrix(name, rows, cols, std):
         quantized(name, normal((rows, cols), std))
@@ -226,10 +249,15 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
         w.add_tensor("rope_factors_short.weight",
                      rng.uniform(1.0, 1.5, rope_dim // 2).astype(np.float32))
     fused = spec.get("fused", False)
+    oss = spec.get("oss", False)
     for i in range(layers):
         p = f"blk.{i}"
         vector(f"{p}.attn_norm.weight", hidden, 1.0, 0.1)
-        vector(f"{p}.ffn_norm.weight", hidden, 1.0, 0.1)
+        vector(f"{p}.{'post_attention_norm' if oss else 'ffn_norm'}.weight", hidden, 1.0, 0.1)
+        if oss:
+            # Sinks about as large as the scores, so that heads attend to them in part.
+            vector(f"{p}.attn_sinks.weight", HEADS, 0.0, 1.0)
+            vector(f"{p}.attn_output.bias", hidden, 0.0, 0.2)
         if gemma:
             post = spec["post_norm"]
             vector(f"{p}.post_attention_norm.weight", hidden, post, 0.1 * post)
@@ -257,9 +285,16 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
             n, eff = experts["count"], experts["ff"]
             w.add_tensor(f"{p}.ffn_gate_inp.weight",
                          normal((n, hidden), experts["router_std"] / np.sqrt(hidden)))
-            quantized(f"{p}.ffn_gate_exps.weight", normal((n, eff, hidden), 1.0 / np.sqrt(hidden)))
-            quantized(f"{p}.ffn_up_exps.weight", normal((n, eff, hidden), 1.0 / np.sqrt(hidden)))
-            quantized(f"{p}.ffn_down_exps.weight", normal((n, hidden, eff), 1.0 / np.sqrt(eff)))
+            et = experts_qtype or qtype
+            quantized(f"{p}.ffn_gate_exps.weight", normal((n, eff, hidden), 1.0 / np.sqrt(hidden)), et)
+            quantized(f"{p}.ffn_up_exps.weight", normal((n, eff, hidden), 1.0 / np.sqrt(hidden)), et)
+            quantized(f"{p}.ffn_down_exps.weight", normal((n, hidden, eff), 1.0 / np.sqrt(eff)), et)
+            if oss:
+                # The router's bias and each expert's projections' (F32, as converted).
+                vector(f"{p}.ffn_gate_inp.bias", n, 0.0, 0.5)
+                w.add_tensor(f"{p}.ffn_gate_exps.bias", normal((n, eff), 0.2))
+                w.add_tensor(f"{p}.ffn_up_exps.bias", normal((n, eff), 0.2))
+                w.add_tensor(f"{p}.ffn_down_exps.bias", normal((n, hidden), 0.2))
             continue
         gate = normal((ff, hidden), 1.0 / np.sqrt(hidden))
         up = normal((ff, hidden), 1.0 / np.sqrt(hidden))
@@ -307,14 +342,18 @@ def main():
     a.out.mkdir(parents=True, exist_ok=True)
     models = assets()
     for family in [f for f in FAMILIES if not a.families or f in a.families]:
-        for qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0,
-                      gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q4_1, "Q4_K_M",
-                      "Q5_K_M"):
+        formats = FAMILIES[family].get("formats", (
+            gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0,
+            gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.Q4_1, "Q4_K_M", "Q5_K_M"))
+        for qtype in formats:
             label = getattr(qtype, "name", qtype)
             path = a.out / f"{family}-test.{label}.gguf"
             # Written once: the same seed gives the same bytes (the parity test checks them).
             if path.is_file() and not a.force:
                 print(path)
+            elif qtype == "MXFP4":
+                print(write(family, FAMILIES[family], gguf.GGMLQuantizationType.Q8_0, path,
+                            models, experts_qtype=MXFP4))
             elif isinstance(qtype, str):
                 print(quantize_k(family, a.out, models, qtype))
             else:

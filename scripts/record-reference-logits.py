@@ -14,8 +14,9 @@ Per model:
 - greedy: 32 tokens generated greedily after the text's first turn, with the top-two gap at
   each step (a gap under 0.1 is a near-tie, where either choice is right);
 - for a mixture of experts: the experts llama.cpp's router chose for every position of the
-  text in every layer, and their weights (its `ffn_moe_topk` and `ffn_moe_weights_norm`
-  tensors, read through the graph's evaluation callback as `llama-eval-callback` prints them).
+  text in every layer, and their weights (its `ffn_moe_topk` and `ffn_moe_weights_norm`, or
+  gpt-oss's `ffn_moe_weights_softmax`, tensors, read through the graph's evaluation callback as
+  `llama-eval-callback` prints them).
 It also refuses a model whose distributions are flat (top-1 probability near 1/vocabulary) or
 whose greedy text repeats its prompt: a parity check on such a model has no teeth.
 """
@@ -40,6 +41,9 @@ QUESTION = "Write a short poem about the sea, the wind and the ships that sail a
 # Phi-3's own, whose special tokens take the whitespace after them in llama.cpp's tokenizer.
 PROMPTS = {
     "phi3": f"<|user|>\n{QUESTION}<|end|>\n<|assistant|>\n",
+    # gpt-oss's harmony, the answer in its final channel.
+    "gpt-oss": f"<|start|>user<|message|>{QUESTION}<|end|><|start|>assistant<|channel|>final"
+               "<|message|>",
 }
 CHATML = f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
 ANSWER = ("The sea is wide and the wind is strong, and every wave sings a song of long ago. "
@@ -76,7 +80,9 @@ class GgmlTensor(ctypes.Structure):
 
 EvalCallback = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.POINTER(GgmlTensor), ctypes.c_bool,
                                 ctypes.c_void_p)
-WANTED = re.compile(rb"^(ffn_moe_probs|ffn_moe_topk|ffn_moe_weights_norm)-(\d+)$")
+# The chosen experts' weights: renormalised (Qwen3 MoE), or a softmax over the chosen (gpt-oss).
+WANTED = re.compile(
+    rb"^(ffn_moe_probs|ffn_moe_topk|ffn_moe_weights_norm|ffn_moe_weights_softmax)-(\d+)$")
 
 
 def read_2d(t: GgmlTensor, ctype) -> list:
@@ -149,7 +155,8 @@ def routes(path: Path, tokens: list) -> list:
     layers = sorted({layer for _, layer in seen})
     out = []
     for layer in layers:
-        experts, weights = seen[("ffn_moe_topk", layer)], seen[("ffn_moe_weights_norm", layer)]
+        experts = seen[("ffn_moe_topk", layer)]
+        weights = seen.get(("ffn_moe_weights_norm", layer)) or seen[("ffn_moe_weights_softmax", layer)]
         assert len(experts) == len(tokens), (layer, len(experts))
         probs = seen[("ffn_moe_probs", layer)]
         out.append({"experts": experts,

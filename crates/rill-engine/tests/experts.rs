@@ -1,10 +1,12 @@
 //! Mixtures of experts against llama.cpp (issue 18), on the qwen3moe test model
 //! (`scripts/make-test-models.py`: Qwen3's attention and 8 SwiGLU experts of which each token
-//! goes through 2, seeded random weights with distinct random router weights), and llama.cpp's
-//! logits and routes recorded on the same files (`scripts/record-reference-logits.py`):
+//! goes through 2, seeded random weights with distinct random router weights) and the gpt-oss
+//! one (`tests/gpt_oss.rs`), and llama.cpp's logits and routes recorded on the same files
+//! (`scripts/record-reference-logits.py`):
 //! - the logits, teacher-forced and greedy, as for every family (`tests/families.rs`);
 //! - the router: for every position and layer, the experts llama.cpp's `ffn_moe_topk` chose, in
-//!   its order, and their weights (`ffn_moe_weights_norm`);
+//!   its order, and their weights (`ffn_moe_weights_norm`, gpt-oss's
+//!   `ffn_moe_weights_softmax`);
 //! - a batch routes each row as it routes that row alone, bit for bit.
 
 mod common;
@@ -13,9 +15,13 @@ use common::parity::{ids, parity_but, reference};
 use rill_engine::model::{KvCache, Model};
 use serde_json::Value;
 
-/// Router probabilities this close are a near-tie: quantised weights move the router's logits
-/// a little (as between llama.cpp's own backends), and either expert is right.
+/// Router probabilities (gpt-oss: logits) this close are a near-tie: quantised weights move
+/// the router's logits a little (as between llama.cpp's own backends), and either expert is
+/// right.
 const ROUTE_TIE: f64 = 0.005;
+
+/// gpt-oss's test model in its formats (`tests/gpt_oss.rs`).
+const GPT_OSS: &[&str] = &["gpt-oss-test.MXFP4", "gpt-oss-test.F16"];
 
 /// The formats of the mixture's test model: gguf-py's, and llama.cpp's quantiser's K-quants.
 const FORMATS: &[&str] = &["F16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M"];
@@ -60,7 +66,23 @@ fn recorded(r: &Value, what: &str) -> Vec<Vec<Vec<f64>>> {
 #[test]
 fn the_router_picks_llama_cpps_experts_with_its_weights() {
     for format in FORMATS {
-        let name = format!("qwen3moe-test.{format}");
+        // The full-precision files route exactly as llama.cpp does.
+        let exact = matches!(*format, "F16" | "Q8_0");
+        routes_match(&format!("qwen3moe-test.{format}"), exact.then_some(0));
+    }
+    // gpt-oss's F16 file: one near-tie (layer 0, position 70: llama.cpp's second and third
+    // logits 0.00036 apart), broken the other way by the f32 activations of our F16 products
+    // (llama.cpp rounds them to f16), so layer 1 sees another row there (its likeliest expert
+    // still llama.cpp's); its MXFP4 file routes as llama.cpp does everywhere.
+    routes_match(GPT_OSS[0], Some(0));
+    routes_match(GPT_OSS[1], Some(2));
+}
+
+/// Our routes against llama.cpp's on `name`'s recorded text, near-ties aside (`ties`: how
+/// many there must be, where known).
+fn routes_match(name: &str, ties_known: Option<usize>) {
+    {
+        let name = name.to_string();
         let r = reference(&name);
         let model =
             Model::load(&common::test_model(&name), &candle_core::Device::Cpu, None).unwrap();
@@ -93,6 +115,13 @@ fn the_router_picks_llama_cpps_experts_with_its_weights() {
                 let (theirs, theirs_w) = (&experts[layer][pos], &weights[layer][pos]);
                 let p = &probs[layer][pos];
                 let got: Vec<f64> = mine.iter().map(|r| r.expert as f64).collect();
+                // A row that went through another expert below is another row here: when
+                // that expert weighed much (gpt-oss's two experts share the weight ~60/40), its
+                // lesser experts may differ by more than a tie; its likeliest must not.
+                if diverged[pos] && got != *theirs && got[0] == theirs[0] {
+                    ties += 1;
+                    continue;
+                }
                 if got != *theirs {
                     // Only a near-tie in llama.cpp's own probabilities may be broken the other
                     // way: every expert chosen by one engine and not at the same place by the
@@ -124,12 +153,11 @@ fn the_router_picks_llama_cpps_experts_with_its_weights() {
         }
         eprintln!(
             "{name}: llama.cpp's experts and weights at {} of {compared} routes, the rest \
-             near-ties",
+             near-ties (or rows a near-tie below sent through another expert)",
             compared - ties
         );
-        // The full-precision files route exactly as llama.cpp does.
-        if matches!(*format, "F16" | "Q8_0") {
-            assert_eq!(ties, 0, "{name}");
+        if let Some(known) = ties_known {
+            assert_eq!(ties, known, "{name}");
         }
     }
 }
@@ -138,7 +166,12 @@ fn the_router_picks_llama_cpps_experts_with_its_weights() {
 /// those of the row alone, bit for bit: four conversations at once against each by itself.
 #[test]
 fn a_batch_routes_each_row_as_alone() {
-    let name = "qwen3moe-test.Q4_K_M";
+    for name in ["qwen3moe-test.Q4_K_M", GPT_OSS[0]] {
+        a_batch_routes_each_row_as_alone_on(name);
+    }
+}
+
+fn a_batch_routes_each_row_as_alone_on(name: &str) {
     let model = Model::load(&common::test_model(name), &candle_core::Device::Cpu, None).unwrap();
     let tokens = ids(&reference(name)["tokens"]);
     let prompts: Vec<&[u32]> = vec![
@@ -182,24 +215,31 @@ fn a_batch_routes_each_row_as_alone() {
 /// and the 2 of 8 experts it chose, not all 8.
 #[test]
 fn a_step_of_a_mixture_reads_its_chosen_experts() {
-    use candle_core::quantized::gguf_file;
-    let name = "qwen3moe-test.Q8_0";
-    let path = common::test_model(name);
-    let header = gguf_file::Content::read(&mut std::fs::File::open(&path).unwrap()).unwrap();
-    let bytes = |t: &gguf_file::TensorInfo| {
-        t.shape.elem_count() / t.ggml_dtype.block_size() * t.ggml_dtype.type_size()
-    };
-    let (mut dense, mut experts) = (0, 0);
-    for (n, t) in &header.tensor_infos {
-        match t.shape.dims().len() {
-            3 => experts += bytes(t),
-            2 if n != "token_embd.weight" => dense += bytes(t),
-            _ => {}
+    use rill_engine::model::gguf;
+    for name in ["qwen3moe-test.Q8_0", GPT_OSS[0]] {
+        let path = common::test_model(name);
+        let len = std::fs::metadata(&path).unwrap().len();
+        let header = gguf::read(&mut std::fs::File::open(&path).unwrap(), len).unwrap();
+        let bytes = |t: &gguf::TensorInfo| {
+            t.shape.elem_count() / t.dtype.block_size() * t.dtype.type_size()
+        };
+        // Matrices, not biases (gpt-oss's experts' are `[experts, width]` too).
+        let (mut dense, mut experts) = (0, 0);
+        for (n, t) in header
+            .tensor_infos
+            .iter()
+            .filter(|(n, _)| n.ends_with(".weight"))
+        {
+            match t.shape.dims().len() {
+                3 => experts += bytes(t),
+                2 if n != "token_embd.weight" => dense += bytes(t),
+                _ => {}
+            }
         }
+        let model = Model::load(&path, &candle_core::Device::Cpu, None).unwrap();
+        let (_, in_file) = model.weights.step_weight_bytes();
+        assert_eq!(in_file, dense + experts * 2 / 8, "{name}");
     }
-    let model = Model::load(&path, &candle_core::Device::Cpu, None).unwrap();
-    let (_, in_file) = model.weights.step_weight_bytes();
-    assert_eq!(in_file, dense + experts * 2 / 8, "{name}");
 }
 
 /// Through the engine, with its chat template: four conversations streaming at once on the
