@@ -551,7 +551,17 @@ impl Handle {
             (false, _) => None,
             (true, Some(inside)) if harmony => Some(ReasoningSplit::harmony_resumed(inside)),
             (true, Some(inside)) => Some(ReasoningSplit::resumed(inside)),
-            (true, None) if harmony => Some(ReasoningSplit::harmony()),
+            // Under a grammar or a thinking budget the engine writes the analysis header
+            // itself (what gpt-oss writes first): the budget then counts from the first
+            // token, and the grammar waits for the final message.
+            (true, None) if harmony => Some(
+                match (req.grammar.is_some() || req.thinking_budget.is_some())
+                    && self.open_analysis(&req, &mut prompt)
+                {
+                    true => ReasoningSplit::harmony_resumed(true),
+                    false => ReasoningSplit::harmony(),
+                },
+            ),
             (true, None) => {
                 let opened = self.opens_thinking(&prompt) || self.open_thinking(&req, &mut prompt);
                 Some(ReasoningSplit::new(opened))

@@ -193,6 +193,32 @@ impl Handle {
         text.trim_end().ends_with(crate::reasoning::OPEN)
     }
 
+    /// Opens gpt-oss's analysis message after a harmony prompt (which ends in
+    /// `<|start|>assistant`): `<|channel|>analysis<|message|>`, as the model writes it first.
+    /// Only for a conversation, where the tokens are in the vocabulary, and where there is
+    /// room. True when it opened it.
+    pub(crate) fn open_analysis(&self, req: &GenerateRequest, prompt: &mut Vec<u32>) -> bool {
+        if !matches!(req.prompt, Prompt::Messages(_)) {
+            return false;
+        }
+        let ids: Option<Vec<u32>> = ["<|channel|>", "analysis", "<|message|>"]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match i % 2 {
+                0 => self.control_token(t).map(|id| vec![id]),
+                _ => self.shared.tokenizer.encode_with(t, false).ok(),
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(|parts| parts.concat());
+        match ids {
+            Some(ids) if prompt.len() + ids.len() + 1 < self.shared.context_length => {
+                prompt.extend(ids);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Under a grammar, which waits for a thinking block to close, opens the block that a
     /// thinking template leaves to its model (Qwen3 writes `<think>` itself): held to the
     /// grammar from its first token, the model could not think at all. Only when the answer

@@ -130,6 +130,16 @@ impl ReasoningSplit {
         }
     }
 
+    /// True until the answer proper starts, which is where a grammar applies: inside the
+    /// thinking block, or in harmony every message and header before the final message's
+    /// body (the model writes them, the grammar shapes the answer).
+    pub fn before_answer(&self) -> bool {
+        match &self.harmony {
+            Some(h) => !h.in_answer(),
+            None => self.in_reasoning(),
+        }
+    }
+
     /// The text that closes the thinking block where the answer is in it: `</think>`, or in
     /// harmony the analysis message's end and the final message's start.
     pub fn closing(&self) -> &'static str {

@@ -356,6 +356,14 @@ impl Sequence {
             .is_some_and(ReasoningSplit::in_reasoning)
     }
 
+    /// True while a grammar waits: before the answer proper (the thinking block, harmony's
+    /// analysis and headers).
+    fn grammar_waits(&self) -> bool {
+        self.split
+            .as_ref()
+            .is_some_and(ReasoningSplit::before_answer)
+    }
+
     /// Draws the next token and sends it; `guess`: a draft's token for this position, so the
     /// event can say whether the model drew it.
     fn sample_and_emit(
@@ -366,8 +374,8 @@ impl Sequence {
     ) -> Result<()> {
         // A grammar shapes the answer, not the thinking before it: it waits (its first mask
         // kept) until the block closes.
-        let thinking = self.thinking();
-        if let Some(c) = self.constraint.as_mut().filter(|_| !thinking) {
+        let (thinking, waits) = (self.thinking(), self.grammar_waits());
+        if let Some(c) = self.constraint.as_mut().filter(|_| !waits) {
             // Room left: the length limit's, and the context's (one position per token).
             let room = self.context_length.saturating_sub(self.tokens.len());
             let left = self
@@ -400,7 +408,7 @@ impl Sequence {
         self.reasoning_tokens += usize::from(thinking);
         // A complete grammar allows nothing but the end: the answer ends here, without
         // another forward pass to draw that end.
-        let grammar_done = match self.constraint.as_mut().filter(|_| !thinking) {
+        let grammar_done = match self.constraint.as_mut().filter(|_| !waits) {
             Some(c) => c.commit(id)?,
             None => false,
         };

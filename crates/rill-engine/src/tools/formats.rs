@@ -472,6 +472,15 @@ impl Harmony {
         matches!(self.state, HarmonyState::Body(Channel::Reasoning))
     }
 
+    /// True once the answer proper has started: a final (or commentary) message's body, or
+    /// text that is no harmony message at all.
+    pub(crate) fn in_answer(&self) -> bool {
+        matches!(
+            self.state,
+            HarmonyState::Body(Channel::Content) | HarmonyState::Plain
+        )
+    }
+
     /// The channel a header opens (and the call's name, for a message to a function).
     fn header(head: &str) -> (Channel, Option<String>) {
         let word_after = |key: &str| {
