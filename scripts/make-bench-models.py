@@ -17,6 +17,14 @@ experts of feed-forward 768 of which 8 are used, Qwen's 151,936 tokens), with `-
 its 48 layers (default 48: about 17 GB at 4 bits). The experts repeat one random block, but
 every layer's router is its own random matrix, so that routing spreads over the experts as a
 real model's does.
+
+`gpt-oss` is gpt-oss-20b's shape (width 2880, 64 query and 8 KV heads of 64, 32 experts of
+feed-forward 2880 of which 4 are used, a 128-position window on every other layer, YaRN),
+its experts in MXFP4 and the other matrices in Q8_0 as the released file has them, with
+`--layers N` of its 24 layers (default 24: about 12 GB, as the released file). The vocabulary
+is Qwen's 151,936 tokens with harmony's, padded with reserved tokens to o200k_harmony's
+201,088, so the embeddings and the output matrix have the real size. One random block of
+experts repeats; each layer's router is its own.
 """
 
 import argparse
@@ -192,6 +200,83 @@ def write_moe(qtype, out: Path, models: Path, layers: int) -> Path:
     return finish(w, tmp, path)
 
 
+OSS = dict(hidden=2880, heads=64, kv_heads=8, head=64, experts=32, used=4, ff=2880, layers=24,
+           vocab=201088)
+
+
+def write_oss(out: Path, models: Path, layers: int) -> Path:
+    """A gpt-oss-20b-shape file of `layers` layers: MXFP4 experts, Q8_0 elsewhere."""
+    m, q8, mx = OSS, gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.MXFP4
+    rng = np.random.default_rng(7)
+    path = out / f"gpt-oss-20b-{layers}l.MXFP4.gguf"
+    tmp = path.with_suffix(".partial")
+    w = gguf.GGUFWriter(str(tmp), "gpt-oss")
+    w.add_name(f"gpt-oss 20b-shape benchmark model, {layers} layers (random weights)")
+    qwen = len(gguf.GGUFReader(models / "ggml-vocab-qwen2.gguf").fields["tokenizer.ggml.tokens"].data)
+    reserved = [f"<|reserved_{i}|>" for i in range(OSS["vocab"] - qwen - len(tm.HARMONY_TOKENS))]
+    n_vocab = tm.copy_tokenizer(w, models / "ggml-vocab-qwen2.gguf", tm.HARMONY_TOKENS + reserved)
+    w.add_chat_template((models / "templates/openai-gpt-oss-120b.jinja").read_text(encoding="utf-8"))
+    hidden, head, n, ff = m["hidden"], m["head"], m["experts"], m["ff"]
+    w.add_context_length(131072)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ff)
+    w.add_expert_count(n)
+    w.add_expert_used_count(m["used"])
+    w.add_expert_feed_forward_length(ff)
+    w.add_head_count(m["heads"])
+    w.add_head_count_kv(m["kv_heads"])
+    w.add_key_length(head)
+    w.add_value_length(head)
+    w.add_rope_dimension_count(head)
+    w.add_rope_freq_base(150_000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_uint32("gpt-oss.attention.sliding_window", 128)
+    w.add_string("gpt-oss.rope.scaling.type", "yarn")
+    w.add_float32("gpt-oss.rope.scaling.factor", 32.0)
+    w.add_uint32("gpt-oss.rope.scaling.original_context_length", 4096)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
+
+    def normal(shape, std):
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+
+    def q(data, qtype=q8):
+        return gguf.quants.quantize(data, qtype)
+
+    w.add_tensor("token_embd.weight", q(normal((n_vocab, hidden), 1.0)), raw_dtype=q8)
+    w.add_tensor("output.weight", q(normal((n_vocab, hidden), 1.0 / np.sqrt(hidden))),
+                 raw_dtype=q8)
+    w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
+    qw, kw = m["heads"] * head, m["kv_heads"] * head
+    block = {
+        "attn_q.weight": (q(normal((qw, hidden), 1.0 / np.sqrt(hidden))), q8),
+        "attn_k.weight": (q(normal((kw, hidden), 1.0 / np.sqrt(hidden))), q8),
+        "attn_v.weight": (q(normal((kw, hidden), 1.0 / np.sqrt(hidden))), q8),
+        "attn_output.weight": (q(normal((hidden, qw), 1.0 / np.sqrt(qw))), q8),
+    }
+    # One expert's matrices in MXFP4, repeated for all of them.
+    for name, shape, std in [("ffn_gate_exps", (ff, hidden), 1.0 / np.sqrt(hidden)),
+                             ("ffn_up_exps", (ff, hidden), 1.0 / np.sqrt(hidden)),
+                             ("ffn_down_exps", (hidden, ff), 1.0 / np.sqrt(ff))]:
+        one = q(normal(shape, std), mx)
+        block[f"{name}.weight"] = (np.broadcast_to(one, (n, *one.shape)).copy(), mx)
+    zeros = lambda *shape: np.zeros(shape, dtype=np.float32)  # noqa: E731
+    for i in range(layers):
+        for norm in ["attn_norm", "post_attention_norm"]:
+            w.add_tensor(f"blk.{i}.{norm}.weight", np.ones(hidden, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.attn_sinks.weight", zeros(m["heads"]))
+        for b, width in [("attn_q", qw), ("attn_k", kw), ("attn_v", kw), ("attn_output", hidden)]:
+            w.add_tensor(f"blk.{i}.{b}.bias", zeros(width))
+        w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", normal((n, hidden), 1.0 / np.sqrt(hidden)))
+        w.add_tensor(f"blk.{i}.ffn_gate_inp.bias", zeros(n))
+        w.add_tensor(f"blk.{i}.ffn_gate_exps.bias", zeros(n, ff))
+        w.add_tensor(f"blk.{i}.ffn_up_exps.bias", zeros(n, ff))
+        w.add_tensor(f"blk.{i}.ffn_down_exps.bias", zeros(n, hidden))
+        for name, (data, qtype) in block.items():
+            w.add_tensor(f"blk.{i}.{name}", data, raw_dtype=qtype)
+    return finish(w, tmp, path)
+
+
 def q4_k_m(src: Path, dst: Path):
     """llama.cpp's quantiser, through llama-cpp-python's binding."""
     import llama_cpp
@@ -210,19 +295,27 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=Path.home() / ".cache/rill/bench-models")
     ap.add_argument("--force", action="store_true")
-    ap.add_argument("--layers", type=int, default=MOE["layers"],
-                    help="of the qwen3moe shape's 48 layers")
+    ap.add_argument("--layers", type=int,
+                    help="of the qwen3moe shape's 48 layers, or gpt-oss's 24 (default: all)")
     ap.add_argument("families", nargs="*",
-                    default=[f for f in FAMILIES if f != "qwen3moe"])
+                    default=[f for f in FAMILIES if f not in ("qwen3moe", "gpt-oss")])
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     models = tm.assets()
     if "qwen3moe" in a.families:
-        path = a.out / f"qwen3moe-30b-a3b-{a.layers}l.Q4_0.gguf"
+        layers = a.layers or MOE["layers"]
+        path = a.out / f"qwen3moe-30b-a3b-{layers}l.Q4_0.gguf"
         if a.force or not path.is_file():
-            write_moe(gguf.GGMLQuantizationType.Q4_0, a.out, models, a.layers)
+            write_moe(gguf.GGMLQuantizationType.Q4_0, a.out, models, layers)
         print(path)
         a.families.remove("qwen3moe")
+    if "gpt-oss" in a.families:
+        layers = a.layers or OSS["layers"]
+        path = a.out / f"gpt-oss-20b-{layers}l.MXFP4.gguf"
+        if a.force or not path.is_file():
+            write_oss(a.out, models, layers)
+        print(path)
+        a.families.remove("gpt-oss")
     for family in a.families:
         for qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0):
             path = a.out / f"{family}-1b.{qtype.name}.gguf"

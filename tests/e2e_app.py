@@ -14,7 +14,8 @@ stops answering when turned off; the window opens on an empty chat ready to type
 chosen only in dialogs the app opens itself (a page script naming a path writes nothing, reads
 nothing); a remote server's key is kept apart from the conversation; other families' test
 models chat in the window as `rill run` does; a thinking model's reasoning streams into an open
-Thinking block that folds when the answer starts, and is saved; an API client's tool calls,
+Thinking block that folds when the answer starts, and is saved, and gpt-oss's analysis channel
+does the same with no Think switch (it always reasons); an API client's tool calls,
 kept as a conversation, show as call cards. Screenshots of the window
 go to tests/screenshots/ (git-ignored).
 
@@ -92,22 +93,30 @@ def tools_chat(app: App, d: webdriver.Remote, address: str, failures: list) -> N
         failures.append(f"the model's call card is not the call the client got: {last_args!r} vs {call}")
 
 
-def think_thinking(app: App, d: webdriver.Remote, path: Path, db: Path, failures: list) -> None:
+def think_thinking(app: App, d: webdriver.Remote, path: Path, db: Path, failures: list, label: str) -> None:
+    """A thinking model's answer in the window: `label` names it in the picker. The
+    DeepSeek-R1 template thinks on request (a Think switch); gpt-oss's harmony always
+    reasons, in its analysis channel (no switch)."""
+    harmony = label == "gpt-oss"
     app.tid("model-picker").click()
     rows = app.wait(lambda: [r for r in d.find_elements(By.CSS_SELECTOR, ".model-list li") if str(path) in r.text], 30,
                     f"{path.name} is not in the manager")
     rows[0].find_element(By.CSS_SELECTOR, "button").click()
-    app.wait(lambda: "deepseek-r1-qwen" in app.tid("model-picker").text.lower(), 120, f"{path.name} did not load")
+    app.wait(lambda: label in app.tid("model-picker").text.lower(), 120, f"{path.name} did not load")
     if d.find_elements(By.CSS_SELECTOR, '[aria-label="Close the model manager"]'):
         d.find_element(By.CSS_SELECTOR, '[aria-label="Close the model manager"]').click()
     app.new_chat()
     app.set_field('[aria-label="Temperature value"]', "0")
     app.set_field("#max-tokens-field", "600")
-    # llama.cpp's DeepSeek-R1 template thinks when asked: the switch starts off.
-    think = app.tid("param-think")
-    if think.is_selected():
-        failures.append("the Think switch of a template that thinks on request starts on")
-    think.click()
+    if harmony:
+        if d.find_elements(By.CSS_SELECTOR, '[data-testid="param-think"]'):
+            failures.append("a Think switch is shown for gpt-oss, which always reasons")
+    else:
+        # llama.cpp's DeepSeek-R1 template thinks when asked: the switch starts off.
+        think = app.tid("param-think")
+        if think.is_selected():
+            failures.append("the Think switch of a template that thinks on request starts on")
+        think.click()
     app.set_field("#thinking-budget-field", "300")
     # Every state the block shows, with whether it was open and its summary, as the page changes.
     d.execute_script(
@@ -123,8 +132,8 @@ def think_thinking(app: App, d: webdriver.Remote, path: Path, db: Path, failures
     block = lambda: app.tid("thinking", app.find(f'[data-testid="message"][data-id="{answer}"]'))
     summary = app.fresh(lambda: block().find_element(By.CSS_SELECTOR, "summary").text)
     is_open = app.fresh(lambda: block().get_attribute("open"))
-    print(f"thinking: {len(thinking)} states seen while thinking, e.g. {thinking[-1:]}; at the end {summary!r}, open={is_open}")
-    app.shot("app-thinking")
+    print(f"{label} thinking: {len(thinking)} states seen while thinking, e.g. {thinking[-1:]}; at the end {summary!r}, open={is_open}")
+    app.shot(f"app-thinking-{label}")
     if not thinking or not all(s[1] for s in thinking):
         failures.append(f"the Thinking block was not seen open while the model thought: {seen[:5]}")
     if not any(s[2].startswith("Thinking…") and "tokens" in s[2] for s in thinking):
@@ -139,6 +148,9 @@ def think_thinking(app: App, d: webdriver.Remote, path: Path, db: Path, failures
         (content, reasoning, tokens) = c.execute(
             "SELECT content, reasoning, reasoning_tokens FROM messages WHERE id = ?", (int(answer),)).fetchone()
     print(f"saved reasoning: {reasoning[:60]!r}… ({tokens} tokens); content {content[:60]!r}…")
+    markup = [m for m in ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "think>") if m in reasoning + content]
+    if markup:
+        failures.append(f"{label}: the answer's markup is shown as text: {markup}")
     if tokens != 300 or not reasoning.strip() or not content.strip():
         failures.append(f"the reasoning is not saved beside the answer: {tokens} tokens, {reasoning[:80]!r}, {content[:80]!r}")
     if " ".join(shown.split()) != " ".join(reasoning.split()):
@@ -164,10 +176,11 @@ def main() -> int:
     # window to switch to (step 7).
     (work / "models").mkdir(parents=True)
     family_models = []
-    for name in ("qwen3-test.Q8_0.gguf", "gemma3-test.Q8_0.gguf", "deepseek-r1-qwen-test.Q8_0.gguf"):
+    for name in ("qwen3-test.Q8_0.gguf", "gemma3-test.Q8_0.gguf", "gpt-oss-test.MXFP4.gguf",
+                 "deepseek-r1-qwen-test.Q8_0.gguf"):
         shutil.copy(ROOT / "models/test-models" / name, work / "models" / name)
         family_models.append(work / "models" / name)
-    thinking_model = family_models.pop()
+    thinking_model, harmony_model = family_models.pop(), family_models.pop()
     # SmolLM2 in the models folder too: the draft model the window suggests (step 6b).
     shutil.copy(model, work / "models" / model.name)
     port, native_port = free_port(), free_port()
@@ -581,7 +594,10 @@ def main() -> int:
             #    the budget closes it). The
             #    Thinking block streams open with its count, then folds to "Thought for …" as
             #    the answer starts; the reasoning is saved beside the answer.
-            think_thinking(app, d, thinking_model, db, failures)
+            think_thinking(app, d, thinking_model, db, failures, "deepseek-r1-qwen")
+            # 9. gpt-oss: its analysis channel is the reasoning, in the same Thinking block, its
+            #    final channel the answer (the budget ends the analysis of the random model).
+            think_thinking(app, d, harmony_model, db, failures, "gpt-oss")
         except Exception:
             app.shot("app-failure")
             print("page text at failure:", d.find_element(By.TAG_NAME, "body").text[:2000])

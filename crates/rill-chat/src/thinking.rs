@@ -43,9 +43,28 @@ impl Thinking {
 }
 
 /// The prompt that continues a partial answer after `opened` (the rendered conversation, its
-/// assistant turn opened), and whether the answer stopped inside its thinking block.
+/// assistant turn opened), and whether the answer stopped inside its thinking block. Under
+/// harmony (gpt-oss), the reasoning goes back as its analysis message and the content as its
+/// final one.
 pub(crate) fn continued(opened: &str, reasoning: &str, content: &str) -> (String, bool) {
-    use rill_engine::reasoning::{CLOSE, OPEN};
+    use rill_engine::reasoning::{CLOSE, HARMONY_ANALYSIS, HARMONY_FINAL, HARMONY_TURN, OPEN};
+    if opened.ends_with(HARMONY_TURN) {
+        let mut prompt = opened.to_owned();
+        if !reasoning.is_empty() {
+            prompt.push_str(HARMONY_ANALYSIS);
+            prompt.push_str(reasoning);
+            if content.is_empty() {
+                return (prompt, true);
+            }
+            prompt.push_str("<|end|>");
+            prompt.push_str(HARMONY_TURN);
+        }
+        if !content.is_empty() {
+            prompt.push_str(HARMONY_FINAL);
+            prompt.push_str(content);
+        }
+        return (prompt, false);
+    }
     let template_opened = opened.trim_end().ends_with(OPEN);
     if reasoning.is_empty() && !template_opened {
         return (format!("{opened}{content}"), false);
@@ -94,6 +113,32 @@ mod tests {
         assert_eq!(
             continued("<|im_start|>assistant\n", "", "Paris"),
             ("<|im_start|>assistant\nParis".to_owned(), false)
+        );
+    }
+
+    #[test]
+    fn a_partial_harmony_answer_is_continued_in_its_message() {
+        let opened = "<|start|>user<|message|>17 × 3?<|end|><|start|>assistant";
+        assert_eq!(
+            continued(opened, "10 × 3 is 30,", ""),
+            (
+                format!("{opened}<|channel|>analysis<|message|>10 × 3 is 30,"),
+                true
+            )
+        );
+        assert_eq!(
+            continued(opened, "so 51.", "It is"),
+            (
+                format!(
+                    "{opened}<|channel|>analysis<|message|>so 51.<|end|><|start|>assistant\
+                     <|channel|>final<|message|>It is"
+                ),
+                false
+            )
+        );
+        assert_eq!(
+            continued(opened, "", "Par"),
+            (format!("{opened}<|channel|>final<|message|>Par"), false)
         );
     }
 }

@@ -25,6 +25,12 @@ use crate::tools::{Harmony, Raw, ToolParser};
 pub const OPEN: &str = "<think>";
 pub const CLOSE: &str = "</think>";
 
+/// Harmony's (gpt-oss): the assistant's turn as its prompt opens it, the analysis message's
+/// start, and the final message's start.
+pub const HARMONY_TURN: &str = "<|start|>assistant";
+pub const HARMONY_ANALYSIS: &str = "<|channel|>analysis<|message|>";
+pub const HARMONY_FINAL: &str = "<|channel|>final<|message|>";
+
 /// Text given back by one push: its reasoning and its content.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Parts {

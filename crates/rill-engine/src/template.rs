@@ -357,8 +357,9 @@ pub enum Thinking {
     /// The template reads `enable_thinking` and thinks only when it is true (llama.cpp's
     /// DeepSeek-R1-Distill template closes the block it opens otherwise).
     OnRequest,
-    /// The model thinks in a `<think>` block whenever it answers, with no switch (QwQ, the
-    /// official DeepSeek-R1 distills' templates).
+    /// The model thinks whenever it answers, with no switch: in a `<think>` block (QwQ, the
+    /// official DeepSeek-R1 distills' templates), or in harmony's analysis message (gpt-oss,
+    /// whose reasoning effort is low, medium or high, never none).
     Always,
 }
 
@@ -376,9 +377,15 @@ impl Thinking {
 
 impl ChatTemplate {
     /// How the template thinks, read by rendering a question with `enable_thinking` unset, on
-    /// and off: a template that ignores it and knows `<think>` always thinks.
+    /// and off: a template that ignores it and knows `<think>` always thinks, as does
+    /// harmony's (its analysis channel).
     pub fn thinking(&self) -> Thinking {
         use crate::reasoning::{CLOSE, OPEN};
+        if crate::tools::ToolFormat::of(&self.source) == crate::tools::ToolFormat::Harmony
+            && self.source.contains("analysis")
+        {
+            return Thinking::Always;
+        }
         if !self.source.contains(OPEN) && !self.source.contains(CLOSE) {
             return Thinking::None;
         }

@@ -80,7 +80,13 @@ fn ask(budget: Option<usize>, max: usize) -> GenerateRequest {
 }
 
 /// The harmony markup a split answer must not show.
-const MARKUP: &[&str] = &["<|channel|>", "<|message|>", "<|start|>", "<|end|>", "analysis"];
+const MARKUP: &[&str] = &[
+    "<|channel|>",
+    "<|message|>",
+    "<|start|>",
+    "<|end|>",
+    "analysis",
+];
 
 /// Through the engine, with the real gpt-oss template: the answer's analysis message arrives
 /// as reasoning and its final message as content, the markup in neither. (A random-weight
@@ -101,7 +107,10 @@ fn harmony_channels_stream_as_reasoning_then_content() {
     // The 8 thought tokens, then the analysis closed and the final message opened, then the
     // answer.
     let close = tok
-        .encode_with("<|end|><|start|>assistant<|channel|>final<|message|>", false)
+        .encode_with(
+            "<|end|><|start|>assistant<|channel|>final<|message|>",
+            false,
+        )
         .unwrap();
     assert_eq!(close.len(), 6, "four markers and two words: {close:?}");
     assert_eq!(&a.ids[8..8 + close.len()], &close[..]);

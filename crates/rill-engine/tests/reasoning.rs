@@ -238,6 +238,11 @@ fn templates_say_how_their_models_think() {
         thinking("meta-llama-Llama-3.2-3B-Instruct.jinja"),
         Thinking::None
     );
+    // gpt-oss's harmony always starts with its analysis channel.
+    assert_eq!(thinking("openai-gpt-oss-120b.jinja"), Thinking::Always);
+    let info = rill_engine::inspect(&test_model("gpt-oss-test.MXFP4")).unwrap();
+    assert_eq!(info.thinking, Thinking::Always);
+    assert!(info.runs && info.family == "gpt-oss", "{info:?}");
     // And the test model's file says so.
     let info = rill_engine::inspect(&test_model("deepseek-r1-qwen-test.Q8_0")).unwrap();
     assert_eq!(info.thinking, Thinking::OnRequest);
