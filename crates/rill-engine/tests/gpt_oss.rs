@@ -28,6 +28,35 @@ fn gpt_oss_matches_llama_cpp() {
     parity_but(GPT_OSS[1], F16_TIE);
 }
 
+/// The MXFP4 experts are read where they lie in the memory-mapped file, not copied: the
+/// model holds every byte of the file's `ffn_{gate,up,down}_exps` tensors in the map (the
+/// parity test above runs on them), and none of the F16 file's, whose experts our kernels
+/// read as they are too but from memory of our own.
+#[test]
+fn mxfp4_experts_stay_in_the_mapped_file() {
+    use rill_engine::model::{gguf, Model};
+    for (name, mapped) in [(GPT_OSS[0], true), (GPT_OSS[1], false)] {
+        let path = test_model(name);
+        let mut file = std::fs::File::open(&path).unwrap();
+        let len = file.metadata().unwrap().len();
+        let header = gguf::read(&mut file, len).unwrap();
+        let experts: u64 = header
+            .tensor_infos
+            .iter()
+            .filter(|(n, _)| n.ends_with("_exps.weight"))
+            .map(|(_, t)| {
+                // GGUF's order: the innermost dimension first.
+                let dims: Vec<usize> = t.shape.dims().iter().rev().copied().collect();
+                gguf::tensor_bytes(&dims, t.dtype).unwrap()
+            })
+            .sum();
+        assert!(experts > 0);
+        let model = Model::load(&path, &candle_core::Device::Cpu, None).unwrap();
+        let want = if mapped { experts as usize } else { 0 };
+        assert_eq!(model.weights.mapped_weight_bytes(), want, "{name}");
+    }
+}
+
 /// One answer through the engine: its ids, its content and reasoning as the events carried
 /// them, and why it ended.
 struct Answer {

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use super::{aggregate_tps, peak_rss_mb, together_tps, BenchArgs, StreamResult};
+use super::{aggregate_tps, anon_rss_mb, peak_rss_mb, together_tps, BenchArgs, StreamResult};
 
 #[derive(Serialize)]
 pub(super) struct Percentiles {
@@ -27,6 +27,8 @@ pub(super) struct Report {
     pub(super) ttft_ms: Percentiles,
     pub(super) itl_ms: Percentiles,
     pub(super) peak_rss_mb: f64,
+    /// Of the resident set at the end, what is the process's own, not mapped file pages.
+    pub(super) anon_rss_mb: f64,
     /// From the engine's start to its model loaded, tokenizer and weights (warm page cache
     /// when the file was read recently).
     pub(super) load_ms: f64,
@@ -96,6 +98,7 @@ impl Report {
                     .collect(),
             ),
             peak_rss_mb: peak_rss_mb(),
+            anon_rss_mb: anon_rss_mb(),
             load_ms: 0.0,
             per_stream_decode_tps: results.iter().map(|r| r.decode_tps).collect(),
             aggregate_tps: aggregate_tps(results),
@@ -186,7 +189,10 @@ pub(super) fn print_report(
                 d.p50, d.p95, af.p50, af.p95
             );
         }
-        println!("peak rss     {:.0} MB", report.peak_rss_mb);
+        println!(
+            "peak rss     {:.0} MB (at the end {:.0} MB the process's own, the rest mapped file)",
+            report.peak_rss_mb, report.anon_rss_mb
+        );
         if report.load_ms > 0.0 {
             println!("load         {:.0} ms", report.load_ms);
         }

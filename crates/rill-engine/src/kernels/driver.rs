@@ -45,6 +45,15 @@ pub(crate) trait Format: Quantise {
     const ROWS_AVX2: [RowsFn<Self, Self::Act>; 2];
     /// With an `isa` already [`checked`](Isa::checked) (the matrix's).
     fn dot(isa: Isa, w: &[Self], a: &[Self::Act]) -> f32;
+    /// Every weight row `j` of `w` (whole rows of `a.len()` blocks) dotted with the one
+    /// activation row `a`, into `out[j]`: a one-row step's product. Each output is
+    /// [`dot`](Self::dot)'s bits; a format may take several weight rows at once for that.
+    fn dots(isa: Isa, w: &[Self], a: &[Self::Act], out: &mut [f32]) {
+        let kb = a.len();
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = Self::dot(isa, &w[j * kb..(j + 1) * kb], a);
+        }
+    }
     /// Every weight row `j` of `w` (whole rows of `acts.kb` blocks) dotted with every
     /// activation row `i` in `is`, into `out[j·sj + (i - is.start)·si]`.
     fn rows(
@@ -271,10 +280,8 @@ pub(crate) fn rows_times<F: Format>(
         out.par_chunks_mut(ROWS_PER_TASK)
             .enumerate()
             .for_each(|(task, chunk)| {
-                for (r, d) in chunk.iter_mut().enumerate() {
-                    let j = task * ROWS_PER_TASK + r;
-                    *d = F::dot(isa, &w[j * kb..(j + 1) * kb], &q);
-                }
+                let first = task * ROWS_PER_TASK;
+                F::dots(isa, &w[first * kb..(first + chunk.len()) * kb], &q, chunk);
             });
         return;
     }

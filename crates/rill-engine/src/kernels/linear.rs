@@ -29,8 +29,9 @@ pub(crate) enum Weights {
     /// F16 and BF16 rows as the file holds them (`halves.rs`).
     F16(Vec<f16>),
     Bf16(Vec<half::bf16>),
-    /// MXFP4 blocks as the file holds them (`mxfp4.rs`).
-    Mxfp4(Vec<BlockMxfp4>),
+    /// MXFP4 blocks as the file holds them (`mxfp4.rs`), in the memory-mapped file where the
+    /// model was loaded from one (`mapped.rs`).
+    Mxfp4(Mxfp4Rows),
 }
 
 /// `$body` with `$w` bound to the weights of whatever layout `$weights` holds.
@@ -53,7 +54,7 @@ macro_rules! each_layout {
             Weights::Q8_0x16($w) => $body,
             Weights::F16($w) => $body,
             Weights::Bf16($w) => $body,
-            Weights::Mxfp4($w) => $body,
+            Weights::Mxfp4(_) => unreachable!("MXFP4 is handled before"),
         }
     };
 }
@@ -78,7 +79,7 @@ impl Weights {
             Weights::Q8_0x16(w) => 16 * w.len(),
             Weights::F16(w) => w.len() / QK,
             Weights::Bf16(w) => w.len() / QK,
-            Weights::Mxfp4(w) => w.len(),
+            Weights::Mxfp4(w) => w.n_blocks(),
         }
     }
 
@@ -169,19 +170,39 @@ impl QLinear {
     /// [`from_qtensor`](Self::from_qtensor) from a tensor's format, shape (`[n_out, k]`) and
     /// bytes as the file holds them (a model's weights come straight from a map of the file).
     pub fn from_raw(dtype: TensorType, dims: &[usize], bytes: &[u8], isa: Isa) -> Option<QLinear> {
+        Self::from_raw_in(dtype, dims, bytes, isa, None)
+    }
+
+    /// [`from_raw`](Self::from_raw), where `bytes` lie at `.1` in the map `.0`: a format that
+    /// runs as the file holds it (MXFP4) is read there and not copied (`mapped.rs`).
+    pub(crate) fn from_raw_in(
+        dtype: TensorType,
+        dims: &[usize],
+        bytes: &[u8],
+        isa: Isa,
+        map: Option<(&std::sync::Arc<memmap2::Mmap>, usize)>,
+    ) -> Option<QLinear> {
         if !Self::supports_raw(dtype, dims) {
             return None;
         }
         let dtype = match dtype {
             TensorType::Ggml(d) => d,
-            // MXFP4 in its blocks, as the file holds them (byte-aligned: no copy would be
-            // needed to read them in place).
+            // MXFP4 in its blocks, as the file holds them: in the map, or copied.
             TensorType::Mxfp4 => {
                 let isa = isa.checked();
                 let &[n_out, k] = dims else {
                     return None;
                 };
-                let weights = Weights::Mxfp4(blocks(bytes)?);
+                // Only where `bytes` are the map's own, at `at`.
+                let rows = match map {
+                    Some((map, at))
+                        if map.get(at..).is_some_and(|m| m.as_ptr() == bytes.as_ptr()) =>
+                    {
+                        Mxfp4Rows::mapped(map.clone(), at, bytes.len())?
+                    }
+                    _ => Mxfp4Rows::owned(blocks(bytes)?),
+                };
+                let weights = Weights::Mxfp4(rows);
                 return (weights.n_blocks() == n_out * (k / QK)).then_some(QLinear {
                     weights,
                     n_out,
@@ -281,9 +302,20 @@ impl QLinear {
         self.file_bytes
     }
 
+    /// Bytes of weights that lie in the memory-mapped file, not in memory of our own.
+    pub fn mapped_bytes(&self) -> usize {
+        match &self.weights {
+            Weights::Mxfp4(w) => w.mapped_bytes(),
+            _ => 0,
+        }
+    }
+
     /// Bytes of weights held: what one product reads.
     pub fn bytes(&self) -> usize {
-        each_layout!(&self.weights, w => std::mem::size_of_val(w.as_slice()))
+        match &self.weights {
+            Weights::Mxfp4(w) => w.bytes(),
+            weights => each_layout!(weights, w => std::mem::size_of_val(w.as_slice())),
+        }
     }
 
     /// Row `j` as f32 into `out` (`k` values): an embedding lookup straight from the quantised
@@ -317,7 +349,7 @@ impl QLinear {
             Weights::F16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
             Weights::Bf16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
             Weights::Mxfp4(w) => {
-                dequantize_blocks(w[row].iter().copied(), out, QK, dequantize_mxfp4)
+                dequantize_blocks(w.row(j, kb).iter().copied(), out, QK, dequantize_mxfp4)
             }
         }
     }
@@ -356,7 +388,7 @@ impl QLinear {
             Weights::Q8_0x16(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::F16(w) => half_times(self.isa, w, x, m, self.k, out),
             Weights::Bf16(w) => half_times(self.isa, w, x, m, self.k, out),
-            Weights::Mxfp4(w) => rows_times(self.isa, w, x, m, self.k, out),
+            Weights::Mxfp4(w) => w.matmul(self.isa, x, m, self.k, out),
         }
     }
 

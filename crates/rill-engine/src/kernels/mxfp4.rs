@@ -37,11 +37,22 @@ pub const KVALUES_MXFP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
 /// `ggml_e8m0_to_fp32_half`): exact for every `e`, subnormal for 0 and 1.
 #[inline(always)]
 pub fn e8m0_half(e: u8) -> f32 {
-    match e {
-        0 | 1 => f32::from_bits(0x0020_0000 << e),
-        _ => f32::from_bits((e as u32 - 1) << 23),
-    }
+    E8M0_HALF[usize::from(e)]
 }
+
+/// [`e8m0_half`] of every exponent, looked up rather than branched on in the kernels.
+static E8M0_HALF: [f32; 256] = {
+    let mut t = [0f32; 256];
+    let mut e = 0;
+    while e < 256 {
+        t[e] = match e {
+            0 | 1 => f32::from_bits(0x0020_0000 << e),
+            _ => f32::from_bits((e as u32 - 1) << 23),
+        };
+        e += 1;
+    }
+    t
+};
 
 /// Element `i` of a block as its doubled E2M1 integer.
 #[inline(always)]
@@ -123,6 +134,20 @@ impl Format for BlockMxfp4 {
         isa.dot_mxfp4_q8_0_checked(w, a)
     }
 
+    fn dots(isa: Isa, w: &[Self], a: &[BlockQ8_0], out: &mut [f32]) {
+        let kb = a.len();
+        assert_eq!(w.len(), out.len() * kb);
+        #[cfg(target_arch = "x86_64")]
+        if isa.avx2() {
+            // SAFETY: as in `dot_mxfp4_q8_0_checked`; `out.len()` weight rows of `kb` blocks
+            // at `w` (asserted above) against one activation row of `kb`.
+            return unsafe { simd::dots_for(isa, w, a, out) };
+        }
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = dot_mxfp4_q8_0_scalar(&w[j * kb..(j + 1) * kb], a);
+        }
+    }
+
     fn rows(
         isa: Isa,
         w: &[Self],
@@ -160,7 +185,52 @@ mod simd {
 
     /// The byte products of one block, for every instruction set: four per i32 lane.
     macro_rules! kernels {
-        ($tile:ident, $features:literal, |$u:ident, $s:ident| $dot4:expr) => {
+        ($tile:ident, $wtile:ident, $features:literal, |$u:ident, $s:ident| $dot4:expr) => {
+            /// `R` MXFP4 weight rows (row r at `w + r·kb`) × one Q8_0 activation row, into
+            /// `out[r]`: a one-row step's tile. The activation block is loaded and its scale
+            /// read once for the `R` rows, whose independent sums keep the FMA units busy;
+            /// each row's arithmetic is `$tile`'s, so its bits are too.
+            ///
+            /// # Safety
+            /// The target features; `R·kb` blocks readable at `w`, `kb` at `a`, `out` of `R`.
+            #[inline]
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $wtile<const R: usize>(
+                w: *const BlockMxfp4,
+                kb: usize,
+                a: *const BlockQ8_0,
+                out: &mut [f32],
+            ) {
+                let t = f16_table();
+                let table = _mm_loadu_si128(KVALUES_MXFP4.as_ptr() as *const __m128i);
+                let low = _mm_set1_epi8(0x0F);
+                let mut acc = [_mm256_setzero_ps(); R];
+                for b in 0..kb {
+                    let y = &*a.add(b);
+                    let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                    let dy = h(t, y.d);
+                    for r in 0..R {
+                        let x = &*w.add(r * kb + b);
+                        let nibbles = _mm_loadu_si128(x.qs.as_ptr() as *const __m128i);
+                        let lo = _mm_shuffle_epi8(table, _mm_and_si128(nibbles, low));
+                        let hi =
+                            _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(nibbles, 4), low));
+                        let qx = _mm256_set_m128i(hi, lo);
+                        let ($u, $s) = (_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+                        let sums = _mm256_cvtepi32_ps($dot4);
+                        let scale = _mm256_set1_ps(e8m0_half(x.e) * dy);
+                        acc[r] = _mm256_fmadd_ps(scale, sums, acc[r]);
+                    }
+                }
+                for r in 0..R {
+                    let v = acc[r];
+                    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+                    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+                    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+                    out[r] = _mm_cvtss_f32(s);
+                }
+            }
+
             /// One MXFP4 weight row (`kb` blocks at `w`) × `C` Q8_0 activation rows (row c at
             /// `a + c·kb`), into `out[c·si]`.
             ///
@@ -212,24 +282,29 @@ mod simd {
         };
     }
 
-    kernels!(tile_avx2, "avx2,fma,f16c", |u, s| _mm256_madd_epi16(
-        _mm256_maddubs_epi16(u, s),
-        _mm256_set1_epi16(1)
-    ));
-    kernels!(tile_avx_vnni, "avx2,fma,f16c,avxvnni", |u, s| {
-        let mut acc = _mm256_setzero_si256();
-        // AVX-VNNI's VEX form (the CPU is checked at run time).
-        std::arch::asm!(
-            "{{vex}} vpdpbusd {acc}, {u}, {s}",
-            acc = inout(ymm_reg) acc,
-            u = in(ymm_reg) u,
-            s = in(ymm_reg) s,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-        acc
+    kernels!(tile_avx2, wtile_avx2, "avx2,fma,f16c", |u, s| {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
     });
     kernels!(
+        tile_avx_vnni,
+        wtile_avx_vnni,
+        "avx2,fma,f16c,avxvnni",
+        |u, s| {
+            let mut acc = _mm256_setzero_si256();
+            // AVX-VNNI's VEX form (the CPU is checked at run time).
+            std::arch::asm!(
+                "{{vex}} vpdpbusd {acc}, {u}, {s}",
+                acc = inout(ymm_reg) acc,
+                u = in(ymm_reg) u,
+                s = in(ymm_reg) s,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+            acc
+        }
+    );
+    kernels!(
         tile_avx512,
+        wtile_avx512,
         "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
         |u, s| _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
     );
@@ -257,6 +332,33 @@ mod simd {
             Isa::Avx512Vnni if has_avx512_vl() => tile_avx512::<C>(w, kb, a, out, si),
             _ if isa.avx_vnni() => tile_avx_vnni::<C>(w, kb, a, out, si),
             _ => tile_avx2::<C>(w, kb, a, out, si),
+        }
+    }
+
+    /// Weight rows per one-row tile.
+    const W_ROWS: usize = 4;
+
+    /// [`Format::dots`] for MXFP4: the weight rows [`W_ROWS`] at a time against the one
+    /// activation row.
+    ///
+    /// # Safety
+    /// `isa` checked and [`avx2`](Isa::avx2); `out.len()` rows of `a.len()` blocks at `w`.
+    pub(super) unsafe fn dots_for(isa: Isa, w: &[BlockMxfp4], a: &[BlockQ8_0], out: &mut [f32]) {
+        let kb = a.len();
+        for (n, o) in out.chunks_mut(W_ROWS).enumerate() {
+            let (wp, ap) = (w.as_ptr().add(n * W_ROWS * kb), a.as_ptr());
+            match (isa, o.len()) {
+                (Isa::Avx512Vnni, 4) if has_avx512_vl() => wtile_avx512::<4>(wp, kb, ap, o),
+                (_, 4) if isa.avx_vnni() => wtile_avx_vnni::<4>(wp, kb, ap, o),
+                (_, 4) => wtile_avx2::<4>(wp, kb, ap, o),
+                // The last few rows one at a time.
+                _ => {
+                    for (r, o) in o.iter_mut().enumerate() {
+                        let wr = wp.add(r * kb);
+                        tile::<1>(isa, wr, kb, ap, std::slice::from_mut(o), 1);
+                    }
+                }
+            }
         }
     }
 
@@ -414,7 +516,7 @@ mod tests {
     #[test]
     fn the_matmul_gives_every_output_the_reference_bits() {
         let mut r = Lcg(5);
-        let (n_out, k) = (72, 9 * QK);
+        let (n_out, k) = (74, 9 * QK);
         let w = quantize(&r.vec(n_out * k));
         let raw = bytes(&w);
         for m in (1..=6).chain([70]) {
@@ -446,6 +548,64 @@ mod tests {
                 );
                 assert_eq!(row, want);
             }
+        }
+    }
+
+    /// Read in place from a map of the file (at odd offsets, a gate and an up far apart and
+    /// stacked into one matrix, as an expert's are): every output has the bits of the same
+    /// matrix copied into memory, for one row and for batches, on every instruction set; only
+    /// bytes that are the map's own are read there.
+    #[test]
+    fn a_matrix_read_in_the_map_gives_the_copys_bits() {
+        use std::io::Write;
+        use std::sync::Arc;
+        let mut r = Lcg(9);
+        let (n, k) = (40, 5 * QK);
+        let (gate, up) = (
+            bytes(&quantize(&r.vec(n * k))),
+            bytes(&quantize(&r.vec(n * k))),
+        );
+        let mut file = tempfile::tempfile().unwrap();
+        let (at_gate, at_up) = (5, 5 + gate.len() + 3);
+        file.write_all(&[7; 5]).unwrap();
+        file.write_all(&gate).unwrap();
+        file.write_all(&[1, 2, 3]).unwrap();
+        file.write_all(&up).unwrap();
+        // SAFETY: the test's own temporary file, only read.
+        let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.unwrap());
+        let whole = [gate.clone(), up.clone()].concat();
+        for isa in Isa::available() {
+            let raw = |at: usize, len: usize| {
+                let bytes = &map[at..at + len];
+                QLinear::from_raw_in(TensorType::Mxfp4, &[n, k], bytes, isa, Some((&map, at)))
+                    .unwrap()
+            };
+            let mapped = QLinear::stack(vec![raw(at_gate, gate.len()), raw(at_up, up.len())])
+                .expect("MXFP4 parts stack");
+            assert_eq!(mapped.mapped_bytes(), whole.len());
+            assert_eq!(mapped.bytes(), whole.len());
+            let copy = QLinear::from_raw(TensorType::Mxfp4, &[2 * n, k], &whole, isa).unwrap();
+            assert_eq!(copy.mapped_bytes(), 0);
+            for m in [1, 2, 3, 70] {
+                let x = r.vec(m * k);
+                let (a, b) = (mapped.product(&x, m), copy.product(&x, m));
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&b), "{isa:?} m={m}");
+            }
+            let (mut a, mut b) = (vec![0f32; k], vec![0f32; k]);
+            mapped.dequantize_row(n + 3, &mut a);
+            copy.dequantize_row(n + 3, &mut b);
+            assert_eq!(a, b);
+            // Bytes that are not the map's at that offset are copied, not read there.
+            let elsewhere = QLinear::from_raw_in(
+                TensorType::Mxfp4,
+                &[n, k],
+                &gate,
+                isa,
+                Some((&map, at_gate)),
+            )
+            .unwrap();
+            assert_eq!(elsewhere.mapped_bytes(), 0);
         }
     }
 }

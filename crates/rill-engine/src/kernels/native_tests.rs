@@ -40,7 +40,7 @@ impl QLinear {
             Weights::Q8_0x16(w) => dot(w, kb, j, &a8),
             Weights::F16(w) => dot_half_ref(&w[j * self.k..(j + 1) * self.k], xs),
             Weights::Bf16(w) => dot_half_ref(&w[j * self.k..(j + 1) * self.k], xs),
-            Weights::Mxfp4(w) => dot_mxfp4_q8_0_scalar(&w[j * kb..(j + 1) * kb], &a8),
+            Weights::Mxfp4(w) => dot_mxfp4_q8_0_scalar(w.row(j, kb), &a8),
         }
     }
 }

@@ -308,6 +308,14 @@ impl Experts {
             .fold(self.router.bytes(), |(a, b), (x, y)| (a + x, b + y))
     }
 
+    /// Bytes of the experts' weights read in the file's map rather than held.
+    pub(super) fn mapped_bytes(&self) -> usize {
+        self.experts
+            .iter()
+            .map(|e| e.gate_up.mapped_bytes() + e.down.mapped_bytes())
+            .sum()
+    }
+
     /// Bytes a one-row step reads: the router and `used` experts of the average size.
     pub(super) fn step_bytes(&self) -> (usize, usize) {
         let (router, all) = (self.router.bytes(), self.bytes());

@@ -458,6 +458,19 @@ impl Llama {
             .fold(self.output.bytes(), add)
     }
 
+    /// Bytes of weights read where they lie in the memory-mapped file (MXFP4 experts: their
+    /// pages are the page cache's, shared, and resident only once read), not held in memory
+    /// of the model's own.
+    pub fn mapped_weight_bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match &l.ffn {
+                Ffn::Experts(e) => e.mapped_bytes(),
+                Ffn::Dense { gate_up, down } => gate_up.mapped_bytes() + down.mapped_bytes(),
+            })
+            .sum()
+    }
+
     /// Bytes one position costs in one layer (keys and values): the [`KvType`]'s on the host,
     /// f32 in candle's tensors.
     fn kv_bytes_per_layer(&self) -> usize {

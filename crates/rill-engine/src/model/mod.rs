@@ -253,16 +253,18 @@ impl Model {
             .ok_or_else(|| Error::UnsupportedArchitecture(info.architecture.clone()))?;
         // On Unix the weights come from a map of the file: our kernels' panels are made from
         // its bytes, and what candle runs is copied out of it (elsewhere, or where mapping
-        // fails, the file is read). The map lives only while the model loads, and each
-        // tensor's pages leave it once that tensor is made.
+        // fails, the file is read); each copied tensor's pages leave the map once it is made.
+        // MXFP4 matrices (gpt-oss's experts) are not copied: they are read in the map, which
+        // lives as long as they do (`kernels/mapped.rs`).
         #[cfg(unix)]
-        // SAFETY: the map is only read, and only here; nothing made from it keeps it. A
-        // file another program shrinks during these seconds could fault (SIGBUS), as with any
-        // mapped model file (llama.cpp's too); one it rewrites gives wrong weights, as a read
-        // would.
-        let map = unsafe { memmap2::Mmap::map(reader.get_ref()) }.ok();
+        // SAFETY: the map is only read. A file another program shrinks while the model is
+        // loaded could fault (SIGBUS), as with any mapped model file (llama.cpp's too); one it
+        // rewrites gives wrong weights, as a read would.
+        let map = unsafe { memmap2::Mmap::map(reader.get_ref()) }
+            .ok()
+            .map(std::sync::Arc::new);
         #[cfg(not(unix))]
-        let map: Option<memmap2::Mmap> = None;
+        let map: Option<std::sync::Arc<memmap2::Mmap>> = None;
         // The tokenizer (a BPE of up to 280,000 merges) is built beside the weights.
         let (text, weights) = std::thread::scope(|s| {
             let text = s.spawn(|| check_content(path, &content, &info, path.parent()));

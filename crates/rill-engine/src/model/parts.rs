@@ -36,6 +36,14 @@ impl Linear {
         }
     }
 
+    /// Bytes of its weights read in the file's map rather than held.
+    pub(super) fn mapped_bytes(&self) -> usize {
+        match self {
+            Linear::Ours(l) => l.mapped_bytes(),
+            Linear::Candle(_) => 0,
+        }
+    }
+
     pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(match self {
             Linear::Ours(l) => l.forward(x)?,
@@ -61,9 +69,11 @@ impl Linear {
     }
 }
 
-/// The matrix on our kernels, made from the file's bytes, where they run its format.
+/// The matrix on our kernels, made from the file's bytes (or read in the file's map, for a
+/// format they run as it lies), where they run its format.
 fn ours(t: &RawTensor) -> Option<crate::kernels::QLinear> {
-    crate::kernels::QLinear::from_raw(t.dtype, &t.dims, &t.bytes, crate::kernels::Isa::detect())
+    let isa = crate::kernels::Isa::detect();
+    crate::kernels::QLinear::from_raw_in(t.dtype, &t.dims, &t.bytes, isa, t.map())
 }
 
 /// Bytes of a candle matrix's weights.
@@ -201,6 +211,15 @@ impl Group {
                 .map(Linear::bytes)
                 .fold((0, 0), |(a, b), (x, y)| (a + x, b + y)),
             Group::Fused(m, _) => (matmul_bytes(m), matmul_bytes(m)),
+        }
+    }
+
+    /// Bytes of its weights read in the file's map rather than held.
+    pub(super) fn mapped_bytes(&self) -> usize {
+        match self {
+            Group::Stacked(l, _) => l.mapped_bytes(),
+            Group::Apart(ls) => ls.iter().map(Linear::mapped_bytes).sum(),
+            Group::Fused(..) => 0,
         }
     }
 

@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::io::{Read, Seek, SeekFrom};
+use std::sync::Arc;
 
 use candle_core::quantized::QTensor;
 use candle_core::Device;
@@ -14,7 +15,7 @@ use crate::kernels::TensorType;
 
 /// Where the weights' bytes come from: a map of the whole file, or the file read.
 pub(crate) enum TensorSource<'a, R> {
-    Mapped(&'a memmap2::Mmap),
+    Mapped(&'a Arc<memmap2::Mmap>),
     Read(&'a mut R),
 }
 
@@ -26,10 +27,16 @@ pub(crate) struct RawTensor<'a> {
     pub(crate) bytes: Cow<'a, [u8]>,
     device: Device,
     /// The map and the tensor's offset in it, when borrowed from one.
-    mapped: Option<(&'a memmap2::Mmap, usize)>,
+    mapped: Option<(&'a Arc<memmap2::Mmap>, usize)>,
 }
 
 impl RawTensor<'_> {
+    /// The map the bytes lie in, and their offset there, when they come from one: a format
+    /// our kernels run as the file holds it reads them there (`kernels/mapped.rs`).
+    pub(crate) fn map(&self) -> Option<(&Arc<memmap2::Mmap>, usize)> {
+        self.mapped
+    }
+
     /// As a candle tensor on the model's device (a copy of the bytes); refused for a format
     /// only our kernels read (MXFP4).
     pub(crate) fn qtensor(&self) -> candle_core::Result<QTensor> {
@@ -125,7 +132,7 @@ pub(crate) fn raw_tensor<'a, R: Read + Seek>(
     };
     let (bytes, mapped) = match source {
         TensorSource::Mapped(map) => {
-            let map: &'a memmap2::Mmap = map;
+            let map: &'a Arc<memmap2::Mmap> = map;
             let at = usize::try_from(start)
                 .ok()
                 .filter(|&at| at.checked_add(size).is_some_and(|end| end <= map.len()))
@@ -174,7 +181,7 @@ mod tests {
         let len = file.metadata().unwrap().len();
         let mut ct = crate::model::gguf::read(&mut file, len).unwrap();
         // SAFETY: a test's own file, only read.
-        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.unwrap());
         let names: Vec<String> = ct.tensor_infos.keys().cloned().collect();
         let mut dtypes = std::collections::BTreeSet::new();
         for name in &names {
