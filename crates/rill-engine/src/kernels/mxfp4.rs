@@ -176,8 +176,8 @@ impl Format for BlockMxfp4 {
     }
 }
 
-/// The x86 paths: one tile shape (a weight row × up to [`TILE_A`] activation rows) compiled
-/// three times, for AVX2's `maddubs`, AVX-VNNI's `vpdpbusd` and AVX-512's.
+/// The x86 paths: one tile shape (weight rows × activation rows, each count a constant)
+/// compiled three times, for AVX2's `maddubs`, AVX-VNNI's `vpdpbusd` and AVX-512's.
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use super::*;
@@ -185,125 +185,84 @@ mod simd {
 
     /// The byte products of one block, for every instruction set: four per i32 lane.
     macro_rules! kernels {
-        ($tile:ident, $wtile:ident, $features:literal, |$u:ident, $s:ident| $dot4:expr) => {
-            /// `R` MXFP4 weight rows (row r at `w + r·kb`) × one Q8_0 activation row, into
-            /// `out[r]`: a one-row step's tile. The activation block is loaded and its scale
-            /// read once for the `R` rows, whose independent sums keep the FMA units busy;
-            /// each row's arithmetic is `$tile`'s, so its bits are too.
+        ($wtile:ident, $features:literal, |$u:ident, $s:ident| $dot4:expr) => {
+            /// `R` MXFP4 weight rows (row r at `w + r·kb`) × `C` Q8_0 activation rows (row c
+            /// at `a + c·kb`), into `out[r·sj + c·si]`. Each weight block is decoded once for
+            /// the `C` rows and each activation block loaded once for the `R`, and the `R·C`
+            /// independent sums keep the FMA units busy; each pair's arithmetic is the same
+            /// for every `R` and `C`, so its bits are those of the pair alone.
             ///
             /// # Safety
-            /// The target features; `R·kb` blocks readable at `w`, `kb` at `a`, `out` of `R`.
+            /// The target features; `R·kb` blocks readable at `w`, `C·kb` at `a`, and
+            /// `out[r·sj + c·si]` writable for every `r < R`, `c < C`.
             #[inline]
             #[target_feature(enable = $features)]
-            pub(super) unsafe fn $wtile<const R: usize>(
+            pub(super) unsafe fn $wtile<const R: usize, const C: usize>(
                 w: *const BlockMxfp4,
                 kb: usize,
                 a: *const BlockQ8_0,
                 out: &mut [f32],
+                sj: usize,
+                si: usize,
             ) {
                 let t = f16_table();
                 let table = _mm_loadu_si128(KVALUES_MXFP4.as_ptr() as *const __m128i);
                 let low = _mm_set1_epi8(0x0F);
-                let mut acc = [_mm256_setzero_ps(); R];
+                let mut acc = [[_mm256_setzero_ps(); C]; R];
                 for b in 0..kb {
-                    let y = &*a.add(b);
-                    let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-                    let dy = h(t, y.d);
+                    let mut qx = [_mm256_setzero_si256(); R];
+                    let mut dx = [0f32; R];
                     for r in 0..R {
                         let x = &*w.add(r * kb + b);
                         let nibbles = _mm_loadu_si128(x.qs.as_ptr() as *const __m128i);
                         let lo = _mm_shuffle_epi8(table, _mm_and_si128(nibbles, low));
                         let hi =
                             _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(nibbles, 4), low));
-                        let qx = _mm256_set_m128i(hi, lo);
-                        let ($u, $s) = (_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
-                        let sums = _mm256_cvtepi32_ps($dot4);
-                        let scale = _mm256_set1_ps(e8m0_half(x.e) * dy);
-                        acc[r] = _mm256_fmadd_ps(scale, sums, acc[r]);
+                        qx[r] = _mm256_set_m128i(hi, lo);
+                        dx[r] = e8m0_half(x.e);
                     }
-                }
-                for r in 0..R {
-                    let v = acc[r];
-                    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-                    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-                    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-                    out[r] = _mm_cvtss_f32(s);
-                }
-            }
-
-            /// One MXFP4 weight row (`kb` blocks at `w`) × `C` Q8_0 activation rows (row c at
-            /// `a + c·kb`), into `out[c·si]`.
-            ///
-            /// # Safety
-            /// The target features; `kb` blocks readable at `w` and at each activation row,
-            /// and `out[c·si]` writable for every `c < C`.
-            #[inline]
-            #[target_feature(enable = $features)]
-            pub(super) unsafe fn $tile<const C: usize>(
-                w: *const BlockMxfp4,
-                kb: usize,
-                a: *const BlockQ8_0,
-                out: &mut [f32],
-                si: usize,
-            ) {
-                let t = f16_table();
-                let table = _mm_loadu_si128(KVALUES_MXFP4.as_ptr() as *const __m128i);
-                let low = _mm_set1_epi8(0x0F);
-                let mut acc = [_mm256_setzero_ps(); C];
-                for b in 0..kb {
-                    let x = &*w.add(b);
-                    let nibbles = _mm_loadu_si128(x.qs.as_ptr() as *const __m128i);
-                    // Elements 0..16 from the low nibbles, 16..32 from the high ones.
-                    let lo = _mm_shuffle_epi8(table, _mm_and_si128(nibbles, low));
-                    let hi =
-                        _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(nibbles, 4), low));
-                    let qx = _mm256_set_m128i(hi, lo);
-                    let ax = _mm256_sign_epi8(qx, qx);
-                    let dx = e8m0_half(x.e);
                     for c in 0..C {
                         let y = &*a.add(c * kb + b);
                         let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-                        // |x| · (y with x's sign): u8 × i8, |products| ≤ 12·127.
-                        let ($u, $s) = (ax, _mm256_sign_epi8(qy, qx));
-                        let sums = _mm256_cvtepi32_ps($dot4);
-                        let scale = _mm256_set1_ps(dx * h(t, y.d));
-                        acc[c] = _mm256_fmadd_ps(scale, sums, acc[c]);
+                        let dy = h(t, y.d);
+                        for r in 0..R {
+                            let ($u, $s) =
+                                (_mm256_sign_epi8(qx[r], qx[r]), _mm256_sign_epi8(qy, qx[r]));
+                            let sums = _mm256_cvtepi32_ps($dot4);
+                            let scale = _mm256_set1_ps(dx[r] * dy);
+                            acc[r][c] = _mm256_fmadd_ps(scale, sums, acc[r][c]);
+                        }
                     }
                 }
-                for c in 0..C {
-                    // `lanes_sum`'s tree.
-                    let v = acc[c];
-                    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-                    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-                    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-                    out[c * si] = _mm_cvtss_f32(s);
+                for r in 0..R {
+                    for c in 0..C {
+                        let v = acc[r][c];
+                        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+                        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+                        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+                        out[r * sj + c * si] = _mm_cvtss_f32(s);
+                    }
                 }
             }
         };
     }
 
-    kernels!(tile_avx2, wtile_avx2, "avx2,fma,f16c", |u, s| {
+    kernels!(wtile_avx2, "avx2,fma,f16c", |u, s| {
         _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
     });
+    kernels!(wtile_avx_vnni, "avx2,fma,f16c,avxvnni", |u, s| {
+        let mut acc = _mm256_setzero_si256();
+        // AVX-VNNI's VEX form (the CPU is checked at run time).
+        std::arch::asm!(
+            "{{vex}} vpdpbusd {acc}, {u}, {s}",
+            acc = inout(ymm_reg) acc,
+            u = in(ymm_reg) u,
+            s = in(ymm_reg) s,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        acc
+    });
     kernels!(
-        tile_avx_vnni,
-        wtile_avx_vnni,
-        "avx2,fma,f16c,avxvnni",
-        |u, s| {
-            let mut acc = _mm256_setzero_si256();
-            // AVX-VNNI's VEX form (the CPU is checked at run time).
-            std::arch::asm!(
-                "{{vex}} vpdpbusd {acc}, {u}, {s}",
-                acc = inout(ymm_reg) acc,
-                u = in(ymm_reg) u,
-                s = in(ymm_reg) s,
-                options(pure, nomem, nostack, preserves_flags),
-            );
-            acc
-        }
-    );
-    kernels!(
-        tile_avx512,
         wtile_avx512,
         "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
         |u, s| _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
@@ -315,7 +274,8 @@ mod simd {
         *HAS.get_or_init(|| is_x86_feature_detected!("avx512vl"))
     }
 
-    /// A tile on the best instruction set `isa` allows.
+    /// One weight row × `C` activation rows (into `out[c·si]`) on the best instruction set
+    /// `isa` allows.
     ///
     /// # Safety
     /// `isa` checked and [`avx2`](Isa::avx2); the bounds of the tiles.
@@ -328,11 +288,7 @@ mod simd {
         out: &mut [f32],
         si: usize,
     ) {
-        match isa {
-            Isa::Avx512Vnni if has_avx512_vl() => tile_avx512::<C>(w, kb, a, out, si),
-            _ if isa.avx_vnni() => tile_avx_vnni::<C>(w, kb, a, out, si),
-            _ => tile_avx2::<C>(w, kb, a, out, si),
-        }
+        wtile::<1, C>(isa, w, kb, a, out, 0, si)
     }
 
     /// Weight rows per one-row tile.
@@ -348,9 +304,7 @@ mod simd {
         for (n, o) in out.chunks_mut(W_ROWS).enumerate() {
             let (wp, ap) = (w.as_ptr().add(n * W_ROWS * kb), a.as_ptr());
             match (isa, o.len()) {
-                (Isa::Avx512Vnni, 4) if has_avx512_vl() => wtile_avx512::<4>(wp, kb, ap, o),
-                (_, 4) if isa.avx_vnni() => wtile_avx_vnni::<4>(wp, kb, ap, o),
-                (_, 4) => wtile_avx2::<4>(wp, kb, ap, o),
+                (_, 4) => wtile::<4, 1>(isa, wp, kb, ap, o, 1, 1),
                 // The last few rows one at a time.
                 _ => {
                     for (r, o) in o.iter_mut().enumerate() {
@@ -362,8 +316,30 @@ mod simd {
         }
     }
 
-    /// [`Format::rows`] for MXFP4: each weight row against the activation rows four at a
-    /// time, each weight block decoded once for the four.
+    /// A tile of weight rows × activation rows on the best instruction set `isa` allows.
+    ///
+    /// # Safety
+    /// `isa` checked and [`avx2`](Isa::avx2); the bounds of the tiles.
+    #[inline]
+    unsafe fn wtile<const R: usize, const C: usize>(
+        isa: Isa,
+        w: *const BlockMxfp4,
+        kb: usize,
+        a: *const BlockQ8_0,
+        out: &mut [f32],
+        sj: usize,
+        si: usize,
+    ) {
+        match isa {
+            Isa::Avx512Vnni if has_avx512_vl() => wtile_avx512::<R, C>(w, kb, a, out, sj, si),
+            _ if isa.avx_vnni() => wtile_avx_vnni::<R, C>(w, kb, a, out, sj, si),
+            _ => wtile_avx2::<R, C>(w, kb, a, out, sj, si),
+        }
+    }
+
+    /// [`Format::rows`] for MXFP4: the weight rows two at a time against the activation rows
+    /// four at a time, each weight block decoded once for the four and each activation block
+    /// loaded once for the two (a last odd weight row alone).
     ///
     /// # Safety
     /// `isa` checked and [`avx2`](Isa::avx2); the bounds [`Format::rows`] asserts.
@@ -377,16 +353,21 @@ mod simd {
         si: usize,
     ) {
         let kb = acts.kb;
-        for j in 0..w.len() / kb {
+        let n = w.len() / kb;
+        for j in (0..n).step_by(2) {
             let wp = w.as_ptr().add(j * kb);
             for i in is.clone().step_by(TILE_A) {
                 let a = acts.q.as_ptr().add(i * kb);
                 let o = &mut out[j * sj + (i - is.start) * si..];
-                match TILE_A.min(is.end - i) {
-                    4 => tile::<4>(isa, wp, kb, a, o, si),
-                    3 => tile::<3>(isa, wp, kb, a, o, si),
-                    2 => tile::<2>(isa, wp, kb, a, o, si),
-                    _ => tile::<1>(isa, wp, kb, a, o, si),
+                match (n - j >= 2, TILE_A.min(is.end - i)) {
+                    (true, 4) => wtile::<2, 4>(isa, wp, kb, a, o, sj, si),
+                    (true, 3) => wtile::<2, 3>(isa, wp, kb, a, o, sj, si),
+                    (true, 2) => wtile::<2, 2>(isa, wp, kb, a, o, sj, si),
+                    (true, _) => wtile::<2, 1>(isa, wp, kb, a, o, sj, si),
+                    (false, 4) => tile::<4>(isa, wp, kb, a, o, si),
+                    (false, 3) => tile::<3>(isa, wp, kb, a, o, si),
+                    (false, 2) => tile::<2>(isa, wp, kb, a, o, si),
+                    (false, _) => tile::<1>(isa, wp, kb, a, o, si),
                 }
             }
         }
@@ -516,7 +497,7 @@ mod tests {
     #[test]
     fn the_matmul_gives_every_output_the_reference_bits() {
         let mut r = Lcg(5);
-        let (n_out, k) = (74, 9 * QK);
+        let (n_out, k) = (75, 9 * QK);
         let w = quantize(&r.vec(n_out * k));
         let raw = bytes(&w);
         for m in (1..=6).chain([70]) {
