@@ -215,6 +215,7 @@ mod simd {
                     for r in 0..R {
                         let x = &*w.add(r * kb + b);
                         let nibbles = _mm_loadu_si128(x.qs.as_ptr() as *const __m128i);
+                        // Elements 0..16 from the low nibbles, 16..32 from the high ones.
                         let lo = _mm_shuffle_epi8(table, _mm_and_si128(nibbles, low));
                         let hi =
                             _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(nibbles, 4), low));
@@ -226,6 +227,7 @@ mod simd {
                         let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
                         let dy = h(t, y.d);
                         for r in 0..R {
+                            // |x| · (y with x's sign): u8 × i8, |products| ≤ 12·127.
                             let ($u, $s) =
                                 (_mm256_sign_epi8(qx[r], qx[r]), _mm256_sign_epi8(qy, qx[r]));
                             let sums = _mm256_cvtepi32_ps($dot4);
@@ -236,6 +238,7 @@ mod simd {
                 }
                 for r in 0..R {
                     for c in 0..C {
+                        // `lanes_sum`'s tree.
                         let v = acc[r][c];
                         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
                         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -303,8 +306,8 @@ mod simd {
         let kb = a.len();
         for (n, o) in out.chunks_mut(W_ROWS).enumerate() {
             let (wp, ap) = (w.as_ptr().add(n * W_ROWS * kb), a.as_ptr());
-            match (isa, o.len()) {
-                (_, 4) => wtile::<4, 1>(isa, wp, kb, ap, o, 1, 1),
+            match o.len() {
+                4 => wtile::<4, 1>(isa, wp, kb, ap, o, 1, 1),
                 // The last few rows one at a time.
                 _ => {
                     for (r, o) in o.iter_mut().enumerate() {
