@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::rill;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -23,12 +25,6 @@ fn model() -> PathBuf {
         p.display()
     );
     p
-}
-
-fn rill() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_rill"));
-    c.env_remove("RILL_MODEL").env("RILL_LOG", "off");
-    c
 }
 
 fn run_ok(args: &[&str]) -> String {

@@ -8,8 +8,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use serde_json::Value;
 
 fn gpt_oss() -> std::path::PathBuf {
@@ -18,31 +16,13 @@ fn gpt_oss() -> std::path::PathBuf {
 
 /// `rill run --json` on the question the API test asks: greedy, 40 tokens, a budget of 16.
 fn run_json() -> (String, String, Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rill"))
-        .env_remove("RILL_MODEL")
-        .env("RILL_LOG", "off")
-        .args(["run", "--model", gpt_oss().to_str().unwrap()])
-        .args(["--prompt", "What is 17 times 3?", "--temperature", "0"])
-        .args(["--max-tokens", "40", "--thinking-budget", "16", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::ok(
+        common::rill()
+            .args(["run", "--model", gpt_oss().to_str().unwrap()])
+            .args(["--prompt", "What is 17 times 3?", "--temperature", "0"])
+            .args(["--max-tokens", "40", "--thinking-budget", "16", "--json"]),
     );
-    let (mut reasoning, mut content, mut done) = (String::new(), String::new(), Value::Null);
-    for line in String::from_utf8(out.stdout).unwrap().lines() {
-        let v: Value = serde_json::from_str(line).unwrap();
-        match v["event"].as_str() {
-            Some("token") => {
-                reasoning.push_str(v["reasoning"].as_str().unwrap_or_default());
-                content.push_str(v["text"].as_str().unwrap());
-            }
-            _ => done = v,
-        }
-    }
-    (reasoning, content, done)
+    common::run_events(&out)
 }
 
 #[test]
@@ -56,20 +36,7 @@ fn analysis_and_final_channels_arrive_as_reasoning_and_content_in_run_and_the_ap
     }
 
     let server = common::Server::start_with(&gpt_oss(), &[]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/api_reasoning.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args([server.base.as_str(), "--harmony"])
-        .output()
-        .expect("python3 runs (scripts/install-deps.sh installs openai)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    assert!(
-        out.status.success(),
-        "tests/api_reasoning.py --harmony failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let api: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let api = common::api_reasoning(&server.base, &["--harmony"]);
     // The API's split is the engine's, token for token.
     assert_eq!(api["reasoning"], reasoning.as_str());
     assert_eq!(api["content"], content.as_str());

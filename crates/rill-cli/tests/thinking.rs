@@ -7,8 +7,10 @@
 
 mod common;
 
+use common::{ok, rill};
+
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -18,22 +20,6 @@ fn deepseek() -> String {
         .to_str()
         .unwrap()
         .to_owned()
-}
-
-fn rill() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_rill"));
-    c.env_remove("RILL_MODEL").env("RILL_LOG", "off");
-    c
-}
-
-fn ok(c: &mut Command) -> String {
-    let out = c.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{c:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// `rill run` on the question the API test asks: greedy, 40 tokens, a budget of 16.
@@ -58,18 +44,7 @@ fn run(json: bool) -> String {
 
 /// `run --json`'s reasoning, content and done event.
 fn run_json() -> (String, String, Value) {
-    let (mut reasoning, mut content, mut done) = (String::new(), String::new(), Value::Null);
-    for line in run(true).lines() {
-        let v: Value = serde_json::from_str(line).unwrap();
-        match v["event"].as_str() {
-            Some("token") => {
-                reasoning.push_str(v["reasoning"].as_str().unwrap_or_default());
-                content.push_str(v["text"].as_str().unwrap());
-            }
-            _ => done = v,
-        }
-    }
-    (reasoning, content, done)
+    common::run_events(&run(true))
 }
 
 #[test]
@@ -109,20 +84,7 @@ fn the_openai_client_gets_reasoning_content_whole_and_streamed_and_the_saved_ans
     let db = dir.path().join("api.db");
     let db = db.to_str().unwrap();
     let server = common::Server::start_with(deepseek().as_ref(), &["--save", "--db", db]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/api_reasoning.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(&server.base)
-        .output()
-        .expect("python3 runs (scripts/install-deps.sh installs openai)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    assert!(
-        out.status.success(),
-        "tests/api_reasoning.py failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let api: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let api = common::api_reasoning(&server.base, &[]);
     // The API's split is the engine's, token for token.
     assert_eq!(api["reasoning"], reasoning.as_str());
     assert_eq!(api["content"], content.as_str());

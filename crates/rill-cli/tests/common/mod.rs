@@ -1,5 +1,5 @@
-//! What the API tests share: the real model's path, an HTTP client, and `rill serve` on a free
-//! loopback port.
+//! What the CLI and API tests share: the real model's path, the `rill` binary, an HTTP client,
+//! `rill serve` on a free loopback port, and the reasoning tests' parts.
 
 #![allow(dead_code)]
 
@@ -56,6 +56,60 @@ pub fn export_json(db: &str, id: i64) -> Value {
 }
 
 /// A test model of `scripts/make-test-models.py` (seeded random weights), by file stem.
+/// The `rill` binary, with no model from the environment and no logs.
+pub fn rill() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rill"));
+    c.env_remove("RILL_MODEL").env("RILL_LOG", "off");
+    c
+}
+
+/// `c`'s stdout, once it has succeeded (its stderr in the failure otherwise).
+pub fn ok(c: &mut Command) -> String {
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{c:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `rill run --json`'s output as its reasoning, its content and its done event.
+pub fn run_events(stdout: &str) -> (String, String, Value) {
+    let (mut reasoning, mut content, mut done) = (String::new(), String::new(), Value::Null);
+    for line in stdout.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        match v["event"].as_str() {
+            Some("token") => {
+                reasoning.push_str(v["reasoning"].as_str().unwrap_or_default());
+                content.push_str(v["text"].as_str().unwrap());
+            }
+            _ => done = v,
+        }
+    }
+    (reasoning, content, done)
+}
+
+/// `tests/api_reasoning.py` against the server at `base` (with `extra` arguments), which must
+/// pass; its last line, the whole answer's reasoning and content.
+pub fn api_reasoning(base: &str, extra: &[&str]) -> Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/api_reasoning.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(base)
+        .args(extra)
+        .output()
+        .expect("python3 runs (scripts/install-deps.sh installs openai)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "tests/api_reasoning.py {extra:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
 pub fn test_model(name: &str) -> PathBuf {
     let dir = std::env::var_os("RILL_TEST_MODELS")
         .map(PathBuf::from)
