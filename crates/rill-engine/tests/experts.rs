@@ -32,6 +32,30 @@ const FORMATS: &[&str] = &["F16", "Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q5_K_M"];
 /// `tests/families.rs`) break the tie the other way: the position goes through another expert.
 const Q4_1_TIE: (&str, usize) = ("Q4_1", 1);
 
+/// A mixture's experts are read where they lie in the memory-mapped file, in every format
+/// whose row kernels take the file's blocks (Q8_0 everywhere; Q4_0 and the K-quants of the
+/// Q4_K_M and Q5_K_M files where the CPU has AVX2): loading copies none of them. Q4_1 and F16
+/// experts are still copied.
+#[test]
+fn experts_stay_in_the_mapped_file() {
+    use rill_engine::kernels::Isa;
+    let simd = Isa::detect().avx2();
+    for format in FORMATS {
+        let name = format!("qwen3moe-test.{format}");
+        let path = common::test_model(&name);
+        let experts = common::expert_bytes(&path);
+        assert!(experts > 0);
+        let model = Model::load(&path, &candle_core::Device::Cpu, None).unwrap();
+        let mapped = match *format {
+            "Q8_0" => true,
+            "Q4_0" | "Q4_K_M" | "Q5_K_M" => simd,
+            _ => false,
+        };
+        let want = if mapped { experts } else { 0 };
+        assert_eq!(model.weights.mapped_weight_bytes(), want, "{name}");
+    }
+}
+
 #[test]
 fn qwen3moe_matches_llama_cpp() {
     for format in FORMATS {

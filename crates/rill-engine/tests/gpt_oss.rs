@@ -34,25 +34,13 @@ fn gpt_oss_matches_llama_cpp() {
 /// read as they are too but from memory of our own.
 #[test]
 fn mxfp4_experts_stay_in_the_mapped_file() {
-    use rill_engine::model::{gguf, Model};
+    use rill_engine::model::Model;
     for (name, mapped) in [(GPT_OSS[0], true), (GPT_OSS[1], false)] {
         let path = test_model(name);
-        let mut file = std::fs::File::open(&path).unwrap();
-        let len = file.metadata().unwrap().len();
-        let header = gguf::read(&mut file, len).unwrap();
-        let experts: u64 = header
-            .tensor_infos
-            .iter()
-            .filter(|(n, _)| n.ends_with("_exps.weight"))
-            .map(|(_, t)| {
-                // GGUF's order: the innermost dimension first.
-                let dims: Vec<usize> = t.shape.dims().iter().rev().copied().collect();
-                gguf::tensor_bytes(&dims, t.dtype).unwrap()
-            })
-            .sum();
+        let experts = common::expert_bytes(&path);
         assert!(experts > 0);
         let model = Model::load(&path, &candle_core::Device::Cpu, None).unwrap();
-        let want = if mapped { experts as usize } else { 0 };
+        let want = if mapped { experts } else { 0 };
         assert_eq!(model.weights.mapped_weight_bytes(), want, "{name}");
     }
 }

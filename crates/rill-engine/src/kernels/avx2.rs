@@ -126,19 +126,71 @@ pub unsafe fn quantize_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
     }
 }
 
+/// A block of 32 nibbles with a scale and an offset, `d·q + m`: Q4_1's own `m`, or Q4_0's
+/// `m = −8·d` (as f32: exact, and the f16 its repacking into Q4_1 stores whenever that is
+/// finite), so the Q4_1 kernels run Q4_0 as the file holds it.
+pub(crate) trait Nibbles4: Copy {
+    fn nibbles(&self) -> *const u8;
+    /// `[d, m, ·, ·]` as f32.
+    ///
+    /// # Safety
+    /// F16C.
+    unsafe fn dm(&self) -> __m128;
+}
+
+impl Nibbles4 for BlockQ4_1 {
+    #[inline(always)]
+    fn nibbles(&self) -> *const u8 {
+        self.qs.as_ptr()
+    }
+    #[inline(always)]
+    unsafe fn dm(&self) -> __m128 {
+        two_halves(&self.d)
+    }
+}
+
+impl Nibbles4 for BlockQ4_0 {
+    #[inline(always)]
+    fn nibbles(&self) -> *const u8 {
+        self.qs.as_ptr()
+    }
+    #[inline(always)]
+    unsafe fn dm(&self) -> __m128 {
+        let d = _mm_cvtph_ps(_mm_set1_epi16(self.d as i16));
+        _mm_mul_ps(d, _mm_setr_ps(1.0, -8.0, 1.0, -8.0))
+    }
+}
+
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C; `x` and `y` the same length.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q4_1_q8_1<const VNNI: bool>(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+    dot_nibbles::<BlockQ4_1, VNNI>(x, y)
+}
+
+/// [`dot_q4_1_q8_1`] for Q4_0 as the file holds it (the bits of its Q4_1 repacking).
+///
+/// # Safety
+/// As [`dot_q4_1_q8_1`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_q4_0_q8_1<const VNNI: bool>(x: &[BlockQ4_0], y: &[BlockQ8_1]) -> f32 {
+    dot_nibbles::<BlockQ4_0, VNNI>(x, y)
+}
+
+/// # Safety
+/// As [`dot_q4_1_q8_1`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_nibbles<B: Nibbles4, const VNNI: bool>(x: &[B], y: &[BlockQ8_1]) -> f32 {
     let low = _mm256_set1_epi8(0x0F);
     let mut acc = _mm256_setzero_ps();
     // Lane 1 gathers the offset terms m_x·s_y.
     let mut offsets = _mm_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        // [d_x·d_y, m_x·s_y] in one multiply, straight from the f16 fields.
-        let scales = _mm_mul_ps(two_halves(&x.d), two_halves(&y.d));
+        // [d_x·d_y, m_x·s_y] in one multiply.
+        let scales = _mm_mul_ps(x.dm(), two_halves(&y.d));
         offsets = _mm_add_ps(offsets, scales);
-        let nibbles = _mm_loadu_si128(x.qs.as_ptr() as *const __m128i);
+        let nibbles = _mm_loadu_si128(x.nibbles() as *const __m128i);
         // Elements 0..16 are the low nibbles, 16..32 the high ones.
         let qx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nibbles, 4), nibbles), low);
         let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
@@ -166,7 +218,7 @@ pub unsafe fn dot_q8_0_q8_0<const VNNI: bool>(x: &[BlockQ8_0], y: &[BlockQ8_0]) 
     hsum(acc)
 }
 
-/// One tile for Q4_1 × Q8_1: `R` weight rows from `w` × `C` activation rows from `a`
+/// One tile of 4-bit blocks ([`Nibbles4`]: Q4_1, Q4_0) × Q8_1: `R` weight rows from `w` × `C` activation rows from `a`
 /// (`kb` blocks each, their scales `ad`, their `s` at `s[b·stride + c]`). Each weight block
 /// is unpacked and its scales converted once for the C activation rows, each activation
 /// block loaded once for the R weight rows.
@@ -175,8 +227,8 @@ pub unsafe fn dot_q8_0_q8_0<const VNNI: bool>(x: &[BlockQ8_0], y: &[BlockQ8_0]) 
 /// AVX2, FMA and F16C; every row and scale read lies inside its allocation.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_q4_1<const R: usize, const C: usize, const VNNI: bool>(
-    w: *const BlockQ4_1,
+unsafe fn tile_nibbles<B: Nibbles4, const R: usize, const C: usize, const VNNI: bool>(
+    w: *const B,
     kb: usize,
     a: *const BlockQ8_1,
     ad: *const f32,
@@ -195,9 +247,9 @@ unsafe fn tile_q4_1<const R: usize, const C: usize, const VNNI: bool>(
         let sy = _mm_loadu_ps(s.add(b * stride));
         for r in 0..R {
             let x = &*w.add(r * kb + b);
-            let nibbles = _mm_loadu_si128(x.qs.as_ptr() as *const __m128i);
+            let nibbles = _mm_loadu_si128(x.nibbles() as *const __m128i);
             qx[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nibbles, 4), nibbles), low);
-            let dm = two_halves(&x.d);
+            let dm = x.dm();
             dx[r] = _mm256_broadcastss_ps(dm);
             let m = _mm_shuffle_ps(dm, dm, 0b01_01_01_01);
             off[r] = _mm_add_ps(off[r], _mm_mul_ps(m, sy));
@@ -222,7 +274,41 @@ unsafe fn tile_q4_1<const R: usize, const C: usize, const VNNI: bool>(
     out
 }
 
-/// One tile for Q8_0 × Q8_0, as [`tile_q4_1`] (no offsets: `s` and `stride` unused).
+/// [`tile_nibbles`] for Q4_1.
+///
+/// # Safety
+/// As [`tile_nibbles`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_q4_1<const R: usize, const C: usize, const VNNI: bool>(
+    w: *const BlockQ4_1,
+    kb: usize,
+    a: *const BlockQ8_1,
+    ad: *const f32,
+    s: *const f32,
+    stride: usize,
+) -> [[f32; C]; R] {
+    tile_nibbles::<BlockQ4_1, R, C, VNNI>(w, kb, a, ad, s, stride)
+}
+
+/// [`tile_nibbles`] for Q4_0 as the file holds it.
+///
+/// # Safety
+/// As [`tile_nibbles`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_q4_0<const R: usize, const C: usize, const VNNI: bool>(
+    w: *const BlockQ4_0,
+    kb: usize,
+    a: *const BlockQ8_1,
+    ad: *const f32,
+    s: *const f32,
+    stride: usize,
+) -> [[f32; C]; R] {
+    tile_nibbles::<BlockQ4_0, R, C, VNNI>(w, kb, a, ad, s, stride)
+}
+
+/// One tile for Q8_0 × Q8_0, as [`tile_nibbles`] (no offsets: `s` and `stride` unused).
 ///
 /// # Safety
 /// As [`tile_q4_1`].
@@ -480,8 +566,13 @@ macro_rules! rows {
 }
 // Two Q4_1 rows per tile; one Q8_0 row (two spill registers and measured slower).
 rows!(rows_q4_1, tile_q4_1, BlockQ4_1, BlockQ8_1, 2);
+rows!(rows_q4_0, tile_q4_0, BlockQ4_0, BlockQ8_1, 2);
 rows!(rows_q8_0, tile_q8_0, BlockQ8_0, BlockQ8_0, 1);
 
 // The K-quants' tiles, in a file of their own (after the macros above, which they use).
 mod kquants;
 pub use kquants::*;
+
+// One-row products of Q4_0 as the file holds it, four weight rows at a time.
+mod q4_0_dots;
+pub(crate) use q4_0_dots::dots_q4_0_q8_1;

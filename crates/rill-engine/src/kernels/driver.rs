@@ -37,7 +37,8 @@ pub(crate) trait Quantise: Copy + Sync {
     fn act_scales(a: &Self::Act, t: &[f32]) -> (f32, f32);
 }
 
-/// A weight block format the kernels run row by row (Q4_1, Q8_0), dotted with the activation
+/// A weight block format the kernels run row by row (Q4_1, Q8_0, Q4_0, MXFP4, and the
+/// K-quants' super-blocks in `krows.rs`), dotted with the activation
 /// blocks of [`Quantise`].
 pub(crate) trait Format: Quantise {
     /// The tiles of [`rows`](Self::rows) on AVX2: without AVX-VNNI, and with it.
@@ -107,6 +108,38 @@ impl Format for BlockQ4_1 {
         [avx2::rows_q4_1::<false>, avx2::rows_q4_1::<true>];
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_1]) -> f32 {
         isa.dot_q4_1_q8_1_checked(w, a)
+    }
+}
+
+/// Q4_0 as the file holds it: Q4_1's arithmetic with `m = −8·d`.
+impl Quantise for BlockQ4_0 {
+    type Act = BlockQ8_1;
+    const QUANTIZE: fn(&[f32], &mut [BlockQ8_1]) = quantize_q8_1;
+    #[cfg(target_arch = "x86_64")]
+    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8_1]) = avx2::quantize_q8_1;
+    fn act_scales(a: &BlockQ8_1, t: &[f32]) -> (f32, f32) {
+        (h(t, a.d), h(t, a.s))
+    }
+}
+
+impl Format for BlockQ4_0 {
+    #[cfg(target_arch = "x86_64")]
+    const ROWS_AVX2: [RowsFn<Self, BlockQ8_1>; 2] =
+        [avx2::rows_q4_0::<false>, avx2::rows_q4_0::<true>];
+    fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_1]) -> f32 {
+        isa.dot_q4_0_q8_1_checked(w, a)
+    }
+    fn dots(isa: Isa, w: &[Self], a: &[BlockQ8_1], out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if isa.avx2() {
+            // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C, and
+            // `isa` is the matrix's, checked; the kernel asserts `w` holds `out.len()` rows.
+            return unsafe { avx2::dots_q4_0_q8_1(isa, w, a, out) };
+        }
+        let kb = a.len();
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = Self::dot(isa, &w[j * kb..(j + 1) * kb], a);
+        }
     }
 }
 
@@ -273,7 +306,7 @@ pub(crate) fn rows_times<F: Format>(
     k: usize,
     out: &mut [f32],
 ) {
-    let kb = k / QK;
+    let kb = k / F::ACT_QK;
     let n_out = w.len() / kb;
     let q = quantize_rows::<F>(isa, x, m, k);
     if m == 1 {

@@ -137,6 +137,20 @@ impl Isa {
         }
     }
 
+    /// Q4_0 as the file holds it, as [`dot_q4_1_q8_1_checked`](Self::dot_q4_1_q8_1_checked)
+    /// (NEON: the scalar reference).
+    pub(crate) fn dot_q4_0_q8_1_checked(self, x: &[BlockQ4_0], y: &[BlockQ8_1]) -> f32 {
+        assert_eq!(x.len(), y.len());
+        match self {
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            _ if self.avx_vnni() => unsafe { avx2::dot_q4_0_q8_1::<true>(x, y) },
+            #[cfg(target_arch = "x86_64")]
+            _ if self.avx2() => unsafe { avx2::dot_q4_0_q8_1::<false>(x, y) },
+            _ => dot_q4_0_q8_1_scalar(x, y),
+        }
+    }
+
     /// As [`dot_q4_1_q8_1_checked`](Self::dot_q4_1_q8_1_checked).
     pub(crate) fn dot_q8_0_q8_0_checked(self, x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
         assert_eq!(x.len(), y.len());

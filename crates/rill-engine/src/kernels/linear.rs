@@ -29,9 +29,118 @@ pub(crate) enum Weights {
     /// F16 and BF16 rows as the file holds them (`halves.rs`).
     F16(Vec<f16>),
     Bf16(Vec<half::bf16>),
-    /// MXFP4 blocks as the file holds them (`mxfp4.rs`), in the memory-mapped file where the
-    /// model was loaded from one (`mapped.rs`).
-    Mxfp4(Mxfp4Rows),
+    /// Blocks as the file holds them, run row by row: in the memory-mapped file where the
+    /// model was loaded from one (`mapped.rs`), else copied.
+    File(FileRows),
+}
+
+/// The formats whose row kernels read the file's own blocks: MXFP4 wherever it is (`mxfp4.rs`),
+/// and the others for a mixture's experts (`krows.rs` for the K-quants).
+pub(crate) enum FileRows {
+    Mxfp4(Rows<BlockMxfp4>),
+    Q4_0(Rows<BlockQ4_0>),
+    Q8_0(Rows<BlockQ8_0>),
+    Q4K(Rows<BlockQ4K>),
+    Q5K(Rows<BlockQ5K>),
+    Q6K(Rows<BlockQ6K>),
+}
+
+/// `$body` with `$w` bound to the rows of whatever format `$rows` holds.
+macro_rules! each_file_format {
+    ($rows:expr, $w:ident => $body:expr) => {
+        match $rows {
+            FileRows::Mxfp4($w) => $body,
+            FileRows::Q4_0($w) => $body,
+            FileRows::Q8_0($w) => $body,
+            FileRows::Q4K($w) => $body,
+            FileRows::Q5K($w) => $body,
+            FileRows::Q6K($w) => $body,
+        }
+    };
+}
+
+impl FileRows {
+    /// `bytes` of `dtype` (lying at `.1` in the map `.0` where given) read there, or copied
+    /// where they are not the map's own or not aligned for their blocks; `None` for a format
+    /// without row kernels on the file's blocks.
+    fn new(
+        dtype: TensorType,
+        bytes: &[u8],
+        map: Option<(&std::sync::Arc<memmap2::Mmap>, usize)>,
+    ) -> Option<FileRows> {
+        Some(match dtype {
+            TensorType::Mxfp4 => FileRows::Mxfp4(Rows::new(bytes, map)?),
+            TensorType::Ggml(GgmlDType::Q4_0) => FileRows::Q4_0(Rows::new(bytes, map)?),
+            TensorType::Ggml(GgmlDType::Q8_0) => FileRows::Q8_0(Rows::new(bytes, map)?),
+            TensorType::Ggml(GgmlDType::Q4K) => FileRows::Q4K(Rows::new(bytes, map)?),
+            TensorType::Ggml(GgmlDType::Q5K) => FileRows::Q5K(Rows::new(bytes, map)?),
+            TensorType::Ggml(GgmlDType::Q6K) => FileRows::Q6K(Rows::new(bytes, map)?),
+            _ => return None,
+        })
+    }
+
+    /// Weights per block: 32, or a K-quant's 256.
+    fn block_weights(&self) -> usize {
+        match self {
+            FileRows::Q4K(_) | FileRows::Q5K(_) | FileRows::Q6K(_) => QK_K,
+            _ => QK,
+        }
+    }
+
+    /// Blocks of 32 weights held.
+    fn n_blocks(&self) -> usize {
+        each_file_format!(self, w => w.n_blocks()) * self.block_weights() / QK
+    }
+
+    fn extend(&mut self, more: FileRows) -> Option<()> {
+        match (self, more) {
+            (FileRows::Mxfp4(w), FileRows::Mxfp4(m)) => w.extend(m),
+            (FileRows::Q4_0(w), FileRows::Q4_0(m)) => w.extend(m),
+            (FileRows::Q8_0(w), FileRows::Q8_0(m)) => w.extend(m),
+            (FileRows::Q4K(w), FileRows::Q4K(m)) => w.extend(m),
+            (FileRows::Q5K(w), FileRows::Q5K(m)) => w.extend(m),
+            (FileRows::Q6K(w), FileRows::Q6K(m)) => w.extend(m),
+            _ => return None,
+        }
+        Some(())
+    }
+
+    fn bytes(&self) -> usize {
+        each_file_format!(self, w => w.bytes())
+    }
+
+    fn mapped_bytes(&self) -> usize {
+        each_file_format!(self, w => w.mapped_bytes())
+    }
+
+    fn matmul(&self, isa: Isa, x: &[f32], m: usize, k: usize, out: &mut [f32]) {
+        each_file_format!(self, w => w.matmul(isa, x, m, k, out))
+    }
+
+    /// Row `j` (of `k` weights) as f32 into `out`.
+    fn dequantize_row(&self, j: usize, k: usize, out: &mut [f32]) {
+        let kb = k / self.block_weights();
+        match self {
+            FileRows::Mxfp4(w) => {
+                dequantize_blocks(w.row(j, kb).iter().copied(), out, QK, dequantize_mxfp4)
+            }
+            FileRows::Q4_0(w) => {
+                dequantize_blocks(w.row(j, kb).iter().copied(), out, QK, dequantize_q4_0)
+            }
+            FileRows::Q8_0(w) => {
+                dequantize_blocks(w.row(j, kb).iter().copied(), out, QK, dequantize_q8_0)
+            }
+            FileRows::Q4K(w) => {
+                dequantize_blocks(w.row(j, kb).iter().copied(), out, QK_K, dequantize_q4_k)
+            }
+            FileRows::Q5K(w) => {
+                dequantize_blocks(w.row(j, kb).iter().copied(), out, QK_K, dequantize_q5_k)
+            }
+            FileRows::Q6K(w) => {
+                dequantize_blocks(w.row(j, kb).iter().copied(), out, QK_K, dequantize_q6_k)
+            }
+        }
+    }
 }
 
 /// `$body` with `$w` bound to the weights of whatever layout `$weights` holds.
@@ -54,7 +163,7 @@ macro_rules! each_layout {
             Weights::Q8_0x16($w) => $body,
             Weights::F16($w) => $body,
             Weights::Bf16($w) => $body,
-            Weights::Mxfp4(_) => unreachable!("MXFP4 is handled before"),
+            Weights::File(_) => unreachable!("the file's rows are handled before"),
         }
     };
 }
@@ -79,7 +188,7 @@ impl Weights {
             Weights::Q8_0x16(w) => 16 * w.len(),
             Weights::F16(w) => w.len() / QK,
             Weights::Bf16(w) => w.len() / QK,
-            Weights::Mxfp4(w) => w.n_blocks(),
+            Weights::File(w) => w.n_blocks(),
         }
     }
 
@@ -102,7 +211,7 @@ impl Weights {
             (Weights::Q8_0x16(w), Weights::Q8_0x16(m)) => w.extend(m),
             (Weights::F16(w), Weights::F16(m)) => w.extend(m),
             (Weights::Bf16(w), Weights::Bf16(m)) => w.extend(m),
-            (Weights::Mxfp4(w), Weights::Mxfp4(m)) => w.extend(m),
+            (Weights::File(w), Weights::File(m)) => w.extend(m)?,
             _ => return None,
         }
         Some(())
@@ -170,50 +279,48 @@ impl QLinear {
     /// [`from_qtensor`](Self::from_qtensor) from a tensor's format, shape (`[n_out, k]`) and
     /// bytes as the file holds them (a model's weights come straight from a map of the file).
     pub fn from_raw(dtype: TensorType, dims: &[usize], bytes: &[u8], isa: Isa) -> Option<QLinear> {
-        Self::from_raw_in(dtype, dims, bytes, isa, None)
+        Self::from_raw_in(dtype, dims, bytes, isa, None, false)
     }
 
     /// [`from_raw`](Self::from_raw), where `bytes` lie at `.1` in the map `.0`: a format that
-    /// runs as the file holds it (MXFP4) is read there and not copied (`mapped.rs`).
+    /// runs as the file holds it is read there and not copied (`mapped.rs`): MXFP4 always, and
+    /// with `rows_in_map` (a mixture's experts) Q8_0 everywhere and Q4_0 and the K-quants where
+    /// their row kernels have SIMD (elsewhere they are repacked as without a map).
     pub(crate) fn from_raw_in(
         dtype: TensorType,
         dims: &[usize],
         bytes: &[u8],
         isa: Isa,
         map: Option<(&std::sync::Arc<memmap2::Mmap>, usize)>,
+        rows_in_map: bool,
     ) -> Option<QLinear> {
         if !Self::supports_raw(dtype, dims) {
             return None;
         }
-        let dtype = match dtype {
-            TensorType::Ggml(d) => d,
-            // MXFP4 in its blocks, as the file holds them: in the map, or copied.
-            TensorType::Mxfp4 => {
-                let isa = isa.checked();
-                let &[n_out, k] = dims else {
-                    return None;
-                };
-                // Only where `bytes` are the map's own, at `at`.
-                let rows = match map {
-                    Some((map, at))
-                        if map.get(at..).is_some_and(|m| m.as_ptr() == bytes.as_ptr()) =>
-                    {
-                        Mxfp4Rows::mapped(map.clone(), at, bytes.len())?
-                    }
-                    _ => Mxfp4Rows::owned(blocks(bytes)?),
-                };
-                let weights = Weights::Mxfp4(rows);
-                return (weights.n_blocks() == n_out * (k / QK)).then_some(QLinear {
-                    weights,
-                    n_out,
-                    k,
-                    isa,
-                    file_bytes: bytes.len(),
-                });
-            }
-        };
         let isa = isa.checked();
         let &[n_out, k] = dims else {
+            return None;
+        };
+        let in_map = match dtype {
+            TensorType::Mxfp4 => true,
+            TensorType::Ggml(GgmlDType::Q8_0) => rows_in_map && map.is_some(),
+            TensorType::Ggml(GgmlDType::Q4_0) => rows_in_map && map.is_some() && isa.avx2(),
+            TensorType::Ggml(GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K) => {
+                rows_in_map && map.is_some() && isa.avx2() && k % QK_K == 0
+            }
+            _ => false,
+        };
+        if in_map {
+            let weights = Weights::File(FileRows::new(dtype, bytes, map)?);
+            return (weights.n_blocks() == n_out * (k / QK)).then_some(QLinear {
+                weights,
+                n_out,
+                k,
+                isa,
+                file_bytes: bytes.len(),
+            });
+        }
+        let TensorType::Ggml(dtype) = dtype else {
             return None;
         };
         // K-quant rows are whole super-blocks of 256 (a file that says otherwise is not ours).
@@ -305,7 +412,7 @@ impl QLinear {
     /// Bytes of weights that lie in the memory-mapped file, not in memory of our own.
     pub fn mapped_bytes(&self) -> usize {
         match &self.weights {
-            Weights::Mxfp4(w) => w.mapped_bytes(),
+            Weights::File(w) => w.mapped_bytes(),
             _ => 0,
         }
     }
@@ -313,7 +420,7 @@ impl QLinear {
     /// Bytes of weights held: what one product reads.
     pub fn bytes(&self) -> usize {
         match &self.weights {
-            Weights::Mxfp4(w) => w.bytes(),
+            Weights::File(w) => w.bytes(),
             weights => each_layout!(weights, w => std::mem::size_of_val(w.as_slice())),
         }
     }
@@ -348,9 +455,7 @@ impl QLinear {
             Weights::Q8_0x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q8_0),
             Weights::F16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
             Weights::Bf16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
-            Weights::Mxfp4(w) => {
-                dequantize_blocks(w.row(j, kb).iter().copied(), out, QK, dequantize_mxfp4)
-            }
+            Weights::File(w) => w.dequantize_row(j, self.k, out),
         }
     }
 
@@ -388,7 +493,7 @@ impl QLinear {
             Weights::Q8_0x16(w) => panels_times(self.isa, w, x, m, self.k, out),
             Weights::F16(w) => half_times(self.isa, w, x, m, self.k, out),
             Weights::Bf16(w) => half_times(self.isa, w, x, m, self.k, out),
-            Weights::Mxfp4(w) => w.matmul(self.isa, x, m, self.k, out),
+            Weights::File(w) => w.matmul(self.isa, x, m, self.k, out),
         }
     }
 

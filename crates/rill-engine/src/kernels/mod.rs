@@ -47,13 +47,20 @@
 //! each output in the same order whatever rows are beside it, so a row's output never depends on
 //! them.
 //!
+//! A mixture's experts are not copied at all: Q4_0, Q8_0, Q4_K, Q5_K and Q6_K (and MXFP4
+//! everywhere) run row by row on the file's own blocks where they lie in the memory-mapped file
+//! (`mapped.rs`): Q4_0 by Q4_1's tiles with `m = −8·d`, the K-quants by `krows.rs`, which give
+//! their scalar references' bits.
+//!
 //! The files: `blocks.rs` (the formats, and their repacking), `panels.rs` (the interleaved
 //! layouts; `kpanels.rs` the K-quants'), `quants.rs` (activation quantisers, the scalar
 //! reference dots), `isa.rs` (the run-time choice), `linear.rs` ([`QLinear`]), `driver.rs`
-//! (how a product is split across the threads), `halves.rs` (F16 and BF16, all paths), one
-//! per instruction set: `avx2.rs` (its
-//! K-quant tiles in `avx2/kquants.rs`), `avx512.rs`, `neon.rs`, and the tests (`tests.rs`, and
-//! `native_tests.rs` for the formats run as the file holds them).
+//! (how a product is split across the threads), `halves.rs` (F16 and BF16, all paths),
+//! `mapped.rs` and `krows.rs` (rows read in the map), `mxfp4.rs`, one per instruction set:
+//! `avx2.rs` (its K-quant tiles in `avx2/kquants.rs`), `avx512.rs`, `neon.rs`, and the tests
+//! (`tests.rs`, and
+//! `native_tests.rs` for the formats run as the file holds them, `file_rows_tests.rs` for the
+//! rows read in the map).
 
 // Panels, and what feeds them, are made only for x86-64's SIMD; elsewhere they go unused.
 #![cfg_attr(
@@ -73,6 +80,7 @@ mod driver;
 mod halves;
 mod isa;
 mod kpanels;
+mod krows;
 mod linear;
 mod mapped;
 mod mxfp4;
@@ -181,3 +189,6 @@ pub(crate) mod tests;
 
 #[cfg(test)]
 mod native_tests;
+
+#[cfg(test)]
+mod file_rows_tests;

@@ -561,8 +561,15 @@ mod tests {
         for isa in Isa::available() {
             let raw = |at: usize, len: usize| {
                 let bytes = &map[at..at + len];
-                QLinear::from_raw_in(TensorType::Mxfp4, &[n, k], bytes, isa, Some((&map, at)))
-                    .unwrap()
+                QLinear::from_raw_in(
+                    TensorType::Mxfp4,
+                    &[n, k],
+                    bytes,
+                    isa,
+                    Some((&map, at)),
+                    false,
+                )
+                .unwrap()
             };
             let mapped = QLinear::stack(vec![raw(at_gate, gate.len()), raw(at_up, up.len())])
                 .expect("MXFP4 parts stack");
@@ -587,6 +594,7 @@ mod tests {
                 &gate,
                 isa,
                 Some((&map, at_gate)),
+                false,
             )
             .unwrap();
             assert_eq!(elsewhere.mapped_bytes(), 0);

@@ -40,7 +40,12 @@ impl QLinear {
             Weights::Q8_0x16(w) => dot(w, kb, j, &a8),
             Weights::F16(w) => dot_half_ref(&w[j * self.k..(j + 1) * self.k], xs),
             Weights::Bf16(w) => dot_half_ref(&w[j * self.k..(j + 1) * self.k], xs),
-            Weights::Mxfp4(w) => dot_mxfp4_q8_0_scalar(w.row(j, kb), &a8),
+            Weights::File(FileRows::Mxfp4(w)) => dot_mxfp4_q8_0_scalar(w.row(j, kb), &a8),
+            Weights::File(FileRows::Q4_0(w)) => dot_q4_0_q8_1_scalar(w.row(j, kb), &a1),
+            Weights::File(FileRows::Q8_0(w)) => dot_q8_0_q8_0_scalar(w.row(j, kb), &a8),
+            Weights::File(FileRows::Q4K(w)) => dot_q4_k_q8_k_scalar(w.row(j, kbk), &ak),
+            Weights::File(FileRows::Q5K(w)) => dot_q5_k_q8_k_scalar(w.row(j, kbk), &ak),
+            Weights::File(FileRows::Q6K(w)) => dot_q6_k_q8_k_scalar(w.row(j, kbk), &ak),
         }
     }
 }

@@ -107,14 +107,31 @@ pub fn quantize_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
 /// The scalar reference: Σ over blocks of d_x·d_y·Σ(q_x·q_y) + m_x·s_y.
 pub fn dot_q4_1_q8_1_scalar(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
     let t = f16_table();
+    dot_nibbles_scalar(x.iter().map(|b| (h(t, b.d), h(t, b.m), &b.qs)), y)
+}
+
+/// The scalar reference for Q4_0 as the file holds it: [`dot_q4_1_q8_1_scalar`] with
+/// `m_x = −8·d_x` in f32 (the bits of Q4_0 repacked into Q4_1 wherever `8·d_x` is a finite
+/// f16, which is every real file).
+pub fn dot_q4_0_q8_1_scalar(x: &[BlockQ4_0], y: &[BlockQ8_1]) -> f32 {
+    let t = f16_table();
+    dot_nibbles_scalar(x.iter().map(|b| (h(t, b.d), -8.0 * h(t, b.d), &b.qs)), y)
+}
+
+/// Blocks of nibbles `(d, m, qs)`, `d·q + m`, dotted with Q8_1 activations.
+fn dot_nibbles_scalar<'a>(
+    x: impl Iterator<Item = (f32, f32, &'a [u8; QK / 2])>,
+    y: &[BlockQ8_1],
+) -> f32 {
+    let t = f16_table();
     let mut sum = 0f32;
-    for (x, y) in x.iter().zip(y) {
+    for ((d, m, qs), y) in x.zip(y) {
         let mut si = 0i32;
-        for j in 0..QK / 2 {
-            si += (x.qs[j] & 0x0F) as i32 * y.qs[j] as i32;
-            si += (x.qs[j] >> 4) as i32 * y.qs[j + QK / 2] as i32;
+        for (j, q) in qs.iter().enumerate() {
+            si += (q & 0x0F) as i32 * y.qs[j] as i32;
+            si += (q >> 4) as i32 * y.qs[j + QK / 2] as i32;
         }
-        sum += si as f32 * h(t, x.d) * h(t, y.d) + h(t, x.m) * h(t, y.s);
+        sum += si as f32 * d * h(t, y.d) + m * h(t, y.s);
     }
     sum
 }

@@ -458,7 +458,7 @@ impl Llama {
             .fold(self.output.bytes(), add)
     }
 
-    /// Bytes of weights read where they lie in the memory-mapped file (MXFP4 experts: their
+    /// Bytes of weights read where they lie in the memory-mapped file (a mixture's experts: their
     /// pages are the page cache's, shared, and resident only once read), not held in memory
     /// of the model's own.
     pub fn mapped_weight_bytes(&self) -> usize {

@@ -70,10 +70,10 @@ impl Linear {
 }
 
 /// The matrix on our kernels, made from the file's bytes (or read in the file's map, for a
-/// format they run as it lies), where they run its format.
+/// format they run as it lies: MXFP4, and a mixture's experts), where they run its format.
 fn ours(t: &RawTensor) -> Option<crate::kernels::QLinear> {
     let isa = crate::kernels::Isa::detect();
-    crate::kernels::QLinear::from_raw_in(t.dtype, &t.dims, &t.bytes, isa, t.map())
+    crate::kernels::QLinear::from_raw_in(t.dtype, &t.dims, &t.bytes, isa, t.map(), t.expert)
 }
 
 /// Bytes of a candle matrix's weights.

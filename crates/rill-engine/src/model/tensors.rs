@@ -28,6 +28,9 @@ pub(crate) struct RawTensor<'a> {
     device: Device,
     /// The map and the tensor's offset in it, when borrowed from one.
     mapped: Option<(&'a Arc<memmap2::Mmap>, usize)>,
+    /// One expert's slab of a mixture ([`split`](Self::split)): read where it lies in the map
+    /// in every format our row kernels take, so a mixture's file is not copied.
+    pub(crate) expert: bool,
 }
 
 impl RawTensor<'_> {
@@ -83,6 +86,7 @@ impl<'a> RawTensor<'a> {
                     bytes: part(i),
                     device: self.device.clone(),
                     mapped: mapped.map(|(map, at)| (map, at + i * size)),
+                    expert: true,
                 })
                 .collect(),
         )
@@ -156,6 +160,7 @@ pub(crate) fn raw_tensor<'a, R: Read + Seek>(
         bytes,
         device: device.clone(),
         mapped,
+        expert: false,
     })
 }
 

@@ -39,6 +39,25 @@ pub fn test_model(name: &str) -> PathBuf {
     )
 }
 
+/// Bytes of a file's mixture-of-experts weights (its `*_exps` tensors), from its header.
+#[allow(dead_code)] // Only the mixtures' tests use it.
+pub fn expert_bytes(path: &std::path::Path) -> usize {
+    use rill_engine::model::gguf;
+    let mut file = std::fs::File::open(path).unwrap();
+    let len = file.metadata().unwrap().len();
+    let header = gguf::read(&mut file, len).unwrap();
+    header
+        .tensor_infos
+        .iter()
+        .filter(|(n, _)| n.ends_with("_exps.weight"))
+        .map(|(_, t)| {
+            // GGUF's order: the innermost dimension first.
+            let dims: Vec<usize> = t.shape.dims().iter().rev().copied().collect();
+            gguf::tensor_bytes(&dims, t.dtype).unwrap() as usize
+        })
+        .sum()
+}
+
 /// The golden reference file from llama.cpp, or `RILL_GOLDEN`.
 pub fn golden_path() -> PathBuf {
     std::env::var_os("RILL_GOLDEN")

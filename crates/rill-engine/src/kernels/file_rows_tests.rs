@@ -1,0 +1,167 @@
+//! A mixture's experts read in the memory-mapped file (`mapped.rs`, `krows.rs`): Q4_0, Q8_0,
+//! Q4_K, Q5_K and Q6_K matrices read where they lie give every output the scalar reference's
+//! bits on every instruction set, alone and in batches, stacked from parts at different
+//! offsets, and take no memory of their own; bytes not aligned for their blocks are copied.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use super::tests::Lcg;
+use super::*;
+
+const FORMATS: [GgmlDType; 5] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q8_0,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+];
+
+fn quantized(r: &mut Lcg, n_out: usize, k: usize, dtype: GgmlDType) -> Vec<u8> {
+    let wt = Tensor::from_vec(r.vec(n_out * k), (n_out, k), &Device::Cpu).unwrap();
+    QTensor::quantize(&wt, dtype)
+        .unwrap()
+        .data()
+        .unwrap()
+        .to_vec()
+}
+
+/// Whether the matrix is read in the map on `isa`: Q8_0 everywhere, the others where their
+/// row kernels have SIMD.
+fn in_map(dtype: GgmlDType, isa: Isa) -> bool {
+    dtype == GgmlDType::Q8_0 || isa.avx2()
+}
+
+/// Every output is the scalar reference's: its bits for the K-quants (the same integers and
+/// fused multiply-adds), within float rounding for Q4_0 and Q8_0 (whose SIMD paths sum blocks
+/// in eight lanes, as for Q4_1); and a row in a batch gets the bits it gets alone.
+fn check_reference(lin: &QLinear, dtype: GgmlDType, r: &mut Lcg, what: &str) {
+    let (n, k) = (lin.n_out, lin.k);
+    let exact = matches!(dtype, GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K);
+    for m in [1, 2, 3, 5, 70] {
+        let x = r.vec(m * k);
+        let out = lin.product(&x, m);
+        for (i, row) in x.chunks_exact(k).enumerate() {
+            let alone = lin.product(row, 1);
+            for j in 0..n {
+                let (v, want) = (out[i * n + j], lin.reference(j, row));
+                match exact {
+                    true => assert_eq!(v.to_bits(), want.to_bits(), "{what} m={m} ({i}, {j})"),
+                    false => assert!(
+                        (v - want).abs() <= 1e-4 * want.abs().max(1.0),
+                        "{what} m={m} ({i}, {j}): {v} vs {want}"
+                    ),
+                }
+                assert_eq!(
+                    v.to_bits(),
+                    alone[j].to_bits(),
+                    "{what} m={m} ({i}, {j}) alone"
+                );
+            }
+        }
+    }
+}
+
+/// Gate and up of one expert, each where it lies in the file (an odd gap between them, as
+/// slabs of different tensors), stacked into one matrix: read in the map, every output the
+/// reference's bits; the same bytes outside the map, copied.
+#[test]
+fn expert_rows_read_in_the_map_give_the_references_bits() {
+    let mut r = Lcg(61);
+    let (n, k) = (75, 512);
+    for dtype in FORMATS {
+        let (gate, up) = (
+            quantized(&mut r, n, k, dtype),
+            quantized(&mut r, n, k, dtype),
+        );
+        let mut file = tempfile::tempfile().unwrap();
+        // Offsets even, as GGUF's aligned tensors are (the blocks' `u16` fields).
+        let (at_gate, at_up) = (32, 32 + gate.len() + 6);
+        file.write_all(&[7; 32]).unwrap();
+        file.write_all(&gate).unwrap();
+        file.write_all(&[1; 6]).unwrap();
+        file.write_all(&up).unwrap();
+        // SAFETY: the test's own temporary file, only read.
+        let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.unwrap());
+        for isa in Isa::available() {
+            let raw = |at: usize, len: usize| {
+                let bytes = &map[at..at + len];
+                let t = TensorType::Ggml(dtype);
+                QLinear::from_raw_in(t, &[n, k], bytes, isa, Some((&map, at)), true)
+            };
+            if !in_map(dtype, isa) {
+                // Repacked as without a map (or left to candle: Q5_K without panels).
+                if let Some(lin) = raw(at_gate, gate.len()) {
+                    assert_eq!(lin.mapped_bytes(), 0, "{dtype:?} {isa:?}");
+                }
+                continue;
+            }
+            let parts = vec![
+                raw(at_gate, gate.len()).unwrap(),
+                raw(at_up, up.len()).unwrap(),
+            ];
+            let lin = QLinear::stack(parts).expect("parts stack");
+            let whole = gate.len() + up.len();
+            assert_eq!(lin.mapped_bytes(), whole, "{dtype:?} {isa:?}");
+            assert_eq!(lin.bytes(), whole, "{dtype:?} {isa:?}");
+            check_reference(&lin, dtype, &mut r, &format!("{dtype:?} {isa:?}"));
+            // A row dequantised gives the file's weights, as candle reads them.
+            let mut row = vec![0f32; k];
+            lin.dequantize_row(n + 3, &mut row);
+            let q = candle_core::quantized::ggml_file::qtensor_from_ggml(
+                dtype,
+                &up,
+                vec![n, k],
+                &Device::Cpu,
+            )
+            .unwrap();
+            let want = q.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap();
+            let want = want.to_vec1::<f32>().unwrap();
+            assert!(row == want[3 * k..4 * k], "{dtype:?} {isa:?}");
+        }
+    }
+}
+
+/// Bytes at an offset not aligned for their blocks, or not the map's own, are copied: the same
+/// bits, none of them in the map.
+#[test]
+fn expert_rows_not_aligned_in_the_map_are_copied() {
+    let mut r = Lcg(67);
+    let (n, k) = (9, 256);
+    for dtype in FORMATS {
+        let w = quantized(&mut r, n, k, dtype);
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&[0; 33]).unwrap();
+        file.write_all(&w).unwrap();
+        // SAFETY: the test's own temporary file, only read.
+        let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.unwrap());
+        for isa in Isa::available().into_iter().filter(|&i| in_map(dtype, i)) {
+            let t = TensorType::Ggml(dtype);
+            let odd = QLinear::from_raw_in(t, &[n, k], &map[33..], isa, Some((&map, 33)), true);
+            let odd = odd.unwrap();
+            assert_eq!(odd.mapped_bytes(), 0, "{dtype:?} {isa:?}");
+            let elsewhere = QLinear::from_raw_in(t, &[n, k], &w, isa, Some((&map, 33)), true);
+            assert_eq!(elsewhere.unwrap().mapped_bytes(), 0, "{dtype:?} {isa:?}");
+            check_reference(&odd, dtype, &mut r, &format!("{dtype:?} {isa:?} copied"));
+        }
+    }
+}
+
+/// Q4_0 read as the file holds it gives the bits of its repacking into Q4_1 (`m = −8·d`), on
+/// every instruction set.
+#[test]
+fn q4_0_as_the_file_holds_it_is_its_q4_1_repacking() {
+    let mut r = Lcg(71);
+    let k = 1024;
+    let w: Vec<BlockQ4_0> = blocks(&quantized(&mut r, 1, k, GgmlDType::Q4_0)).unwrap();
+    let as_q4_1 = q4_0_as_q4_1(&w);
+    let mut a = vec![BlockQ8_1::default(); k / QK];
+    quantize_q8_1(&r.vec(k), &mut a);
+    let want = dot_q4_1_q8_1_scalar(&as_q4_1, &a);
+    assert_eq!(dot_q4_0_q8_1_scalar(&w, &a).to_bits(), want.to_bits());
+    for isa in Isa::available() {
+        let got = isa.dot_q4_0_q8_1_checked(&w, &a);
+        let want = isa.dot_q4_1_q8_1_checked(&as_q4_1, &a);
+        assert_eq!(got.to_bits(), want.to_bits(), "{isa:?}");
+    }
+}

@@ -1,0 +1,371 @@
+//! The K-quants (Q4_K, Q5_K, Q6_K) row by row, as the file holds them: what a mixture's
+//! experts run on when they are read in the memory-mapped file (`mapped.rs`), where the
+//! interleaved panels of `kpanels.rs` cannot be made without copying them.
+//!
+//! A row's super-blocks are dotted with activations quantised as ggml's Q8_K. Per super-block
+//! and activation row the kernels take the scalar reference's exact integers (Q4_K and Q5_K:
+//! `t = Σ_j sc_j·Σ(q_x·q_y)` and `s = Σ_j m_j·Σq_y`; Q6_K: `t = Σ_g sc_g·(Σ q_x·q_y − 32·Σq_y)`)
+//! and add them with the reference's fused multiply-adds in its order, so every path gives the
+//! reference's bits, whatever rows are beside it. AVX2 unpacks a super-block's 6-bit scales
+//! and mins with four 32-bit masks and shifts, its weights with byte masks, and takes the
+//! products with `maddubs` (|pairs| ≤ 2·63·127) and `madd` by the sub-block's scale; a weight
+//! super-block is unpacked once for up to four activation rows. NEON runs the scalar reference.
+
+use super::*;
+
+/// A K-quant super-block format on the row kernels.
+pub(crate) trait KBlock: Copy + Sync {
+    /// Whether it subtracts mins (`dmin·Σ m_j·Σq_y`): Q4_K and Q5_K.
+    const MINS: bool;
+    fn d(&self) -> u16;
+    fn dmin(&self) -> u16;
+    /// The scalar reference's dot product.
+    fn scalar(x: &[Self], y: &[BlockQ8K]) -> f32;
+}
+
+impl KBlock for BlockQ4K {
+    const MINS: bool = true;
+    fn d(&self) -> u16 {
+        self.d
+    }
+    fn dmin(&self) -> u16 {
+        self.dmin
+    }
+    fn scalar(x: &[Self], y: &[BlockQ8K]) -> f32 {
+        dot_q4_k_q8_k_scalar(x, y)
+    }
+}
+
+impl KBlock for BlockQ5K {
+    const MINS: bool = true;
+    fn d(&self) -> u16 {
+        self.d
+    }
+    fn dmin(&self) -> u16 {
+        self.dmin
+    }
+    fn scalar(x: &[Self], y: &[BlockQ8K]) -> f32 {
+        dot_q5_k_q8_k_scalar(x, y)
+    }
+}
+
+impl KBlock for BlockQ6K {
+    const MINS: bool = false;
+    fn d(&self) -> u16 {
+        self.d
+    }
+    fn dmin(&self) -> u16 {
+        0
+    }
+    fn scalar(x: &[Self], y: &[BlockQ8K]) -> f32 {
+        dot_q6_k_q8_k_scalar(x, y)
+    }
+}
+
+/// The row-kernel [`Format`] of a K-quant block.
+macro_rules! k_format {
+    ($b:ty) => {
+        impl Quantise for $b {
+            type Act = BlockQ8K;
+            const ACT_QK: usize = QK_K;
+            const QUANTIZE: fn(&[f32], &mut [BlockQ8K]) = quantize_q8_k;
+            #[cfg(target_arch = "x86_64")]
+            const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8K]) = quantize_q8_k_avx2;
+            fn act_scales(a: &BlockQ8K, _: &[f32]) -> (f32, f32) {
+                (a.d, 0.0)
+            }
+        }
+
+        impl Format for $b {
+            // `rows` below picks its tiles itself.
+            #[cfg(target_arch = "x86_64")]
+            const ROWS_AVX2: [RowsFn<Self, BlockQ8K>; 2] = [simd::rows::<$b>, simd::rows::<$b>];
+
+            fn dot(isa: Isa, w: &[Self], a: &[BlockQ8K]) -> f32 {
+                assert_eq!(w.len(), a.len());
+                #[cfg(target_arch = "x86_64")]
+                if isa.avx2() {
+                    let mut out = [0f32];
+                    // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and
+                    // F16C; one weight row of `w.len()` super-blocks against one activation
+                    // row of as many.
+                    unsafe { simd::tile::<$b, 1>(w.as_ptr(), w.len(), a.as_ptr(), &mut out, 1) };
+                    return out[0];
+                }
+                let _ = isa;
+                <$b as KBlock>::scalar(w, a)
+            }
+
+            fn rows(
+                isa: Isa,
+                w: &[Self],
+                acts: &Acts<BlockQ8K>,
+                is: std::ops::Range<usize>,
+                out: &mut [f32],
+                sj: usize,
+                si: usize,
+            ) {
+                let kb = acts.kb;
+                let n = w.len() / kb;
+                assert!(w.len().is_multiple_of(kb) && is.start < is.end);
+                assert!(is.end * kb <= acts.q.len());
+                assert!(n == 0 || (n - 1) * sj + (is.len() - 1) * si < out.len());
+                #[cfg(target_arch = "x86_64")]
+                if isa.avx2() {
+                    // SAFETY: as in `dot`; every weight row, activation row and output the
+                    // tiles touch is inside the bounds asserted above.
+                    return unsafe { simd::rows(w, acts, is, out, sj, si) };
+                }
+                for j in 0..n {
+                    for i in is.clone() {
+                        let (x, y) = (&w[j * kb..(j + 1) * kb], &acts.q[i * kb..(i + 1) * kb]);
+                        out[j * sj + (i - is.start) * si] = <$b as KBlock>::scalar(x, y);
+                    }
+                }
+            }
+        }
+    };
+}
+
+k_format!(BlockQ4K);
+k_format!(BlockQ5K);
+k_format!(BlockQ6K);
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    // Tiles index their sums by activation row: clearer than zipped iterators here.
+    #![allow(clippy::needless_range_loop)]
+
+    use super::*;
+    use std::arch::x86_64::*;
+
+    /// A super-block's exact integers against `C` activation rows, on AVX2.
+    pub(crate) trait KSums: KBlock {
+        /// Per activation row: `(t, s)` of the scalar reference (`s` = 0 without mins).
+        ///
+        /// # Safety
+        /// AVX2 (the caller's target features; this is inlined into it).
+        unsafe fn sums<const C: usize>(&self, y: [&BlockQ8K; C]) -> [(i32, i32); C];
+    }
+
+    /// The sum of the eight i32 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn hsum_i32(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+        _mm_cvtsi128_si32(s)
+    }
+
+    /// Q4_K's and Q5_K's 12 bytes of 6-bit scales and mins as 16 bytes: the eight scales, then
+    /// the eight mins ([`scale_min_k4`]'s values), by 32-bit masks and shifts.
+    #[inline(always)]
+    fn scales_mins(q: &[u8; 12]) -> [u8; 16] {
+        let word =
+            |i: usize| u32::from_le_bytes([q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]]);
+        let (u0, u1, u2) = (word(0), word(1), word(2));
+        let (six, four, two) = (0x3F3F_3F3F, 0x0F0F_0F0F, 0x0303_0303);
+        let parts = [
+            u0 & six,
+            (u2 & four) | (((u0 >> 6) & two) << 4),
+            u1 & six,
+            ((u2 >> 4) & four) | (((u1 >> 6) & two) << 4),
+        ];
+        let mut out = [0u8; 16];
+        for (o, p) in out.chunks_exact_mut(4).zip(parts) {
+            o.copy_from_slice(&p.to_le_bytes());
+        }
+        out
+    }
+
+    /// Σ_j m_j·Σq_y over the eight sub-blocks (`mins` as eight i32 lanes).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn mins_sum(mins: __m256i, y: &BlockQ8K) -> i32 {
+        let bsums = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
+        // Lane j: bsums[2j] + bsums[2j + 1], sub-block j's Σq_y.
+        let sums = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
+        hsum_i32(_mm256_mullo_epi32(sums, mins))
+    }
+
+    /// Bits `shift ..` of each byte of `v` under `mask` (0x01 or 0x03), moved up to bit 4.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn bits_at_4(v: __m256i, shift: i32, mask: __m256i) -> __m256i {
+        let b = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(shift)), mask);
+        _mm256_slli_epi16(b, 4)
+    }
+
+    /// The 4-bit K-quants' sums, with Q5_K's fifth bits from `qh` where given.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scale_min_sums<const C: usize>(
+        scales: &[u8; 12],
+        qs: &[u8; 128],
+        qh: Option<&[u8; 32]>,
+        y: [&BlockQ8K; C],
+    ) -> [(i32, i32); C] {
+        let sm = scales_mins(scales);
+        let low = _mm256_set1_epi8(0x0F);
+        let one = _mm256_set1_epi8(1);
+        let high = qh.map(|h| _mm256_loadu_si256(h.as_ptr() as *const __m256i));
+        let mut acc = [_mm256_setzero_si256(); C];
+        for p in 0..4 {
+            let q = _mm256_loadu_si256(qs.as_ptr().add(32 * p) as *const __m256i);
+            let mut lo = _mm256_and_si256(q, low);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+            if let Some(h) = high {
+                // Bit j of each byte is sub-block j's fifth bit (j = 2p, 2p + 1).
+                lo = _mm256_or_si256(lo, bits_at_4(h, 2 * p as i32, one));
+                hi = _mm256_or_si256(hi, bits_at_4(h, 2 * p as i32 + 1, one));
+            }
+            let s_lo = _mm256_set1_epi16(i16::from(sm[2 * p]));
+            let s_hi = _mm256_set1_epi16(i16::from(sm[2 * p + 1]));
+            for c in 0..C {
+                let yq = y[c].qs.as_ptr().add(64 * p);
+                let yl = _mm256_loadu_si256(yq as *const __m256i);
+                let yh = _mm256_loadu_si256(yq.add(32) as *const __m256i);
+                let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, yl), s_lo);
+                let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yh), s_hi);
+                acc[c] = _mm256_add_epi32(acc[c], _mm256_add_epi32(pl, ph));
+            }
+        }
+        let mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64(sm.as_ptr().add(8) as *const __m128i));
+        let mut out = [(0, 0); C];
+        for c in 0..C {
+            out[c] = (hsum_i32(acc[c]), mins_sum(mins, y[c]));
+        }
+        out
+    }
+
+    impl KSums for BlockQ4K {
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn sums<const C: usize>(&self, y: [&BlockQ8K; C]) -> [(i32, i32); C] {
+            scale_min_sums(&self.scales, &self.qs, None, y)
+        }
+    }
+
+    impl KSums for BlockQ5K {
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn sums<const C: usize>(&self, y: [&BlockQ8K; C]) -> [(i32, i32); C] {
+            scale_min_sums(&self.scales, &self.qs, Some(&self.qh), y)
+        }
+    }
+
+    impl KSums for BlockQ6K {
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn sums<const C: usize>(&self, y: [&BlockQ8K; C]) -> [(i32, i32); C] {
+            let (low, two) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
+            let mut acc = [_mm256_setzero_si256(); C];
+            for n in 0..2 {
+                let q0 = _mm256_loadu_si256(self.ql.as_ptr().add(64 * n) as *const __m256i);
+                let q1 = _mm256_loadu_si256(self.ql.as_ptr().add(64 * n + 32) as *const __m256i);
+                let qh = _mm256_loadu_si256(self.qh.as_ptr().add(32 * n) as *const __m256i);
+                // The four quarters of 32: a nibble of `ql` and two bits of `qh` each.
+                let quarters = [
+                    _mm256_or_si256(_mm256_and_si256(q0, low), bits_at_4(qh, 0, two)),
+                    _mm256_or_si256(_mm256_and_si256(q1, low), bits_at_4(qh, 2, two)),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(q0, 4), low),
+                        bits_at_4(qh, 4, two),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(q1, 4), low),
+                        bits_at_4(qh, 6, two),
+                    ),
+                ];
+                for (t, q) in quarters.into_iter().enumerate() {
+                    // Groups g and g + 1 of 16: the low and high halves of the quarter.
+                    let g = 8 * n + 2 * t;
+                    let sc = _mm256_set_m128i(
+                        _mm_set1_epi16(i16::from(self.scales[g + 1])),
+                        _mm_set1_epi16(i16::from(self.scales[g])),
+                    );
+                    for c in 0..C {
+                        let yq = y[c].qs.as_ptr().add(128 * n + 32 * t) as *const __m256i;
+                        let p = _mm256_maddubs_epi16(q, _mm256_loadu_si256(yq));
+                        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(p, sc));
+                    }
+                }
+            }
+            let scales =
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(self.scales.as_ptr() as *const __m128i));
+            let mut out = [(0, 0); C];
+            for c in 0..C {
+                let bsums = _mm256_loadu_si256(y[c].bsums.as_ptr() as *const __m256i);
+                let offset = hsum_i32(_mm256_madd_epi16(bsums, scales));
+                out[c] = (hsum_i32(acc[c]) - 32 * offset, 0);
+            }
+            out
+        }
+    }
+
+    /// One weight row (`kb` super-blocks at `w`) × `C` activation rows (row c at `a + c·kb`)
+    /// into `out[c·si]`, each super-block unpacked once for the `C` rows; the reference's
+    /// fused multiply-adds in its order, so each output is the reference's bits.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `kb` blocks readable at `w`, `C·kb` at `a`, `out[c·si]` writable.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn tile<B: KSums, const C: usize>(
+        w: *const B,
+        kb: usize,
+        a: *const BlockQ8K,
+        out: &mut [f32],
+        si: usize,
+    ) {
+        let t = f16_table();
+        let mut sum = [0f32; C];
+        for b in 0..kb {
+            let x = &*w.add(b);
+            let y: [&BlockQ8K; C] = std::array::from_fn(|c| &*a.add(c * kb + b));
+            let s = x.sums(y);
+            let (d, dmin) = (h(t, x.d()), h(t, x.dmin()));
+            for c in 0..C {
+                sum[c] = (d * y[c].d).mul_add(s[c].0 as f32, sum[c]);
+                if B::MINS {
+                    sum[c] = (-(dmin * y[c].d)).mul_add(s[c].1 as f32, sum[c]);
+                }
+            }
+        }
+        for c in 0..C {
+            out[c * si] = sum[c];
+        }
+    }
+
+    /// [`Format::rows`] for a K-quant: each weight row against the activation rows four at a
+    /// time.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; the bounds [`Format::rows`] asserts.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn rows<B: KSums>(
+        w: &[B],
+        acts: &Acts<BlockQ8K>,
+        is: std::ops::Range<usize>,
+        out: &mut [f32],
+        sj: usize,
+        si: usize,
+    ) {
+        let kb = acts.kb;
+        let n = w.len() / kb;
+        for j in 0..n {
+            let wp = w.as_ptr().add(j * kb);
+            for i in is.clone().step_by(TILE_A) {
+                let a = acts.q.as_ptr().add(i * kb);
+                let o = &mut out[j * sj + (i - is.start) * si..];
+                match TILE_A.min(is.end - i) {
+                    4 => tile::<B, 4>(wp, kb, a, o, si),
+                    3 => tile::<B, 3>(wp, kb, a, o, si),
+                    2 => tile::<B, 2>(wp, kb, a, o, si),
+                    _ => tile::<B, 1>(wp, kb, a, o, si),
+                }
+            }
+        }
+    }
+}
