@@ -179,14 +179,24 @@ mod simd {
         out
     }
 
-    /// Σ_j m_j·Σq_y over the eight sub-blocks (`mins` as eight i32 lanes).
+    /// `(Σ lanes of t, Σ_j m_j·Σq_y)`: `mins` the eight mins as i16, `y`'s sub-block sums
+    /// paired from its `bsums` (each |Σ| ≤ 32·127, an i16), multiplied and added in pairs, and
+    /// both reductions done together.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn mins_sum(mins: __m256i, y: &BlockQ8K) -> i32 {
+    unsafe fn sums_and_mins(t: __m256i, mins: __m128i, y: &BlockQ8K) -> (i32, i32) {
         let bsums = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
         // Lane j: bsums[2j] + bsums[2j + 1], sub-block j's Σq_y.
-        let sums = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
-        hsum_i32(_mm256_mullo_epi32(sums, mins))
+        let sums = _mm_hadd_epi16(
+            _mm256_castsi256_si128(bsums),
+            _mm256_extracti128_si256(bsums, 1),
+        );
+        let m = _mm_madd_epi16(sums, mins);
+        let t = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        // [t0+t1, t2+t3, m0+m1, m2+m3], then [t, m, t, m].
+        let both = _mm_hadd_epi32(t, m);
+        let both = _mm_hadd_epi32(both, both);
+        (_mm_cvtsi128_si32(both), _mm_extract_epi32(both, 1))
     }
 
     /// Bits `shift ..` of each byte of `v` under `mask` (0x01 or 0x03), moved up to bit 4.
@@ -231,10 +241,10 @@ mod simd {
                 acc[c] = _mm256_add_epi32(acc[c], _mm256_add_epi32(pl, ph));
             }
         }
-        let mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64(sm.as_ptr().add(8) as *const __m128i));
+        let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(sm.as_ptr().add(8) as *const __m128i));
         let mut out = [(0, 0); C];
         for c in 0..C {
-            out[c] = (hsum_i32(acc[c]), mins_sum(mins, y[c]));
+            out[c] = sums_and_mins(acc[c], mins, y[c]);
         }
         out
     }
