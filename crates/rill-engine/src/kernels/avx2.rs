@@ -575,4 +575,4 @@ pub use kquants::*;
 
 // One-row products of Q4_0 as the file holds it, four weight rows at a time.
 mod q4_0_dots;
-pub(crate) use q4_0_dots::dots_q4_0_q8_1;
+pub(crate) use q4_0_dots::{dots_q4_0_q8_1, rows_q4_0_file};

@@ -141,6 +141,34 @@ impl Format for BlockQ4_0 {
             *o = Self::dot(isa, &w[j * kb..(j + 1) * kb], a);
         }
     }
+    fn rows(
+        isa: Isa,
+        w: &[Self],
+        acts: &Acts<BlockQ8_1>,
+        is: std::ops::Range<usize>,
+        out: &mut [f32],
+        sj: usize,
+        si: usize,
+    ) {
+        let kb = acts.kb;
+        let n = w.len() / kb;
+        assert!(w.len().is_multiple_of(kb) && is.start < is.end && is.end * kb <= acts.q.len());
+        assert!(acts.d.len() == acts.q.len() && acts.s.len() >= kb * acts.stride);
+        assert!(is.start.is_multiple_of(TILE_A) && acts.stride >= is.end.div_ceil(TILE_A) * TILE_A);
+        assert!(n == 0 || (n - 1) * sj + (is.len() - 1) * si < out.len());
+        #[cfg(target_arch = "x86_64")]
+        if isa.avx2() {
+            // SAFETY: as in `dots`; every weight row, activation row and output the tiles touch
+            // is inside the bounds asserted above.
+            return unsafe { avx2::rows_q4_0_file(isa, w, acts, is, out, sj, si) };
+        }
+        for j in 0..n {
+            for i in is.clone() {
+                let (x, y) = (&w[j * kb..(j + 1) * kb], &acts.q[i * kb..(i + 1) * kb]);
+                out[j * sj + (i - is.start) * si] = Self::dot(isa, x, y);
+            }
+        }
+    }
 }
 
 impl Quantise for BlockQ8_0 {

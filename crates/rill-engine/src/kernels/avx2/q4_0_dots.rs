@@ -11,15 +11,24 @@ use super::*;
 
 /// The byte products of one block for every instruction set: four per i32 lane.
 macro_rules! kernels {
-    ($rows4:ident, $features:literal, |$u:ident, $s:ident| $dot4:expr) => {
-        /// Four Q4_0 weight rows at `w` (`a.len()` blocks each) · `a`, into `out`.
+    ($tile:ident, $features:literal, |$u:ident, $s:ident| $dot4:expr) => {
+        /// Four Q4_0 weight rows (row r at `w + r·kb`) × `C` Q8_1 activation rows (row c at
+        /// `a + c·kb`) into `out[r·sj + c·si]`: each weight block unpacked once for the `C`
+        /// rows, each activation block loaded once for the four.
         ///
         /// # Safety
-        /// The target features; `4·a.len()` blocks readable at `w`.
+        /// The target features; `4·kb` blocks readable at `w`, `C·kb` at `a`, and
+        /// `out[r·sj + c·si]` writable for every `r < 4`, `c < C`.
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn $rows4(w: *const BlockQ4_0, a: &[BlockQ8_1], out: &mut [f32]) {
-            let kb = a.len();
+        unsafe fn $tile<const C: usize>(
+            w: *const BlockQ4_0,
+            kb: usize,
+            a: *const BlockQ8_1,
+            out: *mut f32,
+            sj: usize,
+            si: usize,
+        ) {
             let low = _mm256_set1_epi8(0x0F);
             // The high nibbles into the upper 128 bits (elements 16..32).
             let shifts = _mm256_setr_epi64x(0, 0, 4, 4);
@@ -29,9 +38,9 @@ macro_rules! kernels {
                 _mm256_set1_epi32(2),
                 _mm256_set1_epi32(3),
             ];
-            let mut acc = [_mm256_setzero_ps(); 4];
-            let mut offsets = _mm_setzero_ps();
-            for (b, y) in a.iter().enumerate() {
+            let mut acc = [[_mm256_setzero_ps(); C]; 4];
+            let mut offsets = [_mm_setzero_ps(); C];
+            for b in 0..kb {
                 let x = [0, 1, 2, 3].map(|r| &*w.add(r * kb + b));
                 let d = _mm_cvtph_ps(_mm_setr_epi16(
                     x[0].d as i16,
@@ -43,43 +52,53 @@ macro_rules! kernels {
                     0,
                     0,
                 ));
-                let dy = two_halves(&y.d);
-                // [d_r·d_y] and Σ d_r·(−8·s_y), lane r for row r.
-                let scales = _mm256_castps128_ps256(_mm_mul_ps(d, _mm_broadcastss_ps(dy)));
-                let m8 = _mm_mul_ps(_mm_shuffle_ps(dy, dy, 0b01_01_01_01), _mm_set1_ps(-8.0));
-                offsets = _mm_add_ps(offsets, _mm_mul_ps(d, m8));
-                let $s = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                let mut scales = [_mm256_setzero_ps(); C];
+                let mut qy = [_mm256_setzero_si256(); C];
+                for c in 0..C {
+                    let y = &*a.add(c * kb + b);
+                    let dy = two_halves(&y.d);
+                    // [d_r·d_y] and Σ d_r·(−8·s_y), lane r for row r.
+                    scales[c] = _mm256_castps128_ps256(_mm_mul_ps(d, _mm_broadcastss_ps(dy)));
+                    let m8 = _mm_mul_ps(_mm_shuffle_ps(dy, dy, 0b01_01_01_01), _mm_set1_ps(-8.0));
+                    offsets[c] = _mm_add_ps(offsets[c], _mm_mul_ps(d, m8));
+                    qy[c] = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                }
                 for r in 0..4 {
                     let nibbles =
                         _mm256_broadcastsi128_si256(_mm_loadu_si128(x[r].qs.as_ptr() as *const _));
                     let $u = _mm256_and_si256(_mm256_srlv_epi64(nibbles, shifts), low);
-                    let sums = _mm256_cvtepi32_ps($dot4);
-                    let scale = _mm256_permutevar8x32_ps(scales, lane[r]);
-                    acc[r] = _mm256_fmadd_ps(scale, sums, acc[r]);
+                    for c in 0..C {
+                        let $s = qy[c];
+                        let sums = _mm256_cvtepi32_ps($dot4);
+                        let scale = _mm256_permutevar8x32_ps(scales[c], lane[r]);
+                        acc[r][c] = _mm256_fmadd_ps(scale, sums, acc[r][c]);
+                    }
                 }
             }
-            let mut off = [0f32; 4];
-            _mm_storeu_ps(off.as_mut_ptr(), offsets);
-            for r in 0..4 {
-                // `hsum`'s tree, then the offsets, as `dot_nibbles` adds them.
-                let v = acc[r];
-                let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-                let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-                let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-                out[r] = _mm_cvtss_f32(s) + off[r];
+            for c in 0..C {
+                let mut off = [0f32; 4];
+                _mm_storeu_ps(off.as_mut_ptr(), offsets[c]);
+                for r in 0..4 {
+                    // `hsum`'s tree, then the offsets, as `dot_nibbles` adds them.
+                    let v = acc[r][c];
+                    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+                    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+                    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+                    *out.add(r * sj + c * si) = _mm_cvtss_f32(s) + off[r];
+                }
             }
         }
     };
 }
 
-kernels!(rows4_avx2, "avx2,fma,f16c", |u, s| {
+kernels!(tile_avx2, "avx2,fma,f16c", |u, s| {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 });
-kernels!(rows4_avx_vnni, "avx2,fma,f16c,avxvnni", |u, s| {
+kernels!(tile_avx_vnni, "avx2,fma,f16c,avxvnni", |u, s| {
     vpdpbusd!(_mm256_setzero_si256(), u, s)
 });
 kernels!(
-    rows4_avx512,
+    tile_avx512,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     |u, s| _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
 );
@@ -90,9 +109,30 @@ fn has_avx512_vl() -> bool {
     *HAS.get_or_init(|| is_x86_feature_detected!("avx512vl"))
 }
 
+/// Four weight rows × `C` activation rows on the best instruction set `isa` allows.
+///
+/// # Safety
+/// `isa` checked and [`avx2`](Isa::avx2); the bounds of the tiles.
+#[inline]
+unsafe fn tile<const C: usize>(
+    isa: Isa,
+    w: *const BlockQ4_0,
+    kb: usize,
+    a: *const BlockQ8_1,
+    out: *mut f32,
+    sj: usize,
+    si: usize,
+) {
+    match isa {
+        Isa::Avx512Vnni if has_avx512_vl() => tile_avx512::<C>(w, kb, a, out, sj, si),
+        _ if isa.avx_vnni() => tile_avx_vnni::<C>(w, kb, a, out, sj, si),
+        _ => tile_avx2::<C>(w, kb, a, out, sj, si),
+    }
+}
+
 /// Every row of `w` (whole rows of `a.len()` blocks) · the one activation row `a` into `out`,
-/// four weight rows at a time on the best instruction set `isa` allows (a last few rows by
-/// [`dot_q4_0_q8_1`]); every output has [`dot_q4_0_q8_1`]'s bits.
+/// four weight rows at a time (a last few rows by [`dot_q4_0_q8_1`]); every output has
+/// [`dot_q4_0_q8_1`]'s bits.
 ///
 /// # Safety
 /// `isa` checked and [`avx2`](Isa::avx2).
@@ -100,20 +140,63 @@ pub(crate) unsafe fn dots_q4_0_q8_1(isa: Isa, w: &[BlockQ4_0], a: &[BlockQ8_1], 
     let kb = a.len();
     assert_eq!(w.len(), out.len() * kb);
     let done = out.len() / 4 * 4;
-    let vnni = isa.avx_vnni();
-    for (n, o) in out[..done].chunks_exact_mut(4).enumerate() {
-        let wp = w.as_ptr().add(4 * n * kb);
-        match isa {
-            Isa::Avx512Vnni if has_avx512_vl() => rows4_avx512(wp, a, o),
-            _ if vnni => rows4_avx_vnni(wp, a, o),
-            _ => rows4_avx2(wp, a, o),
-        }
+    for n in (0..done).step_by(4) {
+        tile::<1>(
+            isa,
+            w.as_ptr().add(n * kb),
+            kb,
+            a.as_ptr(),
+            out.as_mut_ptr().add(n),
+            1,
+            1,
+        );
     }
+    let vnni = isa.avx_vnni();
     for (r, o) in out[done..].iter_mut().enumerate() {
         let row = &w[(done + r) * kb..(done + r + 1) * kb];
         *o = match vnni {
             true => dot_nibbles::<BlockQ4_0, true>(row, a),
             false => dot_nibbles::<BlockQ4_0, false>(row, a),
         };
+    }
+}
+
+/// [`Format::rows`] for Q4_0 as the file holds it: four weight rows × up to four activation
+/// rows a tile (each pair's arithmetic, so its bits, as [`dots_q4_0_q8_1`]'s), a last few
+/// weight rows by [`rows_q4_0`]'s tiles (the same bits again).
+///
+/// # Safety
+/// `isa` checked and [`avx2`](Isa::avx2); the bounds [`Format::rows`] asserts.
+pub(crate) unsafe fn rows_q4_0_file(
+    isa: Isa,
+    w: &[BlockQ4_0],
+    acts: &Acts<BlockQ8_1>,
+    is: std::ops::Range<usize>,
+    out: &mut [f32],
+    sj: usize,
+    si: usize,
+) {
+    let kb = acts.kb;
+    let n = w.len() / kb;
+    let done = n / 4 * 4;
+    for j in (0..done).step_by(4) {
+        let wp = w.as_ptr().add(j * kb);
+        for i in is.clone().step_by(TILE_A) {
+            let a = acts.q.as_ptr().add(i * kb);
+            let o = out.as_mut_ptr().add(j * sj + (i - is.start) * si);
+            match TILE_A.min(is.end - i) {
+                4 => tile::<4>(isa, wp, kb, a, o, sj, si),
+                3 => tile::<3>(isa, wp, kb, a, o, sj, si),
+                2 => tile::<2>(isa, wp, kb, a, o, sj, si),
+                _ => tile::<1>(isa, wp, kb, a, o, sj, si),
+            }
+        }
+    }
+    if done < n {
+        let rest = &mut out[done * sj..];
+        match isa.avx_vnni() {
+            true => rows_q4_0::<true>(&w[done * kb..], acts, is, rest, sj, si),
+            false => rows_q4_0::<false>(&w[done * kb..], acts, is, rest, sj, si),
+        }
     }
 }
