@@ -573,6 +573,6 @@ rows!(rows_q8_0, tile_q8_0, BlockQ8_0, BlockQ8_0, 1);
 mod kquants;
 pub use kquants::*;
 
-// One-row products of Q4_0 as the file holds it, four weight rows at a time.
+// Products of Q4_0 as the file holds it, four weight rows a tile.
 mod q4_0_dots;
 pub(crate) use q4_0_dots::{dots_q4_0_q8_1, rows_q4_0_file};

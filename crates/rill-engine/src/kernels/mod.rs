@@ -49,8 +49,8 @@
 //!
 //! A mixture's experts are not copied at all: Q4_0, Q8_0, Q4_K, Q5_K and Q6_K (and MXFP4
 //! everywhere) run row by row on the file's own blocks where they lie in the memory-mapped file
-//! (`mapped.rs`): Q4_0 by Q4_1's tiles with `m = −8·d`, the K-quants by `krows.rs`, which give
-//! their scalar references' bits.
+//! (`mapped.rs`): Q4_0 with Q4_1's arithmetic, `m = −8·d`, in tiles of four weight rows
+//! (`avx2/q4_0_dots.rs`), the K-quants by `krows.rs`, which give their scalar references' bits.
 //!
 //! The files: `blocks.rs` (the formats, and their repacking), `panels.rs` (the interleaved
 //! layouts; `kpanels.rs` the K-quants'), `quants.rs` (activation quantisers, the scalar

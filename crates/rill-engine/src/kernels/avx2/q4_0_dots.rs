@@ -1,11 +1,11 @@
-//! A one-row step's product for Q4_0 as the file holds it (a mixture's experts read in the
-//! map): four weight rows against the one activation row, each row's arithmetic that of
-//! [`dot_q4_0_q8_1`] (so its bits, and those of the batch tiles), with less work per block: the
-//! four rows' scales converted by one `vcvtph2ps` and their offsets `−8·d·s_y` added as one
-//! vector (`(−8·d)·s_y` and `d·(−8·s_y)` are the same single rounding of the same exact
-//! product), a block's nibbles unpacked from one broadcast load, and the byte products taken
-//! by AVX-512's or AVX-VNNI's `vpdpbusd` where the CPU has either (the same integers as
-//! `maddubs`). Compiled three times, as the MXFP4 tiles are.
+//! Products of Q4_0 as the file holds it (a mixture's experts read in the map): tiles of four
+//! weight rows × one to four activation rows, each pair's arithmetic that of [`dot_q4_0_q8_1`]
+//! (so its bits, alone or in a batch), with less work per block: the four rows' scales
+//! converted by one `vcvtph2ps` and their offsets `−8·d·s_y` added as one vector (`(−8·d)·s_y`
+//! and `d·(−8·s_y)` are the same single rounding of the same exact product), a block's nibbles
+//! unpacked from one broadcast load, and the byte products taken by AVX-512's or AVX-VNNI's
+//! `vpdpbusd` where the CPU has either (the same integers as `maddubs`). Compiled three times,
+//! as the MXFP4 tiles are.
 
 use super::*;
 
