@@ -218,8 +218,9 @@ pub unsafe fn dot_q8_0_q8_0<const VNNI: bool>(x: &[BlockQ8_0], y: &[BlockQ8_0]) 
     hsum(acc)
 }
 
-/// One tile of 4-bit blocks ([`Nibbles4`]: Q4_1, Q4_0) × Q8_1: `R` weight rows from `w` × `C` activation rows from `a`
-/// (`kb` blocks each, their scales `ad`, their `s` at `s[b·stride + c]`). Each weight block
+/// One tile of 4-bit blocks ([`Nibbles4`]: Q4_1, Q4_0) × Q8_1: `R` weight rows from `w` × `C`
+/// activation rows from `a` (`kb` blocks each, their scales `ad`, their `s` at
+/// `s[b·stride + c]`). Each weight block
 /// is unpacked and its scales converted once for the C activation rows, each activation
 /// block loaded once for the R weight rows.
 ///
