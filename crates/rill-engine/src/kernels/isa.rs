@@ -29,6 +29,14 @@ pub(crate) fn has_avx512_vnni() -> bool {
         && is_x86_feature_detected!("avx512vnni")
 }
 
+/// AVX-512's 256-bit forms (VL), which `Isa::Avx512Vnni` does not promise by itself: the
+/// MXFP4 and Q4_0 file-row tiles take `vpdpbusd` on 256-bit registers where the CPU has them.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512_vl() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| is_x86_feature_detected!("avx512vl"))
+}
+
 /// The instruction set the kernels use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {

@@ -23,31 +23,26 @@ pub(crate) trait KBlock: Copy + Sync {
     fn scalar(x: &[Self], y: &[BlockQ8K]) -> f32;
 }
 
-impl KBlock for BlockQ4K {
-    const MINS: bool = true;
-    fn d(&self) -> u16 {
-        self.d
-    }
-    fn dmin(&self) -> u16 {
-        self.dmin
-    }
-    fn scalar(x: &[Self], y: &[BlockQ8K]) -> f32 {
-        dot_q4_k_q8_k_scalar(x, y)
-    }
+/// Q4_K and Q5_K: 6-bit scales and mins, `d` and `dmin`.
+macro_rules! scale_min_block {
+    ($b:ty, $scalar:ident) => {
+        impl KBlock for $b {
+            const MINS: bool = true;
+            fn d(&self) -> u16 {
+                self.d
+            }
+            fn dmin(&self) -> u16 {
+                self.dmin
+            }
+            fn scalar(x: &[Self], y: &[BlockQ8K]) -> f32 {
+                $scalar(x, y)
+            }
+        }
+    };
 }
 
-impl KBlock for BlockQ5K {
-    const MINS: bool = true;
-    fn d(&self) -> u16 {
-        self.d
-    }
-    fn dmin(&self) -> u16 {
-        self.dmin
-    }
-    fn scalar(x: &[Self], y: &[BlockQ8K]) -> f32 {
-        dot_q5_k_q8_k_scalar(x, y)
-    }
-}
+scale_min_block!(BlockQ4K, dot_q4_k_q8_k_scalar);
+scale_min_block!(BlockQ5K, dot_q5_k_q8_k_scalar);
 
 impl KBlock for BlockQ6K {
     const MINS: bool = false;

@@ -103,12 +103,6 @@ kernels!(
     |u, s| _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
 );
 
-/// AVX-512's 256-bit forms (VL), which `Isa::Avx512Vnni` does not promise by itself.
-fn has_avx512_vl() -> bool {
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| is_x86_feature_detected!("avx512vl"))
-}
-
 /// Four weight rows × `C` activation rows on the best instruction set `isa` allows.
 ///
 /// # Safety
