@@ -524,6 +524,7 @@ macro_rules! rows {
         /// AVX2, FMA and F16C; the bounds [`Format::rows`] asserts.
         #[target_feature(enable = "avx2,fma,f16c")]
         pub unsafe fn $name<const VNNI: bool>(
+            _isa: Isa,
             w: &[$w],
             acts: &Acts<$a>,
             is: std::ops::Range<usize>,

@@ -4,13 +4,16 @@
 
 use super::*;
 
-/// The tiles of [`Format::rows`] on AVX2 for one format: `(w, acts, is, out, sj, si)`.
+/// The tiles of [`Format::rows`] on AVX2 for one format: `(isa, w, acts, is, out, sj, si)`,
+/// `isa` the matrix's (a format whose tiles come in more than the two forms of `ROWS_AVX2`
+/// picks among them by it).
 ///
 /// # Safety
-/// AVX2, FMA and F16C (and AVX-VNNI for the VNNI one); the bounds [`Format::rows`] asserts.
+/// AVX2, FMA and F16C (and AVX-VNNI for the VNNI one), `isa` checked; the bounds
+/// [`Format::rows`] asserts.
 #[cfg(target_arch = "x86_64")]
 pub(crate) type RowsFn<F, A> =
-    unsafe fn(&[F], &Acts<A>, std::ops::Range<usize>, &mut [f32], usize, usize);
+    unsafe fn(Isa, &[F], &Acts<A>, std::ops::Range<usize>, &mut [f32], usize, usize);
 
 /// How activation rows are quantised for a weight format: the blocks they become, and their
 /// scales.
@@ -41,7 +44,8 @@ pub(crate) trait Quantise: Copy + Sync {
 /// K-quants' super-blocks in `krows.rs`), dotted with the activation
 /// blocks of [`Quantise`].
 pub(crate) trait Format: Quantise {
-    /// The tiles of [`rows`](Self::rows) on AVX2: without AVX-VNNI, and with it.
+    /// The tiles of [`rows`](Self::rows) on AVX2: without AVX-VNNI, and with it (the same
+    /// function twice for a format that picks by the `Isa` it is given).
     #[cfg(target_arch = "x86_64")]
     const ROWS_AVX2: [RowsFn<Self, Self::Act>; 2];
     /// With an `isa` already [`checked`](Isa::checked) (the matrix's).
@@ -79,7 +83,7 @@ pub(crate) trait Format: Quantise {
             // AVX-VNNI where `avx_vnni()`, which picks the VNNI tiles); every row, scale (tiles
             // start at whole tiles and `s` is padded to whole tiles) and output the tiles touch
             // is inside the bounds asserted above.
-            return unsafe { tiles(w, acts, is, out, sj, si) };
+            return unsafe { tiles(isa, w, acts, is, out, sj, si) };
         }
         // Otherwise the dot product pair by pair (the scalar reference, or NEON's, which gives
         // the same bits): the same numbers a row gets alone.
@@ -124,8 +128,7 @@ impl Quantise for BlockQ4_0 {
 
 impl Format for BlockQ4_0 {
     #[cfg(target_arch = "x86_64")]
-    const ROWS_AVX2: [RowsFn<Self, BlockQ8_1>; 2] =
-        [avx2::rows_q4_0::<false>, avx2::rows_q4_0::<true>];
+    const ROWS_AVX2: [RowsFn<Self, BlockQ8_1>; 2] = [avx2::rows_q4_0_file, avx2::rows_q4_0_file];
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_1]) -> f32 {
         isa.dot_q4_0_q8_1_checked(w, a)
     }
@@ -139,34 +142,6 @@ impl Format for BlockQ4_0 {
         let kb = a.len();
         for (j, o) in out.iter_mut().enumerate() {
             *o = Self::dot(isa, &w[j * kb..(j + 1) * kb], a);
-        }
-    }
-    fn rows(
-        isa: Isa,
-        w: &[Self],
-        acts: &Acts<BlockQ8_1>,
-        is: std::ops::Range<usize>,
-        out: &mut [f32],
-        sj: usize,
-        si: usize,
-    ) {
-        let kb = acts.kb;
-        let n = w.len() / kb;
-        assert!(w.len().is_multiple_of(kb) && is.start < is.end && is.end * kb <= acts.q.len());
-        assert!(acts.d.len() == acts.q.len() && acts.s.len() >= kb * acts.stride);
-        assert!(is.start.is_multiple_of(TILE_A) && acts.stride >= is.end.div_ceil(TILE_A) * TILE_A);
-        assert!(n == 0 || (n - 1) * sj + (is.len() - 1) * si < out.len());
-        #[cfg(target_arch = "x86_64")]
-        if isa.avx2() {
-            // SAFETY: as in `dots`; every weight row, activation row and output the tiles touch
-            // is inside the bounds asserted above.
-            return unsafe { avx2::rows_q4_0_file(isa, w, acts, is, out, sj, si) };
-        }
-        for j in 0..n {
-            for i in is.clone() {
-                let (x, y) = (&w[j * kb..(j + 1) * kb], &acts.q[i * kb..(i + 1) * kb]);
-                out[j * sj + (i - is.start) * si] = Self::dot(isa, x, y);
-            }
         }
     }
 }

@@ -72,7 +72,6 @@ macro_rules! k_format {
         }
 
         impl Format for $b {
-            // `rows` below picks its tiles itself.
             #[cfg(target_arch = "x86_64")]
             const ROWS_AVX2: [RowsFn<Self, BlockQ8K>; 2] = [simd::rows::<$b>, simd::rows::<$b>];
 
@@ -89,34 +88,6 @@ macro_rules! k_format {
                 }
                 let _ = isa;
                 <$b as KBlock>::scalar(w, a)
-            }
-
-            fn rows(
-                isa: Isa,
-                w: &[Self],
-                acts: &Acts<BlockQ8K>,
-                is: std::ops::Range<usize>,
-                out: &mut [f32],
-                sj: usize,
-                si: usize,
-            ) {
-                let kb = acts.kb;
-                let n = w.len() / kb;
-                assert!(w.len().is_multiple_of(kb) && is.start < is.end);
-                assert!(is.end * kb <= acts.q.len());
-                assert!(n == 0 || (n - 1) * sj + (is.len() - 1) * si < out.len());
-                #[cfg(target_arch = "x86_64")]
-                if isa.avx2() {
-                    // SAFETY: as in `dot`; every weight row, activation row and output the
-                    // tiles touch is inside the bounds asserted above.
-                    return unsafe { simd::rows(w, acts, is, out, sj, si) };
-                }
-                for j in 0..n {
-                    for i in is.clone() {
-                        let (x, y) = (&w[j * kb..(j + 1) * kb], &acts.q[i * kb..(i + 1) * kb]);
-                        out[j * sj + (i - is.start) * si] = <$b as KBlock>::scalar(x, y);
-                    }
-                }
             }
         }
     };
@@ -350,6 +321,7 @@ mod simd {
     /// AVX2, FMA and F16C; the bounds [`Format::rows`] asserts.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn rows<B: KSums>(
+        _isa: Isa,
         w: &[B],
         acts: &Acts<BlockQ8K>,
         is: std::ops::Range<usize>,

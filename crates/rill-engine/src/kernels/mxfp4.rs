@@ -126,9 +126,9 @@ impl Quantise for BlockMxfp4 {
 }
 
 impl Format for BlockMxfp4 {
-    // `rows` below picks its tiles itself (three instruction sets, not two).
+    // The tiles pick among three instruction sets by the `Isa` they are given.
     #[cfg(target_arch = "x86_64")]
-    const ROWS_AVX2: [RowsFn<Self, BlockQ8_0>; 2] = [simd::rows, simd::rows];
+    const ROWS_AVX2: [RowsFn<Self, BlockQ8_0>; 2] = [simd::rows_for, simd::rows_for];
 
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_0]) -> f32 {
         isa.dot_mxfp4_q8_0_checked(w, a)
@@ -145,33 +145,6 @@ impl Format for BlockMxfp4 {
         }
         for (j, o) in out.iter_mut().enumerate() {
             *o = dot_mxfp4_q8_0_scalar(&w[j * kb..(j + 1) * kb], a);
-        }
-    }
-
-    fn rows(
-        isa: Isa,
-        w: &[Self],
-        acts: &Acts<BlockQ8_0>,
-        is: std::ops::Range<usize>,
-        out: &mut [f32],
-        sj: usize,
-        si: usize,
-    ) {
-        let kb = acts.kb;
-        let n = w.len() / kb;
-        assert!(w.len().is_multiple_of(kb) && is.start < is.end && is.end * kb <= acts.q.len());
-        assert!(n == 0 || (n - 1) * sj + (is.len() - 1) * si < out.len());
-        #[cfg(target_arch = "x86_64")]
-        if isa.avx2() {
-            // SAFETY: as in `dot_mxfp4_q8_0_checked`; every weight row, activation row and
-            // output the tiles touch is inside the bounds asserted above.
-            return unsafe { simd::rows_for(isa, w, acts, is, out, sj, si) };
-        }
-        for j in 0..n {
-            for i in is.clone() {
-                let (x, y) = (&w[j * kb..(j + 1) * kb], &acts.q[i * kb..(i + 1) * kb]);
-                out[j * sj + (i - is.start) * si] = dot_mxfp4_q8_0_scalar(x, y);
-            }
         }
     }
 }
@@ -368,22 +341,6 @@ mod simd {
                 }
             }
         }
-    }
-
-    /// [`rows_for`] with AVX2 alone (the `ROWS_AVX2` entry; `rows` is overridden and calls
-    /// [`rows_for`] with the matrix's own instruction set).
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; the bounds [`Format::rows`] asserts.
-    pub(super) unsafe fn rows(
-        w: &[BlockMxfp4],
-        acts: &Acts<BlockQ8_0>,
-        is: std::ops::Range<usize>,
-        out: &mut [f32],
-        sj: usize,
-        si: usize,
-    ) {
-        rows_for(Isa::Avx2, w, acts, is, out, sj, si)
     }
 }
 

@@ -161,6 +161,7 @@ pub(crate) unsafe fn dots_q4_0_q8_1(isa: Isa, w: &[BlockQ4_0], a: &[BlockQ8_1], 
 ///
 /// # Safety
 /// `isa` checked and [`avx2`](Isa::avx2); the bounds [`Format::rows`] asserts.
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn rows_q4_0_file(
     isa: Isa,
     w: &[BlockQ4_0],
@@ -189,8 +190,8 @@ pub(crate) unsafe fn rows_q4_0_file(
     if done < n {
         let rest = &mut out[done * sj..];
         match isa.avx_vnni() {
-            true => rows_q4_0::<true>(&w[done * kb..], acts, is, rest, sj, si),
-            false => rows_q4_0::<false>(&w[done * kb..], acts, is, rest, sj, si),
+            true => rows_q4_0::<true>(isa, &w[done * kb..], acts, is, rest, sj, si),
+            false => rows_q4_0::<false>(isa, &w[done * kb..], acts, is, rest, sj, si),
         }
     }
 }
