@@ -10,6 +10,9 @@ beforeEach(() => {
 
 const startChat = () => startWith(backend);
 
+/** Lets queued settings writes (lib/writeQueue.ts) reach the backend. */
+const settle = () => act(() => new Promise((r) => setTimeout(r, 0)));
+
 describe("the chat window", () => {
   it("opens on an empty chat with the composer focused, no click needed", async () => {
     render(<App />);
@@ -65,16 +68,20 @@ describe("the chat window", () => {
   it("sends a moved temperature slider to the running answer", async () => {
     await startChat();
     fireEvent.change(screen.getByTestId("param-temperature"), { target: { value: "0.3" } });
-    const call = backend.calls.filter((c: { cmd: string }) => c.cmd === "set_params").pop();
-    expect(call.args.settings.temperature).toBe(0.3);
-    expect(call.args.settings.top_p).toBe(0.95);
+    await waitFor(() => {
+      const call = backend.calls.filter((c: { cmd: string }) => c.cmd === "set_params").pop();
+      expect(call.args.settings.temperature).toBe(0.3);
+      expect(call.args.settings.top_p).toBe(0.95);
+    });
   });
 
   it("sends the Speed up setting (speculative decoding) with the chat's settings", async () => {
     await startChat();
     fireEvent.change(screen.getByTestId("param-speed-up"), { target: { value: "lookup" } });
-    const call = backend.calls.filter((c: { cmd: string }) => c.cmd === "set_params").pop();
-    expect(call.args.settings.speed_up).toBe("lookup");
+    await waitFor(() => {
+      const call = backend.calls.filter((c: { cmd: string }) => c.cmd === "set_params").pop();
+      expect(call.args.settings.speed_up).toBe("lookup");
+    });
   });
 
   it("offers a draft model of the loaded model's family, smallest first, and sends the choice", async () => {
@@ -92,8 +99,10 @@ describe("the chat window", () => {
     const options = [...screen.getByTestId("param-draft-model").querySelectorAll("option")].map((o) => o.value);
     expect(options).toEqual(["/models/tiny-llama.gguf", "/models/big-llama.gguf", "/models/SmolLM2-135M-Instruct.Q4_1.gguf"]);
     fireEvent.change(screen.getByTestId("param-speed-up"), { target: { value: "off" } });
-    const off = backend.calls.filter((c: { cmd: string }) => c.cmd === "set_params").pop();
-    expect([off.args.settings.speed_up, off.args.settings.draft_model]).toEqual(["off", null]);
+    await waitFor(() => {
+      const off = backend.calls.filter((c: { cmd: string }) => c.cmd === "set_params").pop();
+      expect([off.args.settings.speed_up, off.args.settings.draft_model]).toEqual(["off", null]);
+    });
   });
 
   it("shows under an answer how many draft tokens the model took", async () => {
@@ -144,6 +153,7 @@ describe("the chat window", () => {
     const before = backend.calls.length;
     fireEvent.change(screen.getByLabelText("Top-p value"), { target: { value: "7" } });
     expect(screen.getByText(/Top-p: between 0.01 and 1/)).toBeTruthy();
+    await settle(); // a write would have gone out by now
     expect(backend.calls.slice(before).some((c: { cmd: string }) => c.cmd === "set_params")).toBe(false);
   });
 

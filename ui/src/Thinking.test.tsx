@@ -16,6 +16,9 @@ const token = (text: string, reasoning = "") => ({ event: "token", data: { text,
 const block = (id: number) => within(answer(id)).getByTestId("thinking") as HTMLDetailsElement;
 const lastSettings = () => backend.calls.filter((c: { cmd: string }) => c.cmd === "set_params").pop()?.args.settings;
 
+/** Lets queued settings writes (lib/writeQueue.ts) reach the backend. */
+const settle = () => act(() => new Promise((r) => setTimeout(r, 0)));
+
 describe("the Thinking block", () => {
   it("streams open with its token count, then folds to how long it thought when the answer starts", async () => {
     const id = await startChat(backend);
@@ -69,16 +72,17 @@ describe("the panel's Think switch and budget", () => {
     const think = (await screen.findByTestId("param-think")) as HTMLInputElement;
     expect(think.checked).toBe(true);
     fireEvent.click(think);
-    expect(lastSettings().think).toBe(false);
+    await waitFor(() => expect(lastSettings().think).toBe(false));
     // Thinking off: no budget to set.
     await waitFor(() => expect(screen.queryByTestId("param-thinking-budget")).toBeNull());
     fireEvent.click(screen.getByTestId("param-think"));
     fireEvent.change(await screen.findByTestId("param-thinking-budget"), { target: { value: "16" } });
-    expect(lastSettings()).toMatchObject({ think: true, thinking_budget: 16 });
+    await waitFor(() => expect(lastSettings()).toMatchObject({ think: true, thinking_budget: 16 }));
     // Not a whole number from 1: refused here, not sent.
     const before = backend.calls.length;
     fireEvent.change(screen.getByTestId("param-thinking-budget"), { target: { value: "0" } });
     expect(screen.getByText(/Thinking budget: a whole number from 1/)).toBeTruthy();
+    await settle(); // a write would have gone out by now
     expect(backend.calls.slice(before).some((c: { cmd: string }) => c.cmd === "set_params")).toBe(false);
   });
 
@@ -89,7 +93,7 @@ describe("the panel's Think switch and budget", () => {
     expect(think.checked).toBe(false);
     expect(screen.queryByTestId("param-thinking-budget")).toBeNull();
     fireEvent.click(think);
-    expect(lastSettings().think).toBe(true);
+    await waitFor(() => expect(lastSettings().think).toBe(true));
     expect(await screen.findByTestId("param-thinking-budget")).toBeTruthy();
   });
 
@@ -112,7 +116,7 @@ describe("structured output", () => {
   it("gives the chat a schema and shows its answers as formatted JSON", async () => {
     const id = await startChat(backend);
     fireEvent.click(screen.getByTestId("param-structured"));
-    expect(lastSettings().json_schema).toMatchObject({ type: "object", required: ["answer"] });
+    await waitFor(() => expect(lastSettings().json_schema).toMatchObject({ type: "object", required: ["answer"] }));
     await waitFor(() => expect(screen.getByTestId("structured-badge")).toBeTruthy());
     await act(async () => backend.emit(id, token('{"answer": "Par')));
     await frame();
@@ -132,6 +136,7 @@ describe("structured output", () => {
     fireEvent.change(schema, { target: { value: "{not json" } });
     fireEvent.click(screen.getByTestId("param-structured"));
     expect(screen.getByText(/Schema: not JSON/)).toBeTruthy();
+    await settle(); // a write would have gone out by now
     expect(lastSettings()).toBeUndefined();
     fireEvent.change(schema, { target: { value: '{"type": "bogus"}' } });
     fireEvent.click(screen.getByTestId("param-structured"));

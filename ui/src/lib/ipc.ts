@@ -1,6 +1,7 @@
 // The app's commands, typed. Every call goes through Tauri's invoke; an answer's tokens come
 // back through a Channel (see live.ts). Errors arrive as { kind, message }.
 import { Channel, invoke } from "@tauri-apps/api/core";
+import { writeQueue } from "./writeQueue";
 
 export type Status = "streaming" | "done" | "stopped" | "interrupted" | "error";
 export type Role = "system" | "user" | "assistant" | "tool";
@@ -287,6 +288,10 @@ export interface Sent {
   answer_id: number;
 }
 
+const paramsWrites = writeQueue((conversation: number, settings: PanelSettings) =>
+  invoke<void>("set_params", { conversation, settings }),
+);
+
 export const api = {
   status: () => invoke<AppStatus>("status"),
   listConversations: () => invoke<Conversation[]>("list_conversations"),
@@ -303,17 +308,27 @@ export const api = {
   importConversation: () => invoke<number | null>("import_conversation"),
   openConversation: (id: number) => invoke<ConversationView>("open_conversation", { id }),
   setSystemPrompt: (id: number, prompt: string | null) => invoke<void>("set_system_prompt", { id, prompt }),
-  setParams: (conversation: number, settings: PanelSettings) =>
-    invoke<void>("set_params", { conversation, settings }),
+  /** A live settings change, written after the ones before it (see writeQueue.ts). */
+  setParams: (conversation: number, settings: PanelSettings) => paramsWrites.put(conversation, settings),
   contextUsage: (conversation: number) => invoke<ContextUsage>("context_usage", { conversation }),
-  sendMessage: (conversation: number, text: string, onEvent: Channel<ChatEvent>) =>
-    invoke<Sent>("send_message", { conversation, text, onEvent }),
-  regenerate: (message: number, onEvent: Channel<ChatEvent>) => invoke<number>("regenerate", { message, onEvent }),
-  editMessage: (message: number, text: string, onEvent: Channel<ChatEvent>) =>
-    invoke<Sent>("edit_message", { message, text, onEvent }),
+  // An answer starts with the settings the panel shows: the writes still queued go first.
+  sendMessage: async (conversation: number, text: string, onEvent: Channel<ChatEvent>) => {
+    await paramsWrites.settled();
+    return invoke<Sent>("send_message", { conversation, text, onEvent });
+  },
+  regenerate: async (message: number, onEvent: Channel<ChatEvent>) => {
+    await paramsWrites.settled();
+    return invoke<number>("regenerate", { message, onEvent });
+  },
+  editMessage: async (message: number, text: string, onEvent: Channel<ChatEvent>) => {
+    await paramsWrites.settled();
+    return invoke<Sent>("edit_message", { message, text, onEvent });
+  },
   switchBranch: (message: number) => invoke<ConversationView>("switch_branch", { message }),
-  continueAnswer: (message: number, onEvent: Channel<ChatEvent>) =>
-    invoke<number>("continue_answer", { message, onEvent }),
+  continueAnswer: async (message: number, onEvent: Channel<ChatEvent>) => {
+    await paramsWrites.settled();
+    return invoke<number>("continue_answer", { message, onEvent });
+  },
   stop: (message: number) => invoke<void>("stop", { message }),
   pause: (message: number) => invoke<void>("pause", { message }),
   resume: (message: number) => invoke<void>("resume", { message }),
