@@ -25,7 +25,6 @@ writes the answer (a path, or nothing for cancel) into that file before it click
 
 import json
 import os
-import re
 import shutil
 import sqlite3
 import subprocess
@@ -139,9 +138,9 @@ def think_thinking(app: App, d: webdriver.Remote, path: Path, db: Path, failures
         failures.append(f"the Thinking block was not seen open while the model thought: {seen[:5]}")
     if not any(s[2].startswith("Thinking…") and "tokens" in s[2] for s in thinking):
         failures.append(f"the Thinking block did not count its tokens while streaming: {thinking[:5]}")
-    # The budget is 300 tokens; a random-weights model may close its thought sooner by itself
-    # (which token it draws depends on the CPU's kernels), and then the count is its own.
-    if not summary.startswith("Thought for") or not re.search(r"· (\d+) tokens", summary) or is_open:
+    # The budget is 300 tokens (this test model never ends its thought sooner by itself): a
+    # shorter thought means the answer ran with a budget the panel did not show.
+    if not summary.startswith("Thought for") or "· 300 tokens" not in summary or is_open:
         failures.append(f"the Thinking block did not fold to how long it thought: {summary!r}, open={is_open}")
     # Open it: its text is the saved reasoning; the answer is the rest.
     app.fresh(lambda: block().find_element(By.CSS_SELECTOR, "summary").click())
@@ -154,10 +153,7 @@ def think_thinking(app: App, d: webdriver.Remote, path: Path, db: Path, failures
     markup = [m for m in ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "think>") if m in reasoning + content]
     if markup:
         failures.append(f"{label}: the answer's markup is shown as text: {markup}")
-    counted = re.search(r"· (\d+) tokens", summary)
-    if not counted or int(counted.group(1)) != tokens:
-        failures.append(f"the folded block's count is not the saved one: {summary!r} vs {tokens}")
-    if not 0 < tokens <= 300 or not reasoning.strip() or not content.strip():
+    if tokens != 300 or not reasoning.strip() or not content.strip():
         failures.append(f"the reasoning is not saved beside the answer: {tokens} tokens, {reasoning[:80]!r}, {content[:80]!r}")
     if " ".join(shown.split()) != " ".join(reasoning.split()):
         failures.append(f"the Thinking block does not show the saved reasoning: {shown[:80]!r} vs {reasoning[:80]!r}")
