@@ -4,8 +4,10 @@
 //! The draft runs inside the inference thread, before each decode step, as batched passes of
 //! its own: the first catches every speculating answer's draft cache up with its tokens (at
 //! most a prefill chunk at a time, so a long prompt is caught up over several steps and a
-//! step stays bounded), the next ones each add one greedy token to every proposal. What the
-//! model rejects is cut from the draft's cache as from the model's.
+//! step stays bounded; after a pause only the answer's latest tokens), the next ones each add
+//! one greedy token to every proposal, so the worker deals a pass's draft tokens evenly among
+//! the answers (a step costs as many draft passes as its longest proposal). What the model
+//! rejects is cut from the draft's cache as from the model's.
 //!
 //! A draft must spell every token as the model does: [`check_vocabulary`] compares the two
 //! vocabularies at load (as llama.cpp does, allowing the larger to have up to 128 more ids
@@ -121,7 +123,14 @@ impl DraftModel {
                 }
             }
             let outs = vec![1; inputs.len()];
+            let started = std::time::Instant::now();
+            let rows: usize = inputs.iter().map(|(t, _)| t.len()).sum();
             let result = self.weights.forward_rows(&mut inputs, &outs);
+            tracing::trace!(
+                rows,
+                ms = started.elapsed().as_secs_f64() * 1000.0,
+                "draft pass"
+            );
             drop(inputs);
             let logits = match result {
                 Ok(l) => l,

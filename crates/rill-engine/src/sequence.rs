@@ -82,8 +82,10 @@ pub(crate) struct Sequence {
     /// This step's proposal, and the rows that check it (`speculation.rs`).
     draft: Vec<u32>,
     verify: Vec<u32>,
-    /// The draft model's cache: a prefix of `tokens` (and, during a step, the proposal).
+    /// The draft model's cache: `tokens` with `draft_skipped` of them left out after the
+    /// prompt (`speculation.rs`), and, during a step, the proposal.
     draft_cache: KvCache,
+    draft_skipped: usize,
     /// Rows its last decode step ran (1, or 1 + its draft).
     last_rows: usize,
 }
@@ -150,6 +152,7 @@ impl Sequence {
             draft: Vec::new(),
             verify: Vec::new(),
             draft_cache: KvCache::new(),
+            draft_skipped: 0,
             last_rows: 1,
         }
     }

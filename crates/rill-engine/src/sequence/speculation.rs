@@ -63,6 +63,10 @@ const MAX_BACKOFF: usize = 64;
 /// as the pause was long, and only not resuming saves that.
 const FIRST_SLOW_PAUSE: usize = 4;
 const MAX_SLOW_PAUSE: usize = 256;
+/// A draft model that resumes after a pause reads only this many of the answer's latest
+/// tokens (the whole prompt it always reads): what comes next depends mostly on them, and
+/// reading every missed token would cost as much as the pause was long.
+const RESUME_WINDOW: usize = 16;
 
 /// Up to `k` tokens that followed the latest earlier occurrence of the last `n` tokens of
 /// `tokens` (the longest `n` from [`MAX_NGRAM`] down to [`MIN_NGRAM`] that occurs).
@@ -86,6 +90,17 @@ pub(crate) fn lookup(tokens: &[u32], k: usize) -> Vec<u32> {
         }
     }
     Vec::new()
+}
+
+/// Where a draft model that has read up to `held` of `len` tokens reads on: there, or, once
+/// it has read the prompt (`prompt_len`) and is more than [`RESUME_WINDOW`] behind, at the
+/// window's start.
+fn draft_reads_from(held: usize, prompt_len: usize, len: usize) -> usize {
+    let window = len.saturating_sub(RESUME_WINDOW);
+    match held >= prompt_len && window > held {
+        true => window,
+        false => held.min(len),
+    }
 }
 
 /// One answer's proposer, with its counts.
@@ -217,19 +232,29 @@ impl Sequence {
     /// The draft model's first input this step: the tokens its cache lacks (at most
     /// `chunk`), and whether that catches it up, so that its last row proposes.
     pub fn draft_catch_up(&mut self, chunk: usize) -> (&[u32], &mut KvCache, bool) {
-        if self.draft_cache.len() >= self.tokens.len() {
+        if self.draft_cache.len() + self.draft_skipped >= self.tokens.len() {
             // Never ahead of the tokens (only after a failure); start over.
             self.draft_cache = KvCache::new();
+            self.draft_skipped = 0;
         }
-        let from = self.draft_cache.len();
+        let from = self.draft_next();
+        self.draft_skipped = from - self.draft_cache.len();
         let to = self.tokens.len().min(from + chunk.max(1));
         let caught_up = to == self.tokens.len();
         (&self.tokens[from..to], &mut self.draft_cache, caught_up)
     }
 
-    /// The tokens the draft model's cache lacks.
+    /// Where the draft model reads on in `tokens`: after what its cache holds, or, once it
+    /// has read the prompt and fallen more than [`RESUME_WINDOW`] tokens behind (a pause),
+    /// at the last of them, the ones between left out of its cache for good.
+    fn draft_next(&self) -> usize {
+        let held = self.draft_cache.len() + self.draft_skipped;
+        draft_reads_from(held, self.prompt_len, self.tokens.len())
+    }
+
+    /// The tokens the draft model will read before it proposes.
     pub fn draft_lag(&self) -> &[u32] {
-        &self.tokens[self.draft_cache.len().min(self.tokens.len())..]
+        &self.tokens[self.draft_next()..]
     }
 
     /// The draft model's next input: the token it proposed last.
@@ -251,6 +276,7 @@ impl Sequence {
     /// After a failed draft pass: the draft cache is not trusted any more, nor the proposal.
     pub fn reset_draft(&mut self) {
         self.draft_cache = KvCache::new();
+        self.draft_skipped = 0;
         self.draft.clear();
     }
 
@@ -304,12 +330,14 @@ impl Sequence {
             }
         }
         // Whatever happened, the cache holds no more than the tokens it ran. A draft model's
-        // cache holds the tokens, then the proposal but its last: what it got right stays.
+        // cache holds the tokens (less those it skipped), then the proposal but its last:
+        // what it got right stays.
         self.cache
             .truncate((base + accepted).min(self.tokens.len()));
         let kept = (base + accepted).min(self.tokens.len());
-        if self.draft_cache.len() > kept {
-            self.draft_cache.truncate(kept);
+        let kept_draft = kept.saturating_sub(self.draft_skipped);
+        if self.draft_cache.len() > kept_draft {
+            self.draft_cache.truncate(kept_draft);
         }
         if let Some(d) = self.drafter.as_mut() {
             d.settle(draft.len(), accepted);
@@ -363,6 +391,21 @@ mod tests {
         assert!(lookup(&[1, 2, 3, 4], 4).is_empty());
         assert!(lookup(&[1, 2], 4).is_empty());
         assert!(lookup(&[1, 2, 1, 2], 0).is_empty());
+    }
+
+    #[test]
+    fn a_draft_model_reads_the_whole_prompt_but_only_the_latest_tokens_after_a_pause() {
+        let w = RESUME_WINDOW;
+        // The prompt (100 tokens), even in chunks: every token.
+        assert_eq!(draft_reads_from(0, 100, 100), 0);
+        assert_eq!(draft_reads_from(40, 100, 100), 40);
+        // Caught up, or a few behind (a check's accepted tokens): on from where it is.
+        assert_eq!(draft_reads_from(100, 100, 101), 100);
+        assert_eq!(draft_reads_from(100, 100, 100 + w), 100);
+        // After a pause of 64 steps: the last window only.
+        assert_eq!(draft_reads_from(120, 100, 184), 184 - w);
+        // The prompt's own tail is never skipped, however long the answer since.
+        assert_eq!(draft_reads_from(90, 100, 300), 90);
     }
 
     #[test]
