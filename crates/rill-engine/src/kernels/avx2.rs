@@ -248,6 +248,7 @@ unsafe fn tile_nibbles<B: Nibbles4, const R: usize, const C: usize, const VNNI: 
         let sy = _mm_loadu_ps(s.add(b * stride));
         for r in 0..R {
             let x = &*w.add(r * kb + b);
+            super::prefetch_rows_ahead(x, kb);
             let nibbles = _mm_loadu_si128(x.nibbles() as *const __m128i);
             qx[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nibbles, 4), nibbles), low);
             let dm = x.dm();
@@ -330,6 +331,7 @@ unsafe fn tile_q8_0<const R: usize, const C: usize, const VNNI: bool>(
         let mut dx = [_mm256_setzero_ps(); R];
         for r in 0..R {
             let x = &*w.add(r * kb + b);
+            super::prefetch_rows_ahead(x, kb);
             qx[r] = _mm256_loadu_si256(x.qs.as_ptr() as *const __m256i);
             ax[r] = _mm256_sign_epi8(qx[r], qx[r]);
             dx[r] = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(x.d as i32)));

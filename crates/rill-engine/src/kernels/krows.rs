@@ -299,6 +299,7 @@ mod simd {
         let mut sum = [0f32; C];
         for b in 0..kb {
             let x = &*w.add(b);
+            super::super::prefetch_rows_ahead(x, kb);
             let y: [&BlockQ8K; C] = std::array::from_fn(|c| &*a.add(c * kb + b));
             let s = x.sums(y);
             let (d, dmin) = (h(t, x.d()), h(t, x.dmin()));

@@ -187,6 +187,7 @@ mod simd {
                     let mut dx = [0f32; R];
                     for r in 0..R {
                         let x = &*w.add(r * kb + b);
+                        super::super::prefetch_rows_ahead(x, kb);
                         let nibbles = _mm_loadu_si128(x.qs.as_ptr() as *const __m128i);
                         // Elements 0..16 from the low nibbles, 16..32 from the high ones.
                         let lo = _mm_shuffle_epi8(table, _mm_and_si128(nibbles, low));

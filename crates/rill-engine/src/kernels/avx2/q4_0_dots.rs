@@ -42,6 +42,9 @@ macro_rules! kernels {
             let mut offsets = [_mm_setzero_ps(); C];
             for b in 0..kb {
                 let x = [0, 1, 2, 3].map(|r| &*w.add(r * kb + b));
+                for x in x {
+                    prefetch_rows_ahead(x, kb);
+                }
                 let d = _mm_cvtph_ps(_mm_setr_epi16(
                     x[0].d as i16,
                     x[1].d as i16,
