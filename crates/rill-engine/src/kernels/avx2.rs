@@ -412,6 +412,7 @@ unsafe fn nibble_tile<P: Nibbles<8>, const C: usize, const VNNI: bool>(
     let mut acc = [_mm256_setzero_ps(); C];
     for b in 0..kb {
         let p = &*w.add(b);
+        super::prefetch_panel_ahead(p);
         let isum = nibble_sums::<C, VNNI>(p.qs(), a.add(b), kb);
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(p.d().as_ptr() as *const __m128i));
         let mw = match p.m() {
@@ -467,6 +468,7 @@ unsafe fn panel_tile_q8_0<const C: usize>(
     let mut acc = [_mm256_setzero_ps(); C];
     for b in 0..kb {
         let p = &*w.add(b);
+        super::prefetch_panel_ahead(p);
         let mut isum = [_mm256_setzero_si256(); C];
         for g in 0..8 {
             let wq = _mm256_loadu_si256(p.qs[g].as_ptr() as *const __m256i);

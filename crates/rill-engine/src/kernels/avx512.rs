@@ -61,6 +61,7 @@ unsafe fn nibble_tile<P: Nibbles<16>, const C: usize>(
     let mut acc = [_mm512_setzero_ps(); C];
     for b in 0..kb {
         let p = &*w.add(b);
+        super::prefetch_panel_ahead(p);
         let isum = nibble_sums::<C>(p.qs(), a.add(b), kb);
         let dw = scales(p.d());
         let mw = match p.m() {
@@ -283,6 +284,7 @@ unsafe fn tile_q8_0<const C: usize>(
     let mut acc = [_mm512_setzero_ps(); C];
     for b in 0..kb {
         let p = &*w.add(b);
+        super::prefetch_panel_ahead(p);
         let mut isum = [_mm512_setzero_si512(); C];
         for g in 0..8 {
             let wq = _mm512_loadu_si512(p.qs[g].as_ptr() as *const __m512i);
