@@ -534,7 +534,7 @@ fn propose(
 /// A draft model proposes one token for every drafting answer per pass, so a step costs as
 /// many passes as the longest proposal: `total` tokens are dealt one at a time to the answers
 /// `wants` lists (in order, each at most what it wants), so that the passes are as few as the
-/// cap allows. Eight tokens for four answers are four passes given to one, two given evenly.
+/// cap allows: eight tokens for four answers are eight passes given to one, two given evenly.
 fn deal(total: usize, wants: &[usize]) -> Vec<usize> {
     let mut given = vec![0; wants.len()];
     let mut left = total;
