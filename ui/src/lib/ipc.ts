@@ -292,6 +292,13 @@ const paramsWrites = writeQueue((conversation: number, settings: PanelSettings) 
   invoke<void>("set_params", { conversation, settings }),
 );
 
+/** A command that starts an answer: it goes after the settings writes still queued, so the
+ * answer starts with the settings the panel shows. */
+async function answering<T>(cmd: string, args: Record<string, unknown>): Promise<T> {
+  await paramsWrites.settled();
+  return invoke<T>(cmd, args);
+}
+
 export const api = {
   status: () => invoke<AppStatus>("status"),
   listConversations: () => invoke<Conversation[]>("list_conversations"),
@@ -311,24 +318,14 @@ export const api = {
   /** A live settings change, written after the ones before it (see writeQueue.ts). */
   setParams: (conversation: number, settings: PanelSettings) => paramsWrites.put(conversation, settings),
   contextUsage: (conversation: number) => invoke<ContextUsage>("context_usage", { conversation }),
-  // An answer starts with the settings the panel shows: the writes still queued go first.
-  sendMessage: async (conversation: number, text: string, onEvent: Channel<ChatEvent>) => {
-    await paramsWrites.settled();
-    return invoke<Sent>("send_message", { conversation, text, onEvent });
-  },
-  regenerate: async (message: number, onEvent: Channel<ChatEvent>) => {
-    await paramsWrites.settled();
-    return invoke<number>("regenerate", { message, onEvent });
-  },
-  editMessage: async (message: number, text: string, onEvent: Channel<ChatEvent>) => {
-    await paramsWrites.settled();
-    return invoke<Sent>("edit_message", { message, text, onEvent });
-  },
+  sendMessage: (conversation: number, text: string, onEvent: Channel<ChatEvent>) =>
+    answering<Sent>("send_message", { conversation, text, onEvent }),
+  regenerate: (message: number, onEvent: Channel<ChatEvent>) => answering<number>("regenerate", { message, onEvent }),
+  editMessage: (message: number, text: string, onEvent: Channel<ChatEvent>) =>
+    answering<Sent>("edit_message", { message, text, onEvent }),
   switchBranch: (message: number) => invoke<ConversationView>("switch_branch", { message }),
-  continueAnswer: async (message: number, onEvent: Channel<ChatEvent>) => {
-    await paramsWrites.settled();
-    return invoke<number>("continue_answer", { message, onEvent });
-  },
+  continueAnswer: (message: number, onEvent: Channel<ChatEvent>) =>
+    answering<number>("continue_answer", { message, onEvent }),
   stop: (message: number) => invoke<void>("stop", { message }),
   pause: (message: number) => invoke<void>("pause", { message }),
   resume: (message: number) => invoke<void>("resume", { message }),
