@@ -2,15 +2,20 @@
 """Writes benchmark models at a real size: Llama 3.2 1B's dimensions (width 2048, 16 layers,
 32 query heads and 8 KV heads of 64, feed-forward 8192, tied embeddings) with each family's
 own block and test vocabulary, as `scripts/make-test-models.py` describes the families.
-Speed does not depend on the values, so one random block is written 16 times. Q8_0 and Q4_0
-are written directly; Q4_K_M comes from llama.cpp's quantiser (llama-cpp-python's
-`llama_model_quantize`, `--allow-requantize` from the Q8_0 file). Benchmark inputs only: kept
-outside the repository, never used by the tests or CI.
+Speed does not depend on the values, so one random block is written for every layer. Q8_0 and
+Q4_0 are written directly; Q4_K_M comes from llama.cpp's quantiser (`llama-quantize
+--allow-requantize` from the Q8_0 file, built by `scripts/build-llama-bench.sh`). Benchmark
+inputs only: kept outside the repository, never used by the tests or CI.
 
-    python3 scripts/make-bench-models.py [--out DIR] [--force] [FAMILY ...]
+    python3 scripts/make-bench-models.py [--out DIR] [--force] [--size 1b|3b|8b] [FAMILY ...]
 
 FAMILY is `llama` (the llama-bpe vocabulary: Llama 3's 128,256 tokens) or one of the test
 models' families. Default DIR: ~/.cache/rill/bench-models.
+
+`--size 3b` is Llama 3.2 3B's shape (width 3072, 28 layers, 24 query and 8 KV heads of 128,
+feed-forward 8192, tied embeddings) and `--size 8b` Llama 3.1 8B's (width 4096, 32 layers, 32
+query and 8 KV heads of 128, feed-forward 14,336, its own output matrix). At those sizes only
+Q4_0 is written directly (a Q8_0 8B file is 8.5 GB), and Q4_K_M is made from it.
 
 `qwen3moe` is Qwen3-30B-A3B's shape instead (width 2048, 32 query and 4 KV heads of 128, 128
 experts of feed-forward 768 of which 8 are used, Qwen's 151,936 tokens), with `--layers N` of
@@ -28,8 +33,8 @@ experts repeats; each layer's router is its own.
 """
 
 import argparse
-import ctypes
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -41,7 +46,13 @@ spec = importlib.util.spec_from_file_location("tm", ROOT / "scripts/make-test-mo
 tm = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tm)
 
-HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD, FF = 2048, 16, 32, 8, 64, 8192
+# The Llama shapes: width, layers, query heads, KV heads, head size, feed-forward, and
+# whether the output matrix is the embeddings' (tied).
+SHAPES = {
+    "1b": (2048, 16, 32, 8, 64, 8192, True),
+    "3b": (3072, 28, 24, 8, 128, 8192, True),
+    "8b": (4096, 32, 32, 8, 128, 14336, False),
+}
 
 FAMILIES = {
     "llama": dict(vocab="llama-bpe", template="meta-llama-Llama-3.2-3B-Instruct.jinja",
@@ -63,14 +74,15 @@ def finish(w: gguf.GGUFWriter, tmp: Path, path: Path) -> Path:
     return path
 
 
-def write(family: str, qtype, out: Path, models: Path) -> Path:
+def write(family: str, qtype, out: Path, models: Path, size: str = "1b") -> Path:
     s = dict(FAMILIES[family])
+    HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD, FF, tied = SHAPES[size]
     arch = "llama" if family == "llama" else family
     rng = np.random.default_rng(7)
-    path = out / f"{family}-1b.{qtype.name}.gguf"
+    path = out / f"{family}-{size}.{qtype.name}.gguf"
     tmp = path.with_suffix(".partial")
     w = gguf.GGUFWriter(str(tmp), arch)
-    w.add_name(f"{family} 1B-shape benchmark model (random weights)")
+    w.add_name(f"{family} {size.upper()}-shape benchmark model (random weights)")
     n_vocab = tm.copy_tokenizer(w, models / f"ggml-vocab-{s['vocab']}.gguf",
                                 s.get("extra_tokens", ()))
     w.add_chat_template((models / "templates" / s["template"]).read_text(encoding="utf-8"))
@@ -98,6 +110,9 @@ def write(family: str, qtype, out: Path, models: Path) -> Path:
 
     w.add_tensor("token_embd.weight", q(normal((n_vocab, HIDDEN), 1.0 / np.sqrt(HIDDEN))),
                  raw_dtype=qtype)
+    if not tied:
+        w.add_tensor("output.weight", q(normal((n_vocab, HIDDEN), 1.0 / np.sqrt(HIDDEN))),
+                     raw_dtype=qtype)
     w.add_tensor("output_norm.weight", np.ones(HIDDEN, dtype=np.float32))
     if s.get("rope_factors"):
         w.add_tensor("rope_factors_long.weight", np.ones(rope_dim // 2, dtype=np.float32))
@@ -278,16 +293,14 @@ def write_oss(out: Path, models: Path, layers: int) -> Path:
 
 
 def q4_k_m(src: Path, dst: Path):
-    """llama.cpp's quantiser, through llama-cpp-python's binding."""
-    import llama_cpp
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
-    params.allow_requantize = True
-    params.nthread = 2
+    """llama.cpp's quantiser (`llama-quantize`, built by `scripts/build-llama-bench.sh`)."""
+    bin_dir = subprocess.run(["bash", str(ROOT / "scripts/build-llama-bench.sh")], check=True,
+                             capture_output=True, text=True).stdout.strip().splitlines()[-1]
     tmp = dst.with_suffix(".partial")
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), ctypes.byref(params))
-    if rc != 0:
-        raise SystemExit(f"llama_model_quantize failed on {src}: {rc}")
+    run = subprocess.run([f"{bin_dir}/llama-quantize", "--allow-requantize", str(src), str(tmp),
+                          "Q4_K_M", "2"], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise SystemExit(f"llama-quantize failed on {src}:\n{run.stderr[-2000:]}")
     tmp.rename(dst)
 
 
@@ -295,6 +308,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=Path.home() / ".cache/rill/bench-models")
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--size", choices=SHAPES, default="1b",
+                    help="the Llama shape of the dense families' files (default: 1b)")
     ap.add_argument("--layers", type=int,
                     help="of the qwen3moe shape's 48 layers, or gpt-oss's 24 (default: all)")
     ap.add_argument("families", nargs="*",
@@ -316,15 +331,18 @@ def main():
             write_oss(a.out, models, layers)
         print(path)
         a.families.remove("gpt-oss")
+    big = a.size != "1b"
     for family in a.families:
         for qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0):
-            path = a.out / f"{family}-1b.{qtype.name}.gguf"
+            if big and qtype == gguf.GGMLQuantizationType.Q8_0:
+                continue
+            path = a.out / f"{family}-{a.size}.{qtype.name}.gguf"
             if a.force or not path.is_file():
-                write(family, qtype, a.out, models)
+                write(family, qtype, a.out, models, a.size)
             print(path)
-        k = a.out / f"{family}-1b.Q4_K_M.gguf"
+        k = a.out / f"{family}-{a.size}.Q4_K_M.gguf"
         if a.force or not k.is_file():
-            q4_k_m(a.out / f"{family}-1b.Q8_0.gguf", k)
+            q4_k_m(a.out / f"{family}-{a.size}.{'Q4_0' if big else 'Q8_0'}.gguf", k)
         print(k)
 
 

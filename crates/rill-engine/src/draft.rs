@@ -43,6 +43,15 @@ pub struct DraftInfo {
 }
 
 impl DraftModel {
+    /// Whether its weights have panels still to be made (`kernels/later.rs`).
+    pub(crate) fn panels_pending(&self) -> bool {
+        self.weights.panels_pending()
+    }
+
+    /// Makes the next matrix's panels; `false` once none is left.
+    pub(crate) fn make_next_panels(&mut self) -> bool {
+        self.weights.make_next_panels()
+    }
     /// Loads `path` as a draft for a model with the vocabulary `main`; refuses a file whose
     /// vocabulary differs. `context_cap` as for the model.
     pub(crate) fn load(

@@ -353,6 +353,8 @@ pub(crate) struct Shared {
     pub(crate) device: Device,
     /// The draft model, when one is loaded.
     pub(crate) draft: Mutex<Option<crate::draft::DraftInfo>>,
+    /// Weights read in the file's map whose panels are still to be made (`kernels/later.rs`).
+    pub(crate) panels_pending: std::sync::atomic::AtomicBool,
 }
 
 /// A running engine. Dropping it stops the inference thread (after the current step).
@@ -414,6 +416,9 @@ impl Engine {
             prefix_bytes: AtomicUsize::new(0),
             live: Mutex::new(Vec::new()),
             device,
+            panels_pending: std::sync::atomic::AtomicBool::new(
+                weights.panels_pending() || draft.as_ref().is_some_and(|d| d.panels_pending()),
+            ),
             draft: Mutex::new(draft_info),
         });
         let full_context = weights.kv_bytes(shared.context_length);
@@ -484,6 +489,13 @@ impl Handle {
     /// bandwidth, the bound on decode speed.
     pub fn step_weight_bytes(&self) -> (usize, usize) {
         self.shared.step_weight_bytes
+    }
+
+    /// Whether every weight matrix runs in its fastest layout: a model loads with some read
+    /// in the file's map, and the engine makes their panels when idle or at the first prompt
+    /// (`kernels/later.rs`); prompts run at full speed from then on.
+    pub fn weights_ready(&self) -> bool {
+        !self.shared.panels_pending.load(Ordering::Relaxed)
     }
 
     /// Threads of the engine's compute pool.

@@ -58,13 +58,24 @@ pub(crate) fn run(worker: &mut Worker, rx: mpsc::Receiver<Command>) {
             )
         });
         if !busy {
-            match rx.recv() {
+            // Idle: the weights' panels still to be made, one matrix between commands.
+            let cmd = match worker.panels_pending() {
+                true => match rx.try_recv() {
+                    Err(mpsc::TryRecvError::Empty) => {
+                        worker.make_next_panels();
+                        continue;
+                    }
+                    got => got.map_err(|_| ()),
+                },
+                false => rx.recv().map_err(|_| ()),
+            };
+            match cmd {
                 Ok(cmd) => {
                     if !worker.apply(cmd) {
                         return;
                     }
                 }
-                Err(_) => return, // every handle is gone
+                Err(()) => return, // every handle is gone
             }
         }
         loop {
@@ -98,6 +109,27 @@ pub(crate) fn run(worker: &mut Worker, rx: mpsc::Receiver<Command>) {
 }
 
 impl Worker {
+    /// Whether the model's (or the draft's) weights have panels still to be made (told to
+    /// the handles too: a prompt may have made the last ones).
+    fn panels_pending(&self) -> bool {
+        let pending =
+            self.model.panels_pending() || self.draft.as_ref().is_some_and(|d| d.panels_pending());
+        self.shared.panels_pending.store(pending, Ordering::Relaxed);
+        pending
+    }
+
+    /// Makes the next matrix's panels, on the compute threads (`kernels/later.rs`).
+    fn make_next_panels(&mut self) {
+        let (model, draft) = (&mut self.model, &mut self.draft);
+        self.pool.install(|| {
+            if !model.make_next_panels() {
+                if let Some(d) = draft.as_mut() {
+                    d.make_next_panels();
+                }
+            }
+        });
+    }
+
     /// `prefill_chunk`: the most prompt tokens one pass takes; `budget`: KV-cache bytes.
     pub(crate) fn new(
         model: crate::model::Llama,

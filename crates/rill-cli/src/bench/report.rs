@@ -32,6 +32,13 @@ pub(super) struct Report {
     /// From the engine's start to its model loaded, tokenizer and weights (warm page cache
     /// when the file was read recently).
     pub(super) load_ms: f64,
+    /// From the engine's start to the first token of a one-token prompt run right after
+    /// loading: what a user waits for before a first answer starts.
+    pub(super) first_token_ms: f64,
+    /// The warm-up answer (16 prompt tokens, 4 answer tokens) right after that, until every
+    /// matrix runs in its fastest layout: it includes making the panels of weights that were
+    /// read in the file's map until then.
+    pub(super) warmup_ms: f64,
     pub(super) per_stream_decode_tps: Vec<f64>,
     /// All streams' tokens over the wall time from the first token of any to the last of all.
     pub(super) aggregate_tps: f64,
@@ -100,6 +107,8 @@ impl Report {
             peak_rss_mb: peak_rss_mb(),
             anon_rss_mb: anon_rss_mb(),
             load_ms: 0.0,
+            first_token_ms: 0.0,
+            warmup_ms: 0.0,
             per_stream_decode_tps: results.iter().map(|r| r.decode_tps).collect(),
             aggregate_tps: aggregate_tps(results),
             together_tps: together_tps(results),
@@ -194,7 +203,10 @@ pub(super) fn print_report(
             report.peak_rss_mb, report.anon_rss_mb
         );
         if report.load_ms > 0.0 {
-            println!("load         {:.0} ms", report.load_ms);
+            println!(
+                "load         {:.0} ms (first token {:.0} ms, warm-up {:.0} ms)",
+                report.load_ms, report.first_token_ms, report.warmup_ms
+            );
         }
         if let (Some(gbps), Some(held), Some(file), Some(bound), Some(of)) = (
             report.read_gbps,

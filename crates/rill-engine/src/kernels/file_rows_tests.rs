@@ -1,7 +1,8 @@
-//! A mixture's experts read in the memory-mapped file (`mapped.rs`, `krows.rs`): Q4_0, Q8_0,
-//! Q4_K, Q5_K and Q6_K matrices read where they lie give every output the scalar reference's
-//! bits on every instruction set, alone and in batches, stacked from parts at different
-//! offsets, and take no memory of their own; bytes not aligned for their blocks are copied.
+//! Weights read in the memory-mapped file (`mapped.rs`, `krows.rs`, `later.rs`). A mixture's
+//! experts in Q4_0, Q8_0, Q4_K, Q5_K and Q6_K read where they lie give every output the scalar
+//! reference's bits on every instruction set, alone and in batches, stacked from parts at
+//! different offsets, and take no memory of their own; bytes not aligned for their blocks are
+//! copied. A dense K-quant matrix read there until its panels are made gives their bits.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -163,5 +164,64 @@ fn q4_0_as_the_file_holds_it_is_its_q4_1_repacking() {
         let got = isa.dot_q4_0_q8_1_checked(&w, &a);
         let want = isa.dot_q4_1_q8_1_checked(&as_q4_1, &a);
         assert_eq!(got.to_bits(), want.to_bits(), "{isa:?}");
+    }
+}
+
+/// A dense K-quant matrix loaded from a map reads its rows there until its panels are made
+/// (`later.rs`): a product of a few rows runs on the file's rows, one of many rows makes the
+/// panels and drops the map's pages, and every output throughout, stacked parts too, is the
+/// bits of the panels made at load.
+#[test]
+fn panels_made_later_give_the_bits_of_panels_made_at_load() {
+    let mut r = Lcg(73);
+    let (n, k) = (64, 512);
+    for dtype in [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K] {
+        let (a, b) = (
+            quantized(&mut r, n, k, dtype),
+            quantized(&mut r, n, k, dtype),
+        );
+        let mut file = tempfile::tempfile().unwrap();
+        let (at_a, at_b) = (32, 64 + a.len());
+        file.write_all(&[7; 32]).unwrap();
+        file.write_all(&a).unwrap();
+        file.write_all(&[1; 32]).unwrap();
+        file.write_all(&b).unwrap();
+        // SAFETY: the test's own temporary file, only read.
+        let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.unwrap());
+        let t = TensorType::Ggml(dtype);
+        for isa in Isa::available() {
+            let mapped = |at: usize, len: usize| {
+                QLinear::from_raw_in(t, &[n, k], &map[at..at + len], isa, Some((&map, at)), false)
+            };
+            let (Some(pa), Some(pb)) = (mapped(at_a, a.len()), mapped(at_b, b.len())) else {
+                continue; // left to candle (Q5_K without SIMD)
+            };
+            let later = QLinear::stack(vec![pa, pb]).expect("parts stack");
+            let at_load = [&a, &b].map(|w| QLinear::from_raw(t, &[n, k], w, isa).unwrap());
+            let at_load = QLinear::stack(at_load.into()).unwrap();
+            let what = format!("{dtype:?} {isa:?}");
+            let pending = panels_later(t, 2 * n, k, isa);
+            assert_eq!(later.later().is_some(), pending, "{what}");
+            if !pending {
+                continue;
+            }
+            assert_eq!(later.mapped_bytes(), a.len() + b.len(), "{what}");
+            for (step, m) in [1, 3, PANELS_NOW_ROWS + 62, 1, 3].into_iter().enumerate() {
+                let x = r.vec(m * k);
+                let (got, want) = (later.product(&x, m), at_load.product(&x, m));
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(g, w)| g.to_bits() == w.to_bits());
+                assert!(same, "{what} step {step} m={m}");
+                // Made by the first product of many rows, not before.
+                assert_eq!(later.later().is_some(), step < 2, "{what} step {step}");
+            }
+            assert_eq!(later.mapped_bytes(), 0, "{what}");
+            let (mut row, mut want) = (vec![0f32; k], vec![0f32; k]);
+            later.dequantize_row(n + 5, &mut row);
+            at_load.dequantize_row(n + 5, &mut want);
+            assert!(row == want, "{what}");
+        }
     }
 }

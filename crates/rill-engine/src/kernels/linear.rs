@@ -32,6 +32,8 @@ pub(crate) enum Weights {
     /// Blocks as the file holds them, run row by row: in the memory-mapped file where the
     /// model was loaded from one (`mapped.rs`), else copied.
     File(FileRows),
+    /// Read in the map until its panels are made (`later.rs`).
+    Later(std::sync::Arc<Later>),
 }
 
 /// The formats whose row kernels read the file's own blocks: MXFP4 wherever it is (`mxfp4.rs`),
@@ -58,6 +60,7 @@ macro_rules! each_file_format {
         }
     };
 }
+pub(crate) use each_file_format;
 
 impl FileRows {
     /// `bytes` of `dtype` (lying at `.1` in the map `.0` where given) read there, or copied
@@ -88,11 +91,11 @@ impl FileRows {
     }
 
     /// Blocks of 32 weights held.
-    fn n_blocks(&self) -> usize {
+    pub(super) fn n_blocks(&self) -> usize {
         each_file_format!(self, w => w.n_blocks()) * self.block_weights() / QK
     }
 
-    fn extend(&mut self, more: FileRows) -> Option<()> {
+    pub(super) fn extend(&mut self, more: FileRows) -> Option<()> {
         match (self, more) {
             (FileRows::Mxfp4(w), FileRows::Mxfp4(m)) => w.extend(m),
             (FileRows::Q4_0(w), FileRows::Q4_0(m)) => w.extend(m),
@@ -105,20 +108,20 @@ impl FileRows {
         Some(())
     }
 
-    fn bytes(&self) -> usize {
+    pub(super) fn bytes(&self) -> usize {
         each_file_format!(self, w => w.bytes())
     }
 
-    fn mapped_bytes(&self) -> usize {
+    pub(super) fn mapped_bytes(&self) -> usize {
         each_file_format!(self, w => w.mapped_bytes())
     }
 
-    fn matmul(&self, isa: Isa, x: &[f32], m: usize, k: usize, out: &mut [f32]) {
+    pub(super) fn matmul(&self, isa: Isa, x: &[f32], m: usize, k: usize, out: &mut [f32]) {
         each_file_format!(self, w => w.matmul(isa, x, m, k, out))
     }
 
     /// Row `j` (of `k` weights) as f32 into `out`.
-    fn dequantize_row(&self, j: usize, k: usize, out: &mut [f32]) {
+    pub(super) fn dequantize_row(&self, j: usize, k: usize, out: &mut [f32]) {
         let kb = k / self.block_weights();
         match self {
             FileRows::Mxfp4(w) => {
@@ -163,7 +166,9 @@ macro_rules! each_layout {
             Weights::Q8_0x16($w) => $body,
             Weights::F16($w) => $body,
             Weights::Bf16($w) => $body,
-            Weights::File(_) => unreachable!("the file's rows are handled before"),
+            Weights::File(_) | Weights::Later(_) => {
+                unreachable!("the file's rows are handled before")
+            }
         }
     };
 }
@@ -189,6 +194,7 @@ impl Weights {
             Weights::F16(w) => w.len() / QK,
             Weights::Bf16(w) => w.len() / QK,
             Weights::File(w) => w.n_blocks(),
+            Weights::Later(l) => l.rows.n_blocks(),
         }
     }
 
@@ -212,6 +218,10 @@ impl Weights {
             (Weights::F16(w), Weights::F16(m)) => w.extend(m),
             (Weights::Bf16(w), Weights::Bf16(m)) => w.extend(m),
             (Weights::File(w), Weights::File(m)) => w.extend(m)?,
+            (Weights::Later(w), Weights::Later(m)) => {
+                let m = std::sync::Arc::into_inner(m)?;
+                std::sync::Arc::get_mut(w)?.extend(m)?
+            }
             _ => return None,
         }
         Some(())
@@ -285,7 +295,8 @@ impl QLinear {
     /// [`from_raw`](Self::from_raw), where `bytes` lie at `.1` in the map `.0`: a format that
     /// runs as the file holds it is read there and not copied (`mapped.rs`): MXFP4 always, and
     /// with `rows_in_map` (a mixture's experts) Q8_0 everywhere and Q4_0 and the K-quants where
-    /// their row kernels have SIMD (elsewhere they are repacked as without a map).
+    /// their row kernels have SIMD (elsewhere they are repacked as without a map); without it,
+    /// a K-quant matrix is read there until its panels are made (`later.rs`).
     pub(crate) fn from_raw_in(
         dtype: TensorType,
         dims: &[usize],
@@ -310,6 +321,21 @@ impl QLinear {
             }
             _ => false,
         };
+        if !in_map && map.is_some() && panels_later(dtype, n_out, k, isa) {
+            // Read in the map now, its panels made later (`later.rs`), where it lies there.
+            if let Some(rows) = FileRows::new(dtype, bytes, map) {
+                if rows.mapped_bytes() == bytes.len() && rows.n_blocks() == n_out * (k / QK) {
+                    let later = std::sync::Arc::new(Later::new(rows, n_out, k, isa));
+                    return Some(QLinear {
+                        weights: Weights::Later(later),
+                        n_out,
+                        k,
+                        isa,
+                        file_bytes: bytes.len(),
+                    });
+                }
+            }
+        }
         if in_map {
             let weights = Weights::File(FileRows::new(dtype, bytes, map)?);
             return (weights.n_blocks() == n_out * (k / QK)).then_some(QLinear {
@@ -413,21 +439,40 @@ impl QLinear {
     pub fn mapped_bytes(&self) -> usize {
         match &self.weights {
             Weights::File(w) => w.mapped_bytes(),
+            Weights::Later(l) if l.ready().is_none() => l.rows.mapped_bytes(),
             _ => 0,
         }
     }
 
     /// Bytes of weights held: what one product reads.
     pub fn bytes(&self) -> usize {
-        match &self.weights {
+        let held = |w: &Weights| match w {
             Weights::File(w) => w.bytes(),
+            Weights::Later(l) => l.rows.bytes(),
             weights => each_layout!(weights, w => std::mem::size_of_val(w.as_slice())),
+        };
+        match &self.weights {
+            Weights::Later(l) => l.ready().map_or_else(|| l.rows.bytes(), held),
+            w => held(w),
+        }
+    }
+
+    /// The matrix whose panels are still to be made, shared with whoever makes them
+    /// (`later.rs`).
+    pub(crate) fn later(&self) -> Option<std::sync::Arc<Later>> {
+        match &self.weights {
+            Weights::Later(l) if l.pending() => Some(l.clone()),
+            _ => None,
         }
     }
 
     /// Row `j` as f32 into `out` (`k` values): an embedding lookup straight from the quantised
     /// table, so the table never has to exist in f32 (113 MB for a 49,152 × 576 vocabulary).
     pub fn dequantize_row(&self, j: usize, out: &mut [f32]) {
+        self.dequantize_row_of(&self.weights, j, out)
+    }
+
+    fn dequantize_row_of(&self, weights: &Weights, j: usize, out: &mut [f32]) {
         let kb = self.k / QK;
         let row = j * kb..(j + 1) * kb;
         let (q4_1, q4_0, q4_k, q5_k, q6_k, q8_0) = (
@@ -438,7 +483,7 @@ impl QLinear {
             dequantize_q6_k as fn(&[f32], &BlockQ6K, &mut [f32]),
             dequantize_q8_0 as fn(&[f32], &BlockQ8_0, &mut [f32]),
         );
-        match &self.weights {
+        match weights {
             Weights::Q4_1(w) => dequantize_blocks(w[row].iter().copied(), out, QK, q4_1),
             Weights::Q4_1x8(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_1),
             Weights::Q4_1x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_1),
@@ -456,6 +501,10 @@ impl QLinear {
             Weights::F16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
             Weights::Bf16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
             Weights::File(w) => w.dequantize_row(j, self.k, out),
+            Weights::Later(l) => match l.ready() {
+                Some(w) => self.dequantize_row_of(w, j, out),
+                None => l.rows.dequantize_row(j, self.k, out),
+            },
         }
     }
 
@@ -476,7 +525,11 @@ impl QLinear {
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
         assert_eq!(x.len(), m * self.k);
         assert_eq!(out.len(), m * self.n_out);
-        match &self.weights {
+        self.matmul_on(&self.weights, x, m, out)
+    }
+
+    fn matmul_on(&self, weights: &Weights, x: &[f32], m: usize, out: &mut [f32]) {
+        match weights {
             Weights::Q4_1(w) => rows_times(self.isa, w, x, m, self.k, out),
             Weights::Q8_0(w) => rows_times(self.isa, w, x, m, self.k, out),
             Weights::Q4_1x8(w) => panels_times(self.isa, w, x, m, self.k, out),
@@ -494,6 +547,10 @@ impl QLinear {
             Weights::F16(w) => half_times(self.isa, w, x, m, self.k, out),
             Weights::Bf16(w) => half_times(self.isa, w, x, m, self.k, out),
             Weights::File(w) => w.matmul(self.isa, x, m, self.k, out),
+            Weights::Later(l) => match l.for_rows(m) {
+                Some(w) => self.matmul_on(w, x, m, out),
+                None => l.rows.matmul(self.isa, x, m, self.k, out),
+            },
         }
     }
 
@@ -523,9 +580,19 @@ impl QLinear {
     /// Whether [`stack`](Self::stack) takes these: the same input width, instruction set,
     /// format and layout.
     pub fn stackable(parts: &[QLinear]) -> bool {
+        use std::mem::discriminant;
+        // The layout, and for rows read as the file holds them, their format.
+        let layout = |w: &Weights| {
+            let rows = match w {
+                Weights::File(r) => Some(discriminant(r)),
+                Weights::Later(l) => Some(discriminant(&l.rows)),
+                _ => None,
+            };
+            (discriminant(w), rows)
+        };
         parts.windows(2).all(|w| {
             (w[0].k, w[0].isa) == (w[1].k, w[1].isa)
-                && std::mem::discriminant(&w[0].weights) == std::mem::discriminant(&w[1].weights)
+                && layout(&w[0].weights) == layout(&w[1].weights)
         })
     }
 

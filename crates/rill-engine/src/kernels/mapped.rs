@@ -112,6 +112,37 @@ impl<B: PlainBlock> Rows<B> {
             .sum()
     }
 
+    /// Each stretch's blocks as bytes, in order.
+    pub(crate) fn stretch_bytes(&self) -> Vec<&[u8]> {
+        // SAFETY: `B` is a `PlainBlock`: plain integers without padding, so its bytes are
+        // initialised and any length of them is a valid `u8` slice.
+        let bytes = |w: &[B]| unsafe {
+            std::slice::from_raw_parts(w.as_ptr() as *const u8, std::mem::size_of_val(w))
+        };
+        self.stretches.iter().map(|s| bytes(s.blocks())).collect()
+    }
+
+    /// Drops the pages of the stretches that lie in the map from this process's mapping:
+    /// they stay in the page cache, and a later read maps them again, so nothing is lost.
+    pub(crate) fn release(&self) {
+        #[cfg(unix)]
+        for s in &self.stretches {
+            if let Stretch::Mapped { map, at, blocks } = s {
+                // SAFETY: a read-only map of a file: `MADV_DONTNEED` only drops the range's
+                // pages from this mapping, and a later read of them reads the file again (as
+                // `RawTensor`'s drop does); the range is inside the map (`mapped` checked it).
+                // Failing, it only leaves the pages mapped.
+                let _ = unsafe {
+                    map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        *at,
+                        blocks * std::mem::size_of::<B>(),
+                    )
+                };
+            }
+        }
+    }
+
     /// `more`'s rows after these, each stretch where it lies.
     pub(crate) fn extend(&mut self, more: Rows<B>) {
         self.stretches.extend(more.stretches);

@@ -10,6 +10,10 @@ use super::*;
 impl QLinear {
     /// Row `j` · the activation row `xs`, by the scalar reference of whatever layout holds it.
     pub(crate) fn reference(&self, j: usize, xs: &[f32]) -> f32 {
+        self.reference_of(&self.weights, j, xs)
+    }
+
+    fn reference_of(&self, weights: &Weights, j: usize, xs: &[f32]) -> f32 {
         let kb = self.k / QK;
         let (mut a1, mut a8, mut ak) = (
             vec![BlockQ8_1::default(); kb],
@@ -23,7 +27,15 @@ impl QLinear {
             P::dot_ref(&panel_row(w, kb, j).collect::<Vec<_>>(), a)
         }
         let kbk = self.k / QK_K;
-        match &self.weights {
+        let file = |rows: &FileRows| match rows {
+            FileRows::Mxfp4(w) => dot_mxfp4_q8_0_scalar(w.row(j, kb), &a8),
+            FileRows::Q4_0(w) => dot_q4_0_q8_1_scalar(w.row(j, kb), &a1),
+            FileRows::Q8_0(w) => dot_q8_0_q8_0_scalar(w.row(j, kb), &a8),
+            FileRows::Q4K(w) => dot_q4_k_q8_k_scalar(w.row(j, kbk), &ak),
+            FileRows::Q5K(w) => dot_q5_k_q8_k_scalar(w.row(j, kbk), &ak),
+            FileRows::Q6K(w) => dot_q6_k_q8_k_scalar(w.row(j, kbk), &ak),
+        };
+        match weights {
             Weights::Q4_1(w) => dot_q4_1_q8_1_scalar(&w[j * kb..(j + 1) * kb], &a1),
             Weights::Q8_0(w) => dot_q8_0_q8_0_scalar(&w[j * kb..(j + 1) * kb], &a8),
             Weights::Q4_1x8(w) => dot(w, kb, j, &a1),
@@ -40,12 +52,11 @@ impl QLinear {
             Weights::Q8_0x16(w) => dot(w, kb, j, &a8),
             Weights::F16(w) => dot_half_ref(&w[j * self.k..(j + 1) * self.k], xs),
             Weights::Bf16(w) => dot_half_ref(&w[j * self.k..(j + 1) * self.k], xs),
-            Weights::File(FileRows::Mxfp4(w)) => dot_mxfp4_q8_0_scalar(w.row(j, kb), &a8),
-            Weights::File(FileRows::Q4_0(w)) => dot_q4_0_q8_1_scalar(w.row(j, kb), &a1),
-            Weights::File(FileRows::Q8_0(w)) => dot_q8_0_q8_0_scalar(w.row(j, kb), &a8),
-            Weights::File(FileRows::Q4K(w)) => dot_q4_k_q8_k_scalar(w.row(j, kbk), &ak),
-            Weights::File(FileRows::Q5K(w)) => dot_q5_k_q8_k_scalar(w.row(j, kbk), &ak),
-            Weights::File(FileRows::Q6K(w)) => dot_q6_k_q8_k_scalar(w.row(j, kbk), &ak),
+            Weights::File(rows) => file(rows),
+            Weights::Later(l) => match l.ready() {
+                Some(w) => self.reference_of(w, j, xs),
+                None => file(&l.rows),
+            },
         }
     }
 }

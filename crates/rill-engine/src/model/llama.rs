@@ -95,6 +95,9 @@ pub struct Llama {
     pub(super) device: Device,
     /// The host forward pass's buffers, kept between steps (`host.rs`).
     pub(super) workspace: std::sync::Mutex<super::host::Workspace>,
+    /// Matrices read in the file's map whose panels are still to be made, the last first
+    /// (`kernels/later.rs`).
+    pub(super) pending_panels: Vec<std::sync::Arc<crate::kernels::Later>>,
 }
 
 /// The RoPE angles of every position for `base` and a position scale (`1`: none), each pair's
@@ -254,7 +257,16 @@ impl Llama {
             (true, false) => {
                 let isa = crate::kernels::Isa::detect();
                 let t = &embed_raw;
-                match crate::kernels::QLinear::from_raw(t.dtype, &t.dims, &t.bytes, isa) {
+                // Read in the map where the format allows: a lookup reads a few rows.
+                let q = crate::kernels::QLinear::from_raw_in(
+                    t.dtype,
+                    &t.dims,
+                    &t.bytes,
+                    isa,
+                    t.map(),
+                    true,
+                );
+                match q {
                     Some(q) => Embedding::Quantized(q),
                     None => table(t)?,
                 }
@@ -401,6 +413,16 @@ impl Llama {
                 ffn_norm,
             });
         }
+        // Layer by layer, the output last: popped from the end, the first layer's come first.
+        let mut pending_panels: Vec<_> = output.later().into_iter().collect();
+        for l in layers.iter().rev() {
+            if let Ffn::Dense { gate_up, down } = &l.ffn {
+                pending_panels.extend(down.later());
+                pending_panels.extend(gate_up.later());
+            }
+            pending_panels.extend(l.wo.later());
+            pending_panels.extend(l.qkv.later());
+        }
         Ok(Llama {
             cfg,
             embed,
@@ -413,7 +435,28 @@ impl Llama {
             kv_type: KvType::F16,
             device: device.clone(),
             workspace: Default::default(),
+            pending_panels,
         })
+    }
+
+    /// Makes the panels of the next matrix still read in the file's map (`kernels/later.rs`),
+    /// on the calling thread's pool; `false` once none is left. An idle engine calls it
+    /// between commands, so a model loads at once and reaches its full speed for prompts a
+    /// moment later.
+    pub fn make_next_panels(&mut self) -> bool {
+        while let Some(l) = self.pending_panels.pop() {
+            if l.pending() {
+                l.make();
+                break;
+            }
+        }
+        self.pending_panels.retain(|l| l.pending());
+        !self.pending_panels.is_empty()
+    }
+
+    /// Whether some matrices' panels are still to be made.
+    pub fn panels_pending(&self) -> bool {
+        self.pending_panels.iter().any(|l| l.pending())
     }
 
     /// The embedding rows of `ids`.

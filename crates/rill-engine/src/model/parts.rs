@@ -36,6 +36,14 @@ impl Linear {
         }
     }
 
+    /// Its matrix, when its panels are still to be made (`kernels/later.rs`).
+    pub(super) fn later(&self) -> Option<std::sync::Arc<crate::kernels::Later>> {
+        match self {
+            Linear::Ours(l) => l.later(),
+            Linear::Candle(_) => None,
+        }
+    }
+
     /// Bytes of its weights read in the file's map rather than held.
     pub(super) fn mapped_bytes(&self) -> usize {
         match self {
@@ -70,7 +78,8 @@ impl Linear {
 }
 
 /// The matrix on our kernels, made from the file's bytes (or read in the file's map, for a
-/// format they run as it lies: MXFP4, and a mixture's experts), where they run its format.
+/// format they run as it lies: MXFP4, a mixture's experts, and a K-quant matrix until its
+/// panels are made), where they run its format.
 fn ours(t: &RawTensor) -> Option<crate::kernels::QLinear> {
     let isa = crate::kernels::Isa::detect();
     crate::kernels::QLinear::from_raw_in(t.dtype, &t.dims, &t.bytes, isa, t.map(), t.expert)
@@ -211,6 +220,15 @@ impl Group {
                 .map(Linear::bytes)
                 .fold((0, 0), |(a, b), (x, y)| (a + x, b + y)),
             Group::Fused(m, _) => (matmul_bytes(m), matmul_bytes(m)),
+        }
+    }
+
+    /// Its matrices whose panels are still to be made (`kernels/later.rs`).
+    pub(super) fn later(&self) -> Vec<std::sync::Arc<crate::kernels::Later>> {
+        match self {
+            Group::Stacked(l, _) => l.later().into_iter().collect(),
+            Group::Apart(ls) => ls.iter().filter_map(Linear::later).collect(),
+            Group::Fused(..) => Vec::new(),
         }
     }
 

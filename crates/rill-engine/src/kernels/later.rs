@@ -1,0 +1,151 @@
+//! Panels made later. A dense matrix in a K-quant format (Q4_K, Q5_K, Q6_K: what Q4_K_M,
+//! Q5_K_M and Q6_K files hold) is loaded as it lies in the memory-mapped file, read by the row
+//! kernels that run a mixture's experts (`krows.rs`), so loading copies nothing and the first
+//! token comes at once. Its panels (`kpanels.rs`: the same bits, much faster for a prompt's
+//! many rows) are made when the engine is idle, one matrix at a time
+//! (`Llama::make_next_panels`), or by the first product of many rows, whichever comes first.
+//! Then the matrix's pages leave the process's map (they stay in the page cache), so the
+//! memory held is about the file's size throughout, not the file plus its repacked copy.
+//!
+//! A row's output is the scalar reference's bits on either layout (the kernels' promise), so an
+//! answer that runs on the rows, then on the panels, is the answer it would have been.
+
+use std::sync::OnceLock;
+
+use super::linear::each_file_format;
+use super::*;
+
+/// Rows of a product from which the panels are made first, if they are not yet: a prompt's
+/// chunk, a long draft's check. Fewer (a decode step, a few answers together) run on the file's
+/// rows meanwhile, at the same speed per byte.
+pub(crate) const PANELS_NOW_ROWS: usize = 8;
+
+/// Whether a dense matrix of this format and shape is read in the map at load and its panels
+/// made later: the K-quants, where loading would make panels of them (their row kernels and
+/// their panels both give the scalar reference's exact bits, so a row's output does not depend
+/// on which runs it; Q4_0's and Q8_0's SIMD rows sum their blocks in another order than their
+/// panels, so they are made at load). `RILL_PANELS_AT_LOAD=1` makes every panel at load.
+pub(crate) fn panels_later(dtype: TensorType, n_out: usize, k: usize, isa: Isa) -> bool {
+    if std::env::var_os("RILL_PANELS_AT_LOAD").is_some_and(|v| v != "0") {
+        return false;
+    }
+    let wide = isa == Isa::Avx512Vnni && n_out.is_multiple_of(16);
+    let eights = isa.avx2() && n_out.is_multiple_of(8);
+    let k_quant = matches!(
+        dtype,
+        TensorType::Ggml(GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K)
+    );
+    k_quant && (wide || eights) && k.is_multiple_of(QK_K)
+}
+
+/// A matrix read in the map until its panels are made.
+pub(crate) struct Later {
+    pub(crate) rows: FileRows,
+    n_out: usize,
+    k: usize,
+    isa: Isa,
+    /// The panels, once made (`None` if making them failed: the rows serve on).
+    made: OnceLock<Option<Weights>>,
+}
+
+impl Later {
+    pub(crate) fn new(rows: FileRows, n_out: usize, k: usize, isa: Isa) -> Later {
+        Later {
+            rows,
+            n_out,
+            k,
+            isa,
+            made: OnceLock::new(),
+        }
+    }
+
+    /// The panels, when made.
+    pub(crate) fn ready(&self) -> Option<&Weights> {
+        self.made.get().and_then(Option::as_ref)
+    }
+
+    /// Whether the panels are still to be made.
+    pub(crate) fn pending(&self) -> bool {
+        self.made.get().is_none()
+    }
+
+    /// The panels, made now if they are not yet (a second caller waits for the first), then
+    /// the rows' pages released from the map.
+    pub(crate) fn make(&self) -> Option<&Weights> {
+        self.made
+            .get_or_init(|| {
+                let started = std::time::Instant::now();
+                let made = self.rows.panels(self.n_out, self.k, self.isa);
+                if made.is_some() {
+                    self.rows.release();
+                }
+                tracing::trace!(
+                    rows = self.n_out,
+                    k = self.k,
+                    ms = started.elapsed().as_secs_f64() * 1e3,
+                    "panels made"
+                );
+                made
+            })
+            .as_ref()
+    }
+
+    /// The layout a product of `m` rows runs on: the panels where made (or due now), else
+    /// `None`, the file's rows.
+    pub(crate) fn for_rows(&self, m: usize) -> Option<&Weights> {
+        match m >= PANELS_NOW_ROWS {
+            true => self.make(),
+            false => self.ready(),
+        }
+    }
+
+    /// `more`'s rows after these (stacking parts at load, before anything was made).
+    pub(crate) fn extend(&mut self, more: Later) -> Option<()> {
+        if self.made.get().is_some() || more.made.get().is_some() || self.k != more.k {
+            return None;
+        }
+        self.rows.extend(more.rows)?;
+        self.n_out += more.n_out;
+        Some(())
+    }
+}
+
+impl FileRows {
+    /// The panels these rows make (as loading makes them from the file's bytes), each stretch's
+    /// in turn; `None` where a stretch makes none.
+    fn panels(&self, n_out: usize, k: usize, isa: Isa) -> Option<Weights> {
+        let row_bytes = self.bytes() / n_out.max(1);
+        let (dtype, stretches) = self.stretches();
+        let mut whole: Option<Weights> = None;
+        for bytes in stretches {
+            let rows = bytes.len() / row_bytes.max(1);
+            let part = QLinear::from_raw(dtype, &[rows, k], bytes, isa)?.weights;
+            if matches!(part, Weights::File(_) | Weights::Later(_)) {
+                return None;
+            }
+            match whole.as_mut() {
+                None => whole = Some(part),
+                Some(w) => w.extend(part)?,
+            }
+        }
+        whole
+    }
+
+    /// The format, and each stretch's bytes.
+    fn stretches(&self) -> (TensorType, Vec<&[u8]>) {
+        let dtype = match self {
+            FileRows::Mxfp4(_) => TensorType::Mxfp4,
+            FileRows::Q4_0(_) => TensorType::Ggml(GgmlDType::Q4_0),
+            FileRows::Q8_0(_) => TensorType::Ggml(GgmlDType::Q8_0),
+            FileRows::Q4K(_) => TensorType::Ggml(GgmlDType::Q4K),
+            FileRows::Q5K(_) => TensorType::Ggml(GgmlDType::Q5K),
+            FileRows::Q6K(_) => TensorType::Ggml(GgmlDType::Q6K),
+        };
+        (dtype, each_file_format!(self, w => w.stretch_bytes()))
+    }
+
+    /// Drops the mapped stretches' pages from the map.
+    fn release(&self) {
+        each_file_format!(self, w => w.release())
+    }
+}
