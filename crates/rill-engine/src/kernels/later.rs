@@ -76,9 +76,6 @@ impl Later {
             .get_or_init(|| {
                 let started = std::time::Instant::now();
                 let made = self.rows.panels(self.n_out, self.k, self.isa);
-                if made.is_some() {
-                    self.rows.release();
-                }
                 tracing::trace!(
                     rows = self.n_out,
                     k = self.k,
@@ -110,22 +107,41 @@ impl Later {
     }
 }
 
+/// Rows made into panels at a time: a band's pages leave the map once its panels are made, so
+/// a matrix is never held twice (a 3B model's output matrix is 15% of its file).
+const BAND_ROWS: usize = 512;
+
 impl FileRows {
-    /// The panels these rows make (as loading makes them from the file's bytes), each stretch's
-    /// in turn; `None` where a stretch makes none.
+    /// The panels these rows make (as loading makes them from the file's bytes), each
+    /// stretch's in bands of rows, each band's pages dropped from the map once made; `None`
+    /// where a band makes none.
     fn panels(&self, n_out: usize, k: usize, isa: Isa) -> Option<Weights> {
         let row_bytes = self.bytes() / n_out.max(1);
         let (dtype, stretches) = self.stretches();
         let mut whole: Option<Weights> = None;
-        for bytes in stretches {
-            let rows = bytes.len() / row_bytes.max(1);
-            let part = QLinear::from_raw(dtype, &[rows, k], bytes, isa)?.weights;
-            if matches!(part, Weights::File(_) | Weights::Later(_)) {
-                return None;
-            }
-            match whole.as_mut() {
-                None => whole = Some(part),
-                Some(w) => w.extend(part)?,
+        for stretch in stretches {
+            // Bands of whole panels of sixteen rows (a stretch of another count: one band).
+            let rows = stretch.len() / row_bytes.max(1);
+            let band_rows = match rows.is_multiple_of(16) {
+                true => BAND_ROWS,
+                false => rows,
+            };
+            for band in stretch.chunks(band_rows.max(1) * row_bytes.max(1)) {
+                let rows = band.len() / row_bytes.max(1);
+                let part = QLinear::from_raw(dtype, &[rows, k], band, isa)?.weights;
+                if matches!(part, Weights::File(_) | Weights::Later(_)) {
+                    return None;
+                }
+                match whole.as_mut() {
+                    None => {
+                        let mut w = part;
+                        // Room for the rest at once: no copy of the whole as it grows.
+                        w.reserve(n_out * (k / QK));
+                        whole = Some(w);
+                    }
+                    Some(w) => w.extend(part)?,
+                }
+                self.release(band);
             }
         }
         whole
@@ -144,8 +160,8 @@ impl FileRows {
         (dtype, each_file_format!(self, w => w.stretch_bytes()))
     }
 
-    /// Drops the mapped stretches' pages from the map.
-    fn release(&self) {
-        each_file_format!(self, w => w.release())
+    /// Drops the pages of `bytes`, where they lie in the map, from the map.
+    fn release(&self, bytes: &[u8]) {
+        each_file_format!(self, w => w.release(bytes))
     }
 }

@@ -198,6 +198,20 @@ impl Weights {
         }
     }
 
+    /// Room for `blocks` blocks of 32 weights in all, so that extending up to them copies
+    /// nothing already held (the file's rows take none).
+    pub(crate) fn reserve(&mut self, blocks: usize) {
+        let held = self.n_blocks();
+        if let Weights::File(_) | Weights::Later(_) = self {
+            return;
+        }
+        each_layout!(self, w => {
+            // Blocks of 32 per element of this layout (a panel holds several).
+            let per = held / w.len().max(1);
+            w.reserve_exact((blocks.saturating_sub(held)).div_ceil(per.max(1)));
+        })
+    }
+
     /// `more`'s rows after these; `None` unless both have the same format and layout.
     pub(crate) fn extend(&mut self, more: Weights) -> Option<()> {
         match (self, more) {

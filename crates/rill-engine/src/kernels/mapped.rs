@@ -122,23 +122,27 @@ impl<B: PlainBlock> Rows<B> {
         self.stretches.iter().map(|s| bytes(s.blocks())).collect()
     }
 
-    /// Drops the pages of the stretches that lie in the map from this process's mapping:
-    /// they stay in the page cache, and a later read maps them again, so nothing is lost.
-    pub(crate) fn release(&self) {
+    /// Drops the pages of `bytes` (a stretch's, or part of one) from this process's mapping
+    /// where they lie in the map: they stay in the page cache, and a later read maps them
+    /// again, so nothing is lost.
+    pub(crate) fn release(&self, bytes: &[u8]) {
         #[cfg(unix)]
         for s in &self.stretches {
-            if let Stretch::Mapped { map, at, blocks } = s {
+            let Stretch::Mapped { map, .. } = s else {
+                continue;
+            };
+            let Some(at) = (bytes.as_ptr() as usize).checked_sub(map.as_ptr() as usize) else {
+                continue;
+            };
+            if at.saturating_add(bytes.len()) <= map.len() {
                 // SAFETY: a read-only map of a file: `MADV_DONTNEED` only drops the range's
                 // pages from this mapping, and a later read of them reads the file again (as
-                // `RawTensor`'s drop does); the range is inside the map (`mapped` checked it).
+                // `RawTensor`'s drop does); the range is inside the map (checked above).
                 // Failing, it only leaves the pages mapped.
                 let _ = unsafe {
-                    map.unchecked_advise_range(
-                        memmap2::UncheckedAdvice::DontNeed,
-                        *at,
-                        blocks * std::mem::size_of::<B>(),
-                    )
+                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, bytes.len())
                 };
+                return;
             }
         }
     }
