@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 
 use super::{
     BlockQ8K, BlockQ8_0, BlockQ8_1, FiveBits, Nibbles, Panel, PanelActs, PanelQ4K, PanelQ4_0,
-    PanelQ4_1, PanelQ5K, PanelQ6K, PanelQ8_0, SixBits, QK, TILE_A,
+    PanelQ4_1, PanelQ5K, PanelQ6K, PanelQ8_0, SixBits, QK, TILE_A, TILE_A_WIDER,
 };
 
 /// A panel's sixteen f16 scales as floats.
@@ -307,7 +307,7 @@ unsafe fn tile_q8_0<const C: usize>(
 
 panels!(
     panels_q4_1,
-    [],
+    wider,
     "avx512f,avx512bw,avx512vnni",
     tile_q4_1,
     PanelQ4_1<16>,
@@ -316,7 +316,7 @@ panels!(
 );
 panels!(
     panels_q4_0,
-    [],
+    wider,
     "avx512f,avx512bw,avx512vnni",
     tile_q4_0,
     PanelQ4_0<16>,
@@ -352,7 +352,7 @@ panels!(
 );
 panels!(
     panels_q8_0,
-    [],
+    wider,
     "avx512f,avx512bw,avx512vnni",
     tile_q8_0,
     PanelQ8_0<16>,

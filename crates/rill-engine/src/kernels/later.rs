@@ -12,7 +12,6 @@
 
 use std::sync::OnceLock;
 
-use super::linear::each_file_format;
 use super::*;
 
 /// Rows of a product from which the panels are made first, if they are not yet: a prompt's
@@ -75,7 +74,7 @@ impl Later {
         self.made
             .get_or_init(|| {
                 let started = std::time::Instant::now();
-                let made = self.rows.panels(self.n_out, self.k, self.isa);
+                let made = self.rows.panels(self.k, self.isa);
                 tracing::trace!(
                     rows = self.n_out,
                     k = self.k,
@@ -112,56 +111,46 @@ impl Later {
 const BAND_ROWS: usize = 512;
 
 impl FileRows {
-    /// The panels these rows make (as loading makes them from the file's bytes), each
-    /// stretch's in bands of rows, each band's pages dropped from the map once made; `None`
-    /// where a band makes none.
-    fn panels(&self, n_out: usize, k: usize, isa: Isa) -> Option<Weights> {
-        let row_bytes = self.bytes() / n_out.max(1);
-        let (dtype, stretches) = self.stretches();
-        let mut whole: Option<Weights> = None;
-        for stretch in stretches {
-            // Bands of whole panels of sixteen rows (a stretch of another count: one band).
-            let rows = stretch.len() / row_bytes.max(1);
-            let band_rows = match rows.is_multiple_of(16) {
-                true => BAND_ROWS,
-                false => rows,
+    /// The panels these rows make, as loading makes them from the file's bytes (sixteen rows
+    /// with AVX-512, eight with AVX2, where every stretch's rows allow it); `None` where they
+    /// make none.
+    fn panels(&self, k: usize, isa: Isa) -> Option<Weights> {
+        let (wide, eights) = (isa == Isa::Avx512Vnni, isa.avx2());
+        // Sixteen rows where the instruction set and the rows allow, else eight.
+        macro_rules! either {
+            ($r:expr, $x16:ident, $x8:ident) => {
+                wide.then(|| banded($r, k).map(Weights::$x16))
+                    .flatten()
+                    .or_else(|| eights.then(|| banded($r, k).map(Weights::$x8)).flatten())
             };
-            for band in stretch.chunks(band_rows.max(1) * row_bytes.max(1)) {
-                let rows = band.len() / row_bytes.max(1);
-                let part = QLinear::from_raw(dtype, &[rows, k], band, isa)?.weights;
-                if matches!(part, Weights::File(_) | Weights::Later(_)) {
-                    return None;
-                }
-                match whole.as_mut() {
-                    None => {
-                        let mut w = part;
-                        // Room for the rest at once: no copy of the whole as it grows.
-                        w.reserve(n_out * (k / QK));
-                        whole = Some(w);
-                    }
-                    Some(w) => w.extend(part)?,
-                }
-                self.release(band);
-            }
         }
-        whole
+        match self {
+            FileRows::Q4K(r) => either!(r, Q4Kx16, Q4Kx8),
+            FileRows::Q5K(r) => either!(r, Q5Kx16, Q5Kx8),
+            FileRows::Q6K(r) => either!(r, Q6Kx16, Q6Kx8),
+            _ => None,
+        }
     }
+}
 
-    /// The format, and each stretch's bytes.
-    fn stretches(&self) -> (TensorType, Vec<&[u8]>) {
-        let dtype = match self {
-            FileRows::Mxfp4(_) => TensorType::Mxfp4,
-            FileRows::Q4_0(_) => TensorType::Ggml(GgmlDType::Q4_0),
-            FileRows::Q8_0(_) => TensorType::Ggml(GgmlDType::Q8_0),
-            FileRows::Q4K(_) => TensorType::Ggml(GgmlDType::Q4K),
-            FileRows::Q5K(_) => TensorType::Ggml(GgmlDType::Q5K),
-            FileRows::Q6K(_) => TensorType::Ggml(GgmlDType::Q6K),
-        };
-        (dtype, each_file_format!(self, w => w.stretch_bytes()))
+/// Rows of `k` weights (super-blocks of 256) as panels of `P`, made [`BAND_ROWS`] at a time
+/// straight into the one buffer they end in, each band's pages dropped from the map once
+/// made; `None` unless every stretch is whole panels.
+fn banded<P: Panel>(rows: &Rows<P::Block>, k: usize) -> Option<Vec<P>>
+where
+    P::Block: PlainBlock,
+{
+    let kb = k / QK_K;
+    let stretches = rows.stretch_blocks();
+    if kb == 0 || stretches.iter().any(|s| !(s.len() / kb).is_multiple_of(P::ROWS)) {
+        return None;
     }
-
-    /// Drops the pages of `bytes`, where they lie in the map, from the map.
-    fn release(&self, bytes: &[u8]) {
-        each_file_format!(self, w => w.release(bytes))
+    let mut out = Vec::with_capacity(rows.n_blocks() / P::ROWS);
+    for stretch in stretches {
+        for band in stretch.chunks(BAND_ROWS * kb) {
+            extend_panels(&mut out, band, kb);
+            rows.release(band);
+        }
     }
+    Some(out)
 }

@@ -60,7 +60,6 @@ macro_rules! each_file_format {
         }
     };
 }
-pub(crate) use each_file_format;
 
 impl FileRows {
     /// `bytes` of `dtype` (lying at `.1` in the map `.0` where given) read there, or copied
@@ -196,20 +195,6 @@ impl Weights {
             Weights::File(w) => w.n_blocks(),
             Weights::Later(l) => l.rows.n_blocks(),
         }
-    }
-
-    /// Room for `blocks` blocks of 32 weights in all, so that extending up to them copies
-    /// nothing already held (the file's rows take none).
-    pub(crate) fn reserve(&mut self, blocks: usize) {
-        let held = self.n_blocks();
-        if let Weights::File(_) | Weights::Later(_) = self {
-            return;
-        }
-        each_layout!(self, w => {
-            // Blocks of 32 per element of this layout (a panel holds several).
-            let per = held / w.len().max(1);
-            w.reserve_exact((blocks.saturating_sub(held)).div_ceil(per.max(1)));
-        })
     }
 
     /// `more`'s rows after these; `None` unless both have the same format and layout.

@@ -112,35 +112,31 @@ impl<B: PlainBlock> Rows<B> {
             .sum()
     }
 
-    /// Each stretch's blocks as bytes, in order.
-    pub(crate) fn stretch_bytes(&self) -> Vec<&[u8]> {
-        // SAFETY: `B` is a `PlainBlock`: plain integers without padding, so its bytes are
-        // initialised and any length of them is a valid `u8` slice.
-        let bytes = |w: &[B]| unsafe {
-            std::slice::from_raw_parts(w.as_ptr() as *const u8, std::mem::size_of_val(w))
-        };
-        self.stretches.iter().map(|s| bytes(s.blocks())).collect()
+    /// Each stretch's blocks, in order.
+    pub(crate) fn stretch_blocks(&self) -> Vec<&[B]> {
+        self.stretches.iter().map(Stretch::blocks).collect()
     }
 
-    /// Drops the pages of `bytes` (a stretch's, or part of one) from this process's mapping
+    /// Drops the pages of `blocks` (a stretch's, or part of one) from this process's mapping
     /// where they lie in the map: they stay in the page cache, and a later read maps them
     /// again, so nothing is lost.
-    pub(crate) fn release(&self, bytes: &[u8]) {
+    pub(crate) fn release(&self, blocks: &[B]) {
+        let bytes = (blocks.as_ptr() as usize, std::mem::size_of_val(blocks));
         #[cfg(unix)]
         for s in &self.stretches {
             let Stretch::Mapped { map, .. } = s else {
                 continue;
             };
-            let Some(at) = (bytes.as_ptr() as usize).checked_sub(map.as_ptr() as usize) else {
+            let Some(at) = bytes.0.checked_sub(map.as_ptr() as usize) else {
                 continue;
             };
-            if at.saturating_add(bytes.len()) <= map.len() {
+            if at.saturating_add(bytes.1) <= map.len() {
                 // SAFETY: a read-only map of a file: `MADV_DONTNEED` only drops the range's
                 // pages from this mapping, and a later read of them reads the file again (as
                 // `RawTensor`'s drop does); the range is inside the map (checked above).
                 // Failing, it only leaves the pages mapped.
                 let _ = unsafe {
-                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, bytes.len())
+                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, bytes.1)
                 };
                 return;
             }

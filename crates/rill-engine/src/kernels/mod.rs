@@ -104,10 +104,22 @@ pub use tensor_type::*;
 
 /// A panel kernel's driver: `$name` runs panels `ps` of `w` × activation rows `is` into
 /// `o[(i − is.start)·n_out + ROWS·p + k]`, in tiles of one panel × up to [`TILE_A`] activation
-/// rows computed by `$tile` (with the const generic `VNNI` where named) and stored by `$store`.
+/// rows computed by `$tile` (with the const generic `VNNI` where named) and stored by `$store`;
+/// with `wider`, up to [`TILE_A_WIDER`] rows a tile (AVX-512's 32 registers hold the two
+/// vectors a row of the 4-bit and Q8_0 tiles keep, for twelve rows), so a weight block is
+/// unpacked a third as often for a prompt's rows, and once for a draft's check. A row's
+/// arithmetic is the same in a tile of any height, so are its bits.
 #[cfg(target_arch = "x86_64")]
 macro_rules! panels {
     ($name:ident, [$($vnni:ident)?], $features:literal, $tile:ident, $p:ty, $a:ty, $store:ident) => {
+        panels!(@driver $name, [$($vnni)?], $features, $tile, $p, $a, $store, TILE_A, [4 3 2]);
+    };
+    ($name:ident, wider, $features:literal, $tile:ident, $p:ty, $a:ty, $store:ident) => {
+        panels!(@driver $name, [], $features, $tile, $p, $a, $store, TILE_A_WIDER,
+                [12 11 10 9 8 7 6 5 4 3 2]);
+    };
+    (@driver $name:ident, [$($vnni:ident)?], $features:literal, $tile:ident, $p:ty, $a:ty,
+     $store:ident, $height:ident, [$($c:literal)*]) => {
         /// # Safety
         /// The instructions of its target features and its tile's (AVX-VNNI with `VNNI`, and
         /// for the 256-bit Q8_0 tile); `ps` within `w`'s panels, `is` within `acts`' rows, and
@@ -127,7 +139,7 @@ macro_rules! panels {
             assert!(ps.end * kb <= w.len() && is.end * kb <= acts.q.len());
             for p in ps {
                 let wp = w.as_ptr().add(p * kb);
-                for i in is.clone().step_by(TILE_A) {
+                for i in is.clone().step_by($height) {
                     let (a, ad, s) = (
                         acts.q.as_ptr().add(i * kb),
                         acts.d.as_ptr().add(i * kb),
@@ -135,17 +147,15 @@ macro_rules! panels {
                     );
                     let at = o.add((i - is.start) * n_out + <$p as Panel>::ROWS * p);
                     macro_rules! go {
-                        ($c:literal) => {{
-                            let t = $tile::<$c $(, $vnni)?>(wp, kb, a, ad, s);
+                        ($rows:literal) => {{
+                            let t = $tile::<$rows $(, $vnni)?>(wp, kb, a, ad, s);
                             for (c, v) in t.iter().enumerate() {
                                 $store(at.add(c * n_out), *v);
                             }
                         }};
                     }
-                    match TILE_A.min(is.end - i) {
-                        4 => go!(4),
-                        3 => go!(3),
-                        2 => go!(2),
+                    match $height.min(is.end - i) {
+                        $($c => go!($c),)*
                         _ => go!(1),
                     }
                 }

@@ -310,20 +310,29 @@ impl Kernel for PanelQ8_0<16> {
 /// (each panel block on its own, so the result does not depend on how they split): loading a
 /// model is mostly this.
 pub(crate) fn to_panels<P: Panel>(w: &[P::Block], kb: usize) -> Vec<P> {
+    let mut out = Vec::new();
+    extend_panels(&mut out, w, kb);
+    out
+}
+
+/// [`to_panels`] of `w` after the panels `out` holds, written in place (in its spare
+/// capacity, where reserved).
+pub(crate) fn extend_panels<P: Panel>(out: &mut Vec<P>, w: &[P::Block], kb: usize) {
     let panels = w.len() / kb / P::ROWS;
-    (0..panels * kb)
-        .into_par_iter()
-        .with_min_len(256)
-        .map_init(
-            || Vec::with_capacity(P::ROWS),
-            |rows, n| {
-                let (p, b) = (n / kb, n % kb);
-                rows.clear();
-                rows.extend((0..P::ROWS).map(|k| &w[(P::ROWS * p + k) * kb + b]));
-                P::new(rows)
-            },
-        )
-        .collect()
+    out.par_extend(
+        (0..panels * kb)
+            .into_par_iter()
+            .with_min_len(256)
+            .map_init(
+                || Vec::with_capacity(P::ROWS),
+                |rows, n| {
+                    let (p, b) = (n / kb, n % kb);
+                    rows.clear();
+                    rows.extend((0..P::ROWS).map(|k| &w[(P::ROWS * p + k) * kb + b]));
+                    P::new(rows)
+                },
+            ),
+    );
 }
 
 /// Row `j`'s blocks out of a matrix in panels (`kb` blocks per row).
