@@ -30,8 +30,8 @@ fn logits_are_the_same_bits_before_and_after_the_panels_are_made() {
         }
         // One position at a time: rows of one, on the file's rows.
         let before = teacher_forced(&model, tokens);
-        // The whole prompt as one chunk: its many rows make the panels of the matrices they
-        // go through (not the output's, which reads the last row alone).
+        // The whole prompt as one chunk of 24 rows, still on the file's rows (a long prompt's
+        // chunk would make the panels first).
         let chunk = model.weights.forward(tokens, &mut KvCache::new()).unwrap();
         // What the idle engine does: the rest.
         while model.weights.make_next_panels() {}

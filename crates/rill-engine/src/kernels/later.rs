@@ -3,7 +3,8 @@
 //! kernels that run a mixture's experts (`krows.rs`), so loading copies nothing and the first
 //! token comes at once. Its panels (`kpanels.rs`: the same bits, much faster for a prompt's
 //! many rows) are made when the engine is idle, one matrix at a time
-//! (`Llama::make_next_panels`), or by the first product of many rows, whichever comes first.
+//! (`Llama::make_next_panels`), or by the first product of many rows (a long prompt's
+//! chunk), whichever comes first.
 //! Then the matrix's pages leave the process's map (they stay in the page cache), so the
 //! memory held is about the file's size throughout, not the file plus its repacked copy.
 //!
@@ -14,10 +15,12 @@ use std::sync::OnceLock;
 
 use super::*;
 
-/// Rows of a product from which the panels are made first, if they are not yet: a prompt's
-/// chunk, a long draft's check. Fewer (a decode step, a few answers together) run on the file's
-/// rows meanwhile, at the same speed per byte.
-pub(crate) const PANELS_NOW_ROWS: usize = 8;
+/// Rows of a product from which the panels are made first, if they are not yet: a long
+/// prompt's chunk, which they repay. Fewer (a decode step, a draft's check, a short question)
+/// run on the file's rows meanwhile: a decode step at the same speed per byte, a few prompt
+/// rows slower than on panels but far sooner than after making them (a 25-token question to
+/// an 8B model right after loading: see README).
+pub(crate) const PANELS_NOW_ROWS: usize = 64;
 
 /// Whether a dense matrix of this format and shape is read in the map at load and its panels
 /// made later: the K-quants, where loading would make panels of them (their row kernels and
@@ -142,7 +145,11 @@ where
 {
     let kb = k / QK_K;
     let stretches = rows.stretch_blocks();
-    if kb == 0 || stretches.iter().any(|s| !(s.len() / kb).is_multiple_of(P::ROWS)) {
+    if kb == 0
+        || stretches
+            .iter()
+            .any(|s| !(s.len() / kb).is_multiple_of(P::ROWS))
+    {
         return None;
     }
     let mut out = Vec::with_capacity(rows.n_blocks() / P::ROWS);

@@ -319,20 +319,15 @@ pub(crate) fn to_panels<P: Panel>(w: &[P::Block], kb: usize) -> Vec<P> {
 /// capacity, where reserved).
 pub(crate) fn extend_panels<P: Panel>(out: &mut Vec<P>, w: &[P::Block], kb: usize) {
     let panels = w.len() / kb / P::ROWS;
-    out.par_extend(
-        (0..panels * kb)
-            .into_par_iter()
-            .with_min_len(256)
-            .map_init(
-                || Vec::with_capacity(P::ROWS),
-                |rows, n| {
-                    let (p, b) = (n / kb, n % kb);
-                    rows.clear();
-                    rows.extend((0..P::ROWS).map(|k| &w[(P::ROWS * p + k) * kb + b]));
-                    P::new(rows)
-                },
-            ),
-    );
+    out.par_extend((0..panels * kb).into_par_iter().with_min_len(256).map_init(
+        || Vec::with_capacity(P::ROWS),
+        |rows, n| {
+            let (p, b) = (n / kb, n % kb);
+            rows.clear();
+            rows.extend((0..P::ROWS).map(|k| &w[(P::ROWS * p + k) * kb + b]));
+            P::new(rows)
+        },
+    ));
 }
 
 /// Row `j`'s blocks out of a matrix in panels (`kb` blocks per row).
