@@ -380,6 +380,15 @@ mod tests {
             harmony_everywhere(text),
             parts("User asks 17 × 3. 10 × 3 + 7 × 3 = 51.", "17 × 3 = **51**.")
         );
+        // Header markup a model writes inside a message (a random test model does) is
+        // dropped, never shown as text.
+        assert_eq!(
+            harmony_everywhere(
+                "<|channel|>analysis<|message|>Hm<|channel|> ok<|end|>\
+                 <|start|>assistant<|channel|>final<|message|>Pa<|message|>ris<|constrain|>."
+            ),
+            parts("Hm ok", "Paris.")
+        );
         // No analysis: all content; a cut answer inside its analysis: all reasoning.
         assert_eq!(
             harmony_everywhere("<|channel|>final<|message|>Paris."),

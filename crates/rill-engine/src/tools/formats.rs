@@ -452,7 +452,18 @@ enum Channel {
 }
 
 const MESSAGE: &str = "<|message|>";
-const BODY_ENDS: &[&str] = &["<|end|>", "<|call|>", "<|return|>", "<|start|>"];
+/// What ends a message's body, and (the last three) markup that cannot be in one: a header's
+/// tokens a model wrote out of place, dropped, so that no markup reaches the text.
+const BODY_ENDS: &[&str] = &[
+    "<|end|>",
+    "<|call|>",
+    "<|return|>",
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|constrain|>",
+];
+const OUT_OF_PLACE: &[&str] = &["<|channel|>", "<|message|>", "<|constrain|>"];
 
 impl Harmony {
     /// A parser inside a message's body already: an answer continued from a partial one, in
@@ -539,7 +550,13 @@ impl ToolParser for Harmony {
                         Channel::Content => Raw::Content(text),
                         Channel::Call => Raw::Arguments(text),
                     });
+                    let out_of_place =
+                        end.is_some_and(|e| OUT_OF_PLACE.contains(&&self.buf[body..e]));
                     match end {
+                        // Header markup inside a body: dropped, the body goes on.
+                        Some(end) if out_of_place => {
+                            self.buf.drain(..end);
+                        }
                         Some(end) => {
                             self.buf.drain(..end);
                             self.state = HarmonyState::Header;
