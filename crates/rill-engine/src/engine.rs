@@ -492,8 +492,8 @@ impl Handle {
     }
 
     /// Whether every weight matrix runs in its fastest layout: a model loads with some read
-    /// in the file's map, and the engine makes their panels when idle or at the first prompt
-    /// (`kernels/later.rs`); prompts run at full speed from then on.
+    /// in the file's map, and the engine makes their panels when idle or at the first long
+    /// prompt (`kernels/later.rs`); prompts run at full speed from then on.
     pub fn weights_ready(&self) -> bool {
         !self.shared.panels_pending.load(Ordering::Relaxed)
     }

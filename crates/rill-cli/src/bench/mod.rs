@@ -189,14 +189,13 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         .generate(request(base[..1].to_vec(), 1))?
         .collect_blocking()?;
     let first_token_ms = started.elapsed().as_secs_f64() * 1e3;
-    // Warm-up: thread pools, page faults, allocator, and the panels of weights read in the
-    // file's map until now (a prompt's rows make them).
+    // Warm-up: thread pools, page faults, allocator.
     let warmup = Instant::now();
     handle
         .generate(request(base[..16.min(base.len())].to_vec(), 4))?
         .collect_blocking()?;
-    // Then the panels a prompt did not need (the output matrix, which reads one row a
-    // prompt), made while the engine is idle: the runs below measure the model at full speed.
+    // Then the panels of weights read in the file's map until now, made while the engine is
+    // idle (`kernels/later.rs`): the runs below measure the model at full speed.
     while !handle.weights_ready() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
