@@ -12,6 +12,22 @@ use std::sync::Arc;
 
 use super::*;
 
+/// Drops the pages of `len` bytes at `at` in `map` from this process's mapping (`MADV_DONTNEED`):
+/// they stay in the page cache, and a later read maps them again, so nothing is lost. A range
+/// not inside the map is left alone, as is any failure (the pages stay mapped).
+pub(crate) fn drop_pages(map: &memmap2::Mmap, at: usize, len: usize) {
+    #[cfg(unix)]
+    if at.checked_add(len).is_some_and(|end| end <= map.len()) {
+        // SAFETY: a read-only map of a file: `MADV_DONTNEED` only drops the range's pages from
+        // this mapping, and a later read of them reads the file again (the advice is unsafe for
+        // private or anonymous maps, whose pages would come back zeroed); the range is inside
+        // the map (checked above).
+        let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, len) };
+    }
+    #[cfg(not(unix))]
+    let _ = (map, at, len);
+}
+
 /// A stretch of whole rows: blocks of our own, or blocks in the map.
 enum Stretch<B> {
     Owned(Vec<B>),
@@ -118,27 +134,16 @@ impl<B: PlainBlock> Rows<B> {
     }
 
     /// Drops the pages of `blocks` (a stretch's, or part of one) from this process's mapping
-    /// where they lie in the map: they stay in the page cache, and a later read maps them
-    /// again, so nothing is lost.
+    /// where they lie in the map ([`drop_pages`]).
     pub(crate) fn release(&self, blocks: &[B]) {
-        let bytes = (blocks.as_ptr() as usize, std::mem::size_of_val(blocks));
-        #[cfg(unix)]
+        let (start, len) = (blocks.as_ptr() as usize, std::mem::size_of_val(blocks));
         for s in &self.stretches {
-            let Stretch::Mapped { map, .. } = s else {
-                continue;
-            };
-            let Some(at) = bytes.0.checked_sub(map.as_ptr() as usize) else {
-                continue;
-            };
-            if at.saturating_add(bytes.1) <= map.len() {
-                // SAFETY: a read-only map of a file: `MADV_DONTNEED` only drops the range's
-                // pages from this mapping, and a later read of them reads the file again (as
-                // `RawTensor`'s drop does); the range is inside the map (checked above).
-                // Failing, it only leaves the pages mapped.
-                let _ = unsafe {
-                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, bytes.1)
-                };
-                return;
+            if let Stretch::Mapped { map, .. } = s {
+                if let Some(at) = start.checked_sub(map.as_ptr() as usize) {
+                    if at.saturating_add(len) <= map.len() {
+                        return drop_pages(map, at, len);
+                    }
+                }
             }
         }
     }

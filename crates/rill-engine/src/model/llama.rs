@@ -444,13 +444,11 @@ impl Llama {
     /// between commands, so a model loads at once and reaches its full speed for prompts a
     /// moment later.
     pub fn make_next_panels(&mut self) -> bool {
-        while let Some(l) = self.pending_panels.pop() {
-            if l.pending() {
-                l.make();
-                break;
-            }
-        }
+        // A prompt may have made some already.
         self.pending_panels.retain(|l| l.pending());
+        if let Some(l) = self.pending_panels.pop() {
+            l.make();
+        }
         !self.pending_panels.is_empty()
     }
 

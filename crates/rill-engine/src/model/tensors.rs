@@ -95,17 +95,9 @@ impl<'a> RawTensor<'a> {
 
 impl Drop for RawTensor<'_> {
     fn drop(&mut self) {
-        #[cfg(unix)]
+        // The bytes borrowed from the map end with this value.
         if let Some((map, at)) = self.mapped {
-            // SAFETY: a read-only map of a file: `MADV_DONTNEED` only drops the range's pages
-            // from this mapping, and a later read of them reads the file again, so nothing is
-            // lost (the advice is unsafe for private or anonymous maps, whose pages would come
-            // back zeroed). The range is inside the map (checked when it was made), and the
-            // bytes borrowed from it end with this value. Failing, it only leaves the pages
-            // mapped.
-            let _ = unsafe {
-                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, self.bytes.len())
-            };
+            crate::kernels::drop_pages(map, at, self.bytes.len());
         }
     }
 }
