@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 
 use super::{
     BlockQ8K, BlockQ8_0, BlockQ8_1, FiveBits, Nibbles, Panel, PanelActs, PanelQ4K, PanelQ4_0,
-    PanelQ4_1, PanelQ5K, PanelQ6K, PanelQ8_0, SixBits, QK, TILE_A, TILE_A_WIDER,
+    PanelQ4_1, PanelQ5K, PanelQ6K, PanelQ8_0, SixBits, QK, TILE_A_WIDER,
 };
 
 /// A panel's sixteen f16 scales as floats.
@@ -152,23 +152,25 @@ unsafe fn five_bits(bits: &FiveBits<16>) -> [__m512i; 8] {
     w
 }
 
-/// A Q6_K sub-block's 6-bit values for sixteen rows, as `avx2`'s `six_bits`.
+/// A Q6_K sub-block's values for sixteen rows, as [`SixBits`] lays them out: groups 0–3 (the
+/// low nibbles, beside high bits at 4–5) as they are, 0..64, and groups 4–7 times four (the
+/// high nibbles shifted down by two only, beside high bits at 6–7), 0..256. Six shifts, where
+/// values of 0..64 throughout took eighteen (shifts share the port `vpdpbusd` runs on).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn six_bits(bits: &SixBits<16>) -> [__m512i; 8] {
-    let three = _mm512_set1_epi8(3);
-    let mut w = nibbles(&bits.ql);
+    let (low, mid) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+    let (shifted, top) = (_mm512_set1_epi8(0x3C), _mm512_set1_epi8(-64));
+    let mut w = [_mm512_setzero_si512(); 8];
     for (v, high) in bits.qh.iter().enumerate() {
         let h = _mm512_loadu_si512(high.as_ptr() as *const __m512i);
-        let hs = [
-            h,
-            _mm512_srli_epi16::<2>(h),
-            _mm512_srli_epi16::<4>(h),
-            _mm512_srli_epi16::<6>(h),
-        ];
-        for (t, h) in hs.into_iter().enumerate() {
-            let bits = _mm512_slli_epi16::<4>(_mm512_and_si512(h, three));
-            w[4 * v + t] = _mm512_or_si512(w[4 * v + t], bits);
+        // Groups v and v + 4 find their high bits in place, v + 2 and v + 6 after a shift by
+        // four (16-bit shifts: the bits kept are each byte's own).
+        for (g, h) in [(v, h), (v + 2, _mm512_slli_epi16::<4>(h))] {
+            let q = _mm512_loadu_si512(bits.ql[g].as_ptr() as *const __m512i);
+            let q4 = _mm512_srli_epi16::<2>(q);
+            w[g] = _mm512_or_si512(_mm512_and_si512(q, low), _mm512_and_si512(h, mid));
+            w[g + 4] = _mm512_or_si512(_mm512_and_si512(q4, shifted), _mm512_and_si512(h, top));
         }
     }
     w
@@ -188,7 +190,9 @@ unsafe fn dot_groups(w: &[__m512i], a: *const i8) -> __m512i {
 }
 
 /// A tile of a K-quant panel with 6-bit scales and mins (Q4_K, Q5_K): sixteen rows, `kb`
-/// super-blocks, × `C` Q8_K activation rows, as `avx2`'s `k_tile!` computes it.
+/// super-blocks, × `C` Q8_K activation rows, as `avx2`'s `k_tile!` computes it. The mins'
+/// integer `Σ_j m_j·Σq_a` is summed by pairs of sub-blocks with `vpdpwssd` (the same integer
+/// as by one 32-bit multiply each, in a quarter of the instructions on `vpdpbusd`'s port).
 macro_rules! k_tile {
     ($name:ident, $panel:ty, $weights:ident, $bits:ident) => {
         #[inline]
@@ -204,23 +208,29 @@ macro_rules! k_tile {
             for sb in 0..kb {
                 let p = &*w.add(sb);
                 let mut t = [_mm512_setzero_si512(); C];
-                let mut mins = [_mm512_setzero_si512(); C];
                 for j in 0..8 {
                     super::prefetch_part(p, j);
                     let wv = $weights(&p.$bits[j]);
-                    let (sc, m) = (u8_lanes(&p.sc[j]), u8_lanes(&p.m[j]));
+                    let sc = u8_lanes(&p.sc[j]);
                     for c in 0..C {
                         let y = &*a.add(c * kb + sb);
                         let sum = dot_groups(&wv, y.qs.as_ptr().add(QK * j));
                         t[c] = _mm512_add_epi32(t[c], _mm512_mullo_epi32(sum, sc));
-                        let s = _mm512_set1_epi32(y.sum32(j));
-                        mins[c] = _mm512_add_epi32(mins[c], _mm512_mullo_epi32(m, s));
                     }
                 }
+                let m: [__m512i; 4] = std::array::from_fn(|jp| {
+                    _mm512_cvtepu8_epi16(_mm256_loadu_si256(p.m[jp].as_ptr() as *const __m256i))
+                });
                 let (dw, mw) = (scales(&p.d), scales(&p.dmin));
                 for c in 0..C {
+                    let y = &*a.add(c * kb + sb);
+                    let mut mins = _mm512_setzero_si512();
+                    for (jp, m) in m.iter().enumerate() {
+                        let s = _mm512_set1_epi32(y.sum_pair(jp));
+                        mins = _mm512_dpwssd_epi32(mins, *m, s);
+                    }
                     let da = _mm512_set1_ps(*ad.add(c * kb + sb));
-                    let (tf, mf) = (_mm512_cvtepi32_ps(t[c]), _mm512_cvtepi32_ps(mins[c]));
+                    let (tf, mf) = (_mm512_cvtepi32_ps(t[c]), _mm512_cvtepi32_ps(mins));
                     acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), tf, acc[c]);
                     acc[c] = _mm512_fnmadd_ps(_mm512_mul_ps(mw, da), mf, acc[c]);
                 }
@@ -233,7 +243,9 @@ k_tile!(tile_q4_k, PanelQ4K<16>, nibbles, qs);
 k_tile!(tile_q5_k, PanelQ5K<16>, five_bits, sub);
 
 /// One Q6_K panel (`kb` super-blocks) × `C` Q8_K activation rows, as
-/// `avx2::panel_tile_q6_k` computes it.
+/// `avx2::panel_tile_q6_k` computes it: [`six_bits`]' second half comes times four, so the
+/// first half's scales are taken times four as well, and each super-block's exact integer sum,
+/// four times the one the 256-bit kernel finds, is shifted back (exactly) before it is scaled.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tile_q6_k<const C: usize>(
@@ -250,13 +262,18 @@ unsafe fn tile_q6_k<const C: usize>(
         for j in 0..8 {
             super::prefetch_part(p, j);
             let wv = six_bits(&p.sub[j]);
-            let sc = [i8_lanes(&p.sc[2 * j]), i8_lanes(&p.sc[2 * j + 1])];
+            let sc = [
+                _mm512_slli_epi32::<2>(i8_lanes(&p.sc[2 * j])),
+                i8_lanes(&p.sc[2 * j + 1]),
+            ];
             for (c, t) in t.iter_mut().enumerate() {
                 let y = &*a.add(c * kb + sb);
                 for (half, sc) in sc.iter().enumerate() {
                     let g = 2 * j + half;
                     let sum = dot_groups(&wv[4 * half..4 * half + 4], y.qs.as_ptr().add(16 * g));
-                    let x = _mm512_sub_epi32(sum, _mm512_set1_epi32(32 * y.bsums[g] as i32));
+                    // The values' offset of 32 (128 in the half times four).
+                    let offset = (32 << (2 * half)) * y.bsums[g] as i32;
+                    let x = _mm512_sub_epi32(sum, _mm512_set1_epi32(offset));
                     *t = _mm512_add_epi32(*t, _mm512_mullo_epi32(x, *sc));
                 }
             }
@@ -264,7 +281,8 @@ unsafe fn tile_q6_k<const C: usize>(
         let dw = scales(&p.d);
         for (c, (acc, t)) in acc.iter_mut().zip(t).enumerate() {
             let da = _mm512_set1_ps(*ad.add(c * kb + sb));
-            *acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(t), *acc);
+            let t = _mm512_cvtepi32_ps(_mm512_srai_epi32::<2>(t));
+            *acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), t, *acc);
         }
     }
     acc
@@ -325,7 +343,7 @@ panels!(
 );
 panels!(
     panels_q4_k,
-    [],
+    wider,
     "avx512f,avx512bw,avx512vnni",
     tile_q4_k,
     PanelQ4K<16>,
@@ -334,7 +352,7 @@ panels!(
 );
 panels!(
     panels_q5_k,
-    [],
+    wider,
     "avx512f,avx512bw,avx512vnni",
     tile_q5_k,
     PanelQ5K<16>,
@@ -343,7 +361,7 @@ panels!(
 );
 panels!(
     panels_q6_k,
-    [],
+    wider,
     "avx512f,avx512bw,avx512vnni",
     tile_q6_k,
     PanelQ6K<16>,

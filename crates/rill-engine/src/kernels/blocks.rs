@@ -62,6 +62,14 @@ impl BlockQ8K {
     pub(crate) fn sum32(&self, j: usize) -> i32 {
         self.bsums[2 * j] as i32 + self.bsums[2 * j + 1] as i32
     }
+
+    /// Sub-blocks 2·jp's and 2·jp + 1's sums as the low and high i16 of a 32-bit lane (each at
+    /// most 32·128 in magnitude), for a 16-bit product of pairs with the K-quant panels' mins.
+    #[inline(always)]
+    pub(crate) fn sum_pair(&self, jp: usize) -> i32 {
+        let (lo, hi) = (self.sum32(2 * jp), self.sum32(2 * jp + 1));
+        (lo as u16 as u32 | (hi as u16 as u32) << 16) as i32
+    }
 }
 
 // The blocks are read straight from GGUF bytes: no padding allowed.

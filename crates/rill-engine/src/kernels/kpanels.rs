@@ -7,7 +7,8 @@ use super::*;
 
 /// `R` weight rows' Q4_K super-blocks (256 weights each) at the same position: the rows' `d`
 /// and `dmin` (f16), each sub-block's 6-bit scale and min unpacked to a byte (`sc[j][k]`: row
-/// k's sub-block j), and each sub-block's nibbles interleaved as [`PanelQ4_1`]'s (`qs[j]`).
+/// k's sub-block j; `m[j / 2][k][j % 2]`: the mins in pairs of sub-blocks, for a 16-bit
+/// product of pairs), and each sub-block's nibbles interleaved as [`PanelQ4_1`]'s (`qs[j]`).
 /// 1,184 bytes for eight rows' 1,152: the unpacked scales take 2.8% more than the file.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -15,7 +16,7 @@ pub struct PanelQ4K<const R: usize> {
     pub d: [u16; R],
     pub dmin: [u16; R],
     pub sc: [[u8; R]; 8],
-    pub m: [[u8; R]; 8],
+    pub m: [[[u8; 2]; R]; 4],
     pub qs: [[[[u8; 4]; R]; 4]; 8],
 }
 
@@ -28,7 +29,7 @@ pub struct PanelQ5K<const R: usize> {
     pub d: [u16; R],
     pub dmin: [u16; R],
     pub sc: [[u8; R]; 8],
-    pub m: [[u8; R]; 8],
+    pub m: [[[u8; 2]; R]; 4],
     pub sub: [FiveBits<R>; 8],
 }
 
@@ -46,9 +47,8 @@ const _: () =
 /// `R` weight rows' Q6_K super-blocks at the same position: the rows' `d` (f16) and 16 group
 /// scales (`sc[g][k]`: row k's group g), and per sub-block j of 32 weights the low nibbles
 /// interleaved as [`PanelQ4_1`]'s (`sub[j].ql`) and the high two bits in two vectors
-/// (`sub[j].qh[v]`: lane k's byte i holds, in bits 2t..2t+2, the high bits of element
-/// 4·(4v + t) + i). As many bytes as the `R` blocks were; each sub-block's bits lie together,
-/// so a panel is read as one stream.
+/// (`sub[j].qh`, see [`SixBits`]). As many bytes as the `R` blocks were; each sub-block's bits
+/// lie together, so a panel is read as one stream.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PanelQ6K<const R: usize> {
@@ -57,7 +57,13 @@ pub struct PanelQ6K<const R: usize> {
     pub sub: [SixBits<R>; 8],
 }
 
-/// One sub-block of 32 weights of [`PanelQ6K`]: `R` rows' low nibbles and high bits.
+/// One sub-block of 32 weights of [`PanelQ6K`]: `R` rows' low nibbles and high bits. Lane k's
+/// byte i of `qh[v]` holds, in bits 2t..2t+2, the high bits of element 4g + i with g =
+/// [`six_bits_group`]`(v, t)`: groups v and v + 2 (whose nibbles are `ql[v]`'s and `ql[v + 2]`'s
+/// low ones) in bits 4–5 and 0–1, groups v + 4 and v + 6 (the high nibbles) in bits 6–7 and
+/// 2–3. So a kernel finds each group's high bits where a value needs them with one shift by
+/// four per vector: at bits 4–5 beside a low nibble, or at bits 6–7 beside a high nibble
+/// shifted down by two only (the value times four, which a byte still holds).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SixBits<const R: usize> {
@@ -117,9 +123,14 @@ fn fifth_bits<'a, const R: usize>(qh: impl Fn(usize) -> &'a [u8; 32], j: usize) 
     out
 }
 
+/// The group (of four elements, 0..8) whose high bits [`SixBits`] keeps in bits 2t..2t+2 of
+/// `qh[v]`.
+pub(crate) const fn six_bits_group(v: usize, t: usize) -> usize {
+    v + [2, 6, 0, 4][t]
+}
+
 /// Sub-block `j`'s high two bits of `R` rows' Q6_K blocks (`qh(k)`: row k's; element e of the
-/// sub-block has its in bits 2·(j % 4) of byte 32·(j/4) + e) as [`SixBits`] holds them: lane
-/// k's byte i of vector h has element 4·(4h + t) + i's in bits 2t..2t+2.
+/// sub-block has its in bits 2·(j % 4) of byte 32·(j/4) + e) as [`SixBits`] holds them.
 #[inline(always)]
 fn high_pairs<'a, const R: usize>(
     qh: impl Fn(usize) -> &'a [u8; 64],
@@ -129,10 +140,11 @@ fn high_pairs<'a, const R: usize>(
     let mut out = [[[0u8; 4]; R]; 2];
     for k in 0..R {
         let qh = qh(k);
-        for (h, vector) in out.iter_mut().enumerate() {
-            for (i, v) in vector[k].iter_mut().enumerate() {
+        for (v, vector) in out.iter_mut().enumerate() {
+            for (i, byte) in vector[k].iter_mut().enumerate() {
                 for t in 0..4 {
-                    *v |= ((qh[base + 4 * (4 * h + t) + i] >> shift) & 3) << (2 * t);
+                    let g = six_bits_group(v, t);
+                    *byte |= ((qh[base + 4 * g + i] >> shift) & 3) << (2 * t);
                 }
             }
         }
@@ -140,15 +152,17 @@ fn high_pairs<'a, const R: usize>(
     out
 }
 
+/// Sub-block scales and mins as the Q4_K and Q5_K panels hold them: scales sub-block-major
+/// (`[j][k]`), mins in pairs of sub-blocks (`[j / 2][k][j % 2]`).
+type ScalesMins<const R: usize> = ([[u8; R]; 8], [[[u8; 2]; R]; 4]);
+
 /// `R` rows' packed 6-bit scales and mins (`scales(k)`: row k's 12 bytes) unpacked to a byte
-/// each, sub-block-major (`[j][k]`), as the Q4_K and Q5_K panels hold them.
-fn unpack_scales_k4<'a, const R: usize>(
-    scales: impl Fn(usize) -> &'a [u8; 12],
-) -> ([[u8; R]; 8], [[u8; R]; 8]) {
-    let (mut sc, mut m) = ([[0u8; R]; 8], [[0u8; R]; 8]);
+/// each.
+fn unpack_scales_k4<'a, const R: usize>(scales: impl Fn(usize) -> &'a [u8; 12]) -> ScalesMins<R> {
+    let (mut sc, mut m) = ([[0u8; R]; 8], [[[0u8; 2]; R]; 4]);
     for k in 0..R {
         for j in 0..8 {
-            (sc[j][k], m[j][k]) = scale_min_k4(j, scales(k));
+            (sc[j][k], m[j / 2][k][j % 2]) = scale_min_k4(j, scales(k));
         }
     }
     (sc, m)
@@ -193,7 +207,7 @@ impl<const R: usize> Panel for PanelQ4K<R> {
         let mut b = BlockQ4K {
             d: self.d[k],
             dmin: self.dmin[k],
-            scales: pack_scales_k4(|j| (self.sc[j][k], self.m[j][k])),
+            scales: pack_scales_k4(|j| (self.sc[j][k], self.m[j / 2][k][j % 2])),
             ..Default::default()
         };
         for j in 0..8 {
@@ -234,7 +248,7 @@ impl<const R: usize> Panel for PanelQ5K<R> {
         let mut b = BlockQ5K {
             d: self.d[k],
             dmin: self.dmin[k],
-            scales: pack_scales_k4(|j| (self.sc[j][k], self.m[j][k])),
+            scales: pack_scales_k4(|j| (self.sc[j][k], self.m[j / 2][k][j % 2])),
             ..Default::default()
         };
         for j in 0..8 {
@@ -279,7 +293,9 @@ impl<const R: usize> Panel for PanelQ6K<R> {
             let low = deinterleave(&self.sub[j].ql, k);
             for e in 0..QK {
                 let (g, i) = (e / 4, e % 4);
-                let high = (self.sub[j].qh[g / 4][k][i] >> (2 * (g % 4))) & 3;
+                let (v, t) = (g % 2, [2, 0, 3, 1][g / 2]);
+                debug_assert_eq!(six_bits_group(v, t), g);
+                let high = (self.sub[j].qh[v][k][i] >> (2 * t)) & 3;
                 set_q6_k_value(&mut b, 32 * j + e, nibble(&low, e) | (high << 4));
             }
         }

@@ -105,10 +105,10 @@ pub use tensor_type::*;
 /// A panel kernel's driver: `$name` runs panels `ps` of `w` × activation rows `is` into
 /// `o[(i − is.start)·n_out + ROWS·p + k]`, in tiles of one panel × up to [`TILE_A`] activation
 /// rows computed by `$tile` (with the const generic `VNNI` where named) and stored by `$store`;
-/// with `wider`, up to [`TILE_A_WIDER`] rows a tile (AVX-512's 32 registers hold the two
-/// vectors a row of the 4-bit and Q8_0 tiles keep, for twelve rows), so a weight block is
-/// unpacked a third as often for a prompt's rows, and once for a draft's check. A row's
-/// arithmetic is the same in a tile of any height, so are its bits.
+/// with `wider` (every AVX-512 kernel), up to [`TILE_A_WIDER`] rows a tile (32 registers hold
+/// their sums for twelve rows), so a weight block is unpacked a third as often for a prompt's
+/// rows, and once for a draft's check. A row's arithmetic is the same in a tile of any height,
+/// so are its bits.
 #[cfg(target_arch = "x86_64")]
 macro_rules! panels {
     ($name:ident, [$($vnni:ident)?], $features:literal, $tile:ident, $p:ty, $a:ty, $store:ident) => {

@@ -64,23 +64,24 @@ unsafe fn five_bits(bits: &FiveBits<8>) -> [__m256i; 8] {
 }
 
 /// A Q6_K sub-block's 6-bit values (0..64) as [`nibbles`] gives them: the low nibbles, and the
-/// high two bits as [`PanelQ6K`] lays them.
+/// high two bits as [`SixBits`] lays them, each moved to bits 4–5.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn six_bits(bits: &SixBits<8>) -> [__m256i; 8] {
-    let three = _mm256_set1_epi8(3);
+    let mid = _mm256_set1_epi8(0x30);
     let mut w = nibbles(&bits.ql);
     for (v, high) in bits.qh.iter().enumerate() {
         let h = _mm256_loadu_si256(high.as_ptr() as *const __m256i);
+        // Bits 2t..2t+2 to bits 4–5 (16-bit shifts, masked to the byte's own bits).
         let hs = [
+            _mm256_slli_epi16(h, 4),
+            _mm256_slli_epi16(h, 2),
             h,
             _mm256_srli_epi16(h, 2),
-            _mm256_srli_epi16(h, 4),
-            _mm256_srli_epi16(h, 6),
         ];
         for (t, h) in hs.into_iter().enumerate() {
-            let bits = _mm256_slli_epi16(_mm256_and_si256(h, three), 4);
-            w[4 * v + t] = _mm256_or_si256(w[4 * v + t], bits);
+            let g = six_bits_group(v, t);
+            w[g] = _mm256_or_si256(w[g], _mm256_and_si256(h, mid));
         }
     }
     w
@@ -132,24 +133,32 @@ macro_rules! k_tile {
             for sb in 0..kb {
                 let p = &*w.add(sb);
                 let mut t = [_mm256_setzero_si256(); C];
-                let mut mins = [_mm256_setzero_si256(); C];
                 for j in 0..8 {
                     super::prefetch_part(p, j);
                     let wv = $weights(&p.$bits[j]);
-                    let (sc, m) = (u8_lanes(&p.sc[j]), u8_lanes(&p.m[j]));
+                    let sc = u8_lanes(&p.sc[j]);
                     for c in 0..C {
                         let y = &*a.add(c * kb + sb);
                         let sum = dot_groups::<VNNI, 4>(&wv, y.qs.as_ptr().add(QK * j));
                         t[c] = _mm256_add_epi32(t[c], _mm256_mullo_epi32(sum, sc));
-                        let s = _mm256_set1_epi32(y.sum32(j));
-                        mins[c] = _mm256_add_epi32(mins[c], _mm256_mullo_epi32(m, s));
                     }
                 }
+                // The mins by pairs of sub-blocks: one 16-bit product of pairs (`madd`) where
+                // two 32-bit multiplies were, the same integers.
+                let m: [__m256i; 4] = std::array::from_fn(|jp| {
+                    _mm256_cvtepu8_epi16(_mm_loadu_si128(p.m[jp].as_ptr() as *const __m128i))
+                });
                 let dw = _mm256_cvtph_ps(_mm_loadu_si128(p.d.as_ptr() as *const __m128i));
                 let mw = _mm256_cvtph_ps(_mm_loadu_si128(p.dmin.as_ptr() as *const __m128i));
                 for c in 0..C {
+                    let y = &*a.add(c * kb + sb);
+                    let mut mins = _mm256_setzero_si256();
+                    for (jp, m) in m.iter().enumerate() {
+                        let s = _mm256_set1_epi32(y.sum_pair(jp));
+                        mins = _mm256_add_epi32(mins, _mm256_madd_epi16(*m, s));
+                    }
                     let da = _mm256_set1_ps(*ad.add(c * kb + sb));
-                    let (tf, mf) = (_mm256_cvtepi32_ps(t[c]), _mm256_cvtepi32_ps(mins[c]));
+                    let (tf, mf) = (_mm256_cvtepi32_ps(t[c]), _mm256_cvtepi32_ps(mins));
                     acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), tf, acc[c]);
                     acc[c] = _mm256_fnmadd_ps(_mm256_mul_ps(mw, da), mf, acc[c]);
                 }
