@@ -88,6 +88,11 @@ pub(crate) struct ModelArgs {
     /// same text, sooner).
     #[arg(long, value_name = "FILE")]
     draft_model: Option<PathBuf>,
+    /// Keep the weights in memory (mlock): never swapped out nor dropped from the page cache.
+    /// Loading reads them all first; where the system allows less (`ulimit -l`), a warning
+    /// says how much was locked.
+    #[arg(long)]
+    pub(crate) mlock: bool,
 }
 
 fn parse_kv_cache(s: &str) -> Result<KvType, String> {
@@ -110,6 +115,7 @@ impl ModelArgs {
             context_size: self.ctx_size,
             kv_cache: self.kv_cache,
             draft_model: self.draft_model.clone(),
+            lock_weights: self.mlock,
             ..EngineConfig::new(model)
         };
         Ok(Engine::start(config)?)

@@ -44,6 +44,11 @@ pub struct DraftInfo {
 
 impl DraftModel {
     /// Whether its weights have panels still to be made (`kernels/later.rs`).
+    /// Locks its weights in memory (`model/resident.rs`).
+    pub(crate) fn lock_weights(&mut self) -> Result<usize, crate::model::LockRefused> {
+        self.weights.lock_weights()
+    }
+
     pub(crate) fn panels_pending(&self) -> bool {
         self.weights.panels_pending()
     }

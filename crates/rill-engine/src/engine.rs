@@ -88,6 +88,12 @@ pub struct EngineConfig {
     /// tests of the checking path turn it off, so that drafts are checked whatever this
     /// machine's speed.
     pub weigh_speculation: bool,
+    /// Keep the weights in memory (`mlock`, as llama.cpp's `--mlock`): the system never swaps
+    /// them out nor drops them from the page cache. Loading then reads them all (and makes
+    /// every panel) before the first answer. Where the system refuses (a small `ulimit -l`), a
+    /// warning says how much was locked and the model runs on
+    /// ([`Handle::locked_weight_bytes`]).
+    pub lock_weights: bool,
 }
 
 impl EngineConfig {
@@ -102,6 +108,7 @@ impl EngineConfig {
             kv_cache: KvType::F16,
             draft_model: None,
             weigh_speculation: true,
+            lock_weights: false,
         }
     }
 }
@@ -355,6 +362,8 @@ pub(crate) struct Shared {
     pub(crate) draft: Mutex<Option<crate::draft::DraftInfo>>,
     /// Weights read in the file's map whose panels are still to be made (`kernels/later.rs`).
     pub(crate) panels_pending: std::sync::atomic::AtomicBool,
+    /// Bytes of weights locked in memory ([`EngineConfig::lock_weights`]).
+    pub(crate) locked_weight_bytes: usize,
 }
 
 /// A running engine. Dropping it stops the inference thread (after the current step).
@@ -401,7 +410,11 @@ impl Engine {
             })?),
             None => None,
         };
-        let (draft, draft_info) = draft.map_or((None, None), |(d, i)| (Some(d), Some(i)));
+        let (mut draft, draft_info) = draft.map_or((None, None), |(d, i)| (Some(d), Some(i)));
+        let locked_weight_bytes = match config.lock_weights {
+            true => pool.install(|| crate::model::lock_weights(&mut weights, draft.as_mut())),
+            false => 0,
+        };
         let tokenizer = Arc::new(tokenizer);
         let shared = Arc::new(Shared {
             info,
@@ -420,6 +433,7 @@ impl Engine {
                 weights.panels_pending() || draft.as_ref().is_some_and(|d| d.panels_pending()),
             ),
             draft: Mutex::new(draft_info),
+            locked_weight_bytes,
         });
         let full_context = weights.kv_bytes(shared.context_length);
         let budget = config
@@ -496,6 +510,12 @@ impl Handle {
     /// prompt (`kernels/later.rs`); prompts run at full speed from then on.
     pub fn weights_ready(&self) -> bool {
         !self.shared.panels_pending.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of weights locked in memory ([`EngineConfig::lock_weights`]): 0 when not asked
+    /// for, fewer than the weights when the system refused part of them.
+    pub fn locked_weight_bytes(&self) -> usize {
+        self.shared.locked_weight_bytes
     }
 
     /// Threads of the engine's compute pool.

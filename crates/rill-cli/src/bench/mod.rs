@@ -289,6 +289,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     report.load_ms = load_ms;
     report.first_token_ms = first_token_ms;
     report.warmup_ms = warmup_ms;
+    if a.model.mlock {
+        report.locked_mb = Some(handle.locked_weight_bytes() as f64 / 1e6);
+    }
     report.depth = a.depth;
     if a.background > 0 {
         let (during, after) = background_gaps(&results, &background_tokens);

@@ -39,6 +39,10 @@ pub(super) struct Report {
     /// matrix runs in its fastest layout: it includes making the panels of weights that were
     /// read in the file's map until then.
     pub(super) warmup_ms: f64,
+    /// MB (10⁶ bytes, as `step_weight_mb`) of weights locked in memory (`--mlock`; fewer
+    /// than the weights where the system refused part of them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) locked_mb: Option<f64>,
     pub(super) per_stream_decode_tps: Vec<f64>,
     /// All streams' tokens over the wall time from the first token of any to the last of all.
     pub(super) aggregate_tps: f64,
@@ -109,6 +113,7 @@ impl Report {
             load_ms: 0.0,
             first_token_ms: 0.0,
             warmup_ms: 0.0,
+            locked_mb: None,
             per_stream_decode_tps: results.iter().map(|r| r.decode_tps).collect(),
             aggregate_tps: aggregate_tps(results),
             together_tps: together_tps(results),
@@ -202,6 +207,9 @@ pub(super) fn print_report(
             "peak rss     {:.0} MB (at the end {:.0} MB the process's own, the rest mapped file)",
             report.peak_rss_mb, report.anon_rss_mb
         );
+        if let Some(mb) = report.locked_mb {
+            println!("locked       {mb:.0} MB of weights in memory (--mlock)");
+        }
         if report.load_ms > 0.0 {
             println!(
                 "load         {:.0} ms (first token {:.0} ms, warm-up {:.0} ms)",

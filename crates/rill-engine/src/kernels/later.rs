@@ -28,7 +28,9 @@ pub(crate) const PANELS_NOW_ROWS: usize = 64;
 /// on which runs it; Q4_0's and Q8_0's SIMD rows sum their blocks in another order than their
 /// panels, so they are made at load). `RILL_PANELS_AT_LOAD=1` makes every panel at load.
 pub(crate) fn panels_later(dtype: TensorType, n_out: usize, k: usize, isa: Isa) -> bool {
-    if std::env::var_os("RILL_PANELS_AT_LOAD").is_some_and(|v| v != "0") {
+    // Read once: a model has hundreds of matrices.
+    static AT_LOAD: OnceLock<bool> = OnceLock::new();
+    if *AT_LOAD.get_or_init(|| std::env::var_os("RILL_PANELS_AT_LOAD").is_some_and(|v| v != "0")) {
         return false;
     }
     let wide = isa == Isa::Avx512Vnni && n_out.is_multiple_of(16);

@@ -82,11 +82,14 @@ mod isa;
 mod kpanels;
 mod krows;
 mod later;
+// Its `each_layout!` and `each_file_format!` serve `resident.rs` too.
+#[macro_use]
 mod linear;
 mod mapped;
 mod mxfp4;
 mod panels;
 mod quants;
+mod resident;
 mod tensor_type;
 
 pub use blocks::*;
@@ -100,6 +103,7 @@ pub(crate) use mapped::*;
 pub use mxfp4::*;
 pub use panels::*;
 pub use quants::*;
+pub(crate) use resident::*;
 pub use tensor_type::*;
 
 /// A panel kernel's driver: `$name` runs panels `ps` of `w` × activation rows `is` into

@@ -308,6 +308,20 @@ impl Experts {
             .fold(self.router.bytes(), |(a, b), (x, y)| (a + x, b + y))
     }
 
+    /// Its matrices that our kernels run: the router's and every expert's.
+    pub(super) fn ours(&self) -> Vec<&crate::kernels::QLinear> {
+        let router = match &self.router {
+            Router::Linear(l) => l.ours(),
+            Router::Host { .. } => None,
+        };
+        let experts = self.experts.iter().flat_map(|e| {
+            let mut ours = e.gate_up.ours();
+            ours.extend(e.down.ours());
+            ours
+        });
+        router.into_iter().chain(experts).collect()
+    }
+
     /// Bytes of the experts' weights read in the file's map rather than held.
     pub(super) fn mapped_bytes(&self) -> usize {
         self.experts

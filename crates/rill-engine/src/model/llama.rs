@@ -98,6 +98,9 @@ pub struct Llama {
     /// Matrices read in the file's map whose panels are still to be made, the last first
     /// (`kernels/later.rs`).
     pub(super) pending_panels: Vec<std::sync::Arc<crate::kernels::Later>>,
+    /// The memory [`lock_weights`](Self::lock_weights) locked (address, length), unlocked
+    /// when the model is dropped (`resident.rs`).
+    pub(super) locked: Vec<(usize, usize)>,
 }
 
 /// The RoPE angles of every position for `base` and a position scale (`1`: none), each pair's
@@ -436,6 +439,7 @@ impl Llama {
             device: device.clone(),
             workspace: Default::default(),
             pending_panels,
+            locked: Vec::new(),
         })
     }
 

@@ -19,6 +19,7 @@ pub mod kv_rows;
 pub mod llama;
 mod ops;
 mod parts;
+mod resident;
 mod tensors;
 
 use std::fs::File;
@@ -34,6 +35,8 @@ use crate::tokenizer::Tokenizer;
 pub use kv::KV_ROLLBACK;
 pub use kv_rows::KvType;
 pub use llama::{KvCache, Llama};
+pub(crate) use resident::lock_weights;
+pub use resident::LockRefused;
 
 /// What a model file is, read from its header (cheap: no weights are loaded).
 #[derive(Clone, Debug, Serialize)]

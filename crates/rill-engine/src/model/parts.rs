@@ -52,6 +52,14 @@ impl Linear {
         }
     }
 
+    /// Its matrix, when our kernels run it.
+    pub(super) fn ours(&self) -> Option<&crate::kernels::QLinear> {
+        match self {
+            Linear::Ours(l) => Some(l),
+            Linear::Candle(_) => None,
+        }
+    }
+
     pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(match self {
             Linear::Ours(l) => l.forward(x)?,
@@ -220,6 +228,15 @@ impl Group {
                 .map(Linear::bytes)
                 .fold((0, 0), |(a, b), (x, y)| (a + x, b + y)),
             Group::Fused(m, _) => (matmul_bytes(m), matmul_bytes(m)),
+        }
+    }
+
+    /// Its matrices that our kernels run.
+    pub(super) fn ours(&self) -> Vec<&crate::kernels::QLinear> {
+        match self {
+            Group::Stacked(l, _) => vec![l],
+            Group::Apart(ls) => ls.iter().filter_map(Linear::ours).collect(),
+            Group::Fused(..) => Vec::new(),
         }
     }
 
