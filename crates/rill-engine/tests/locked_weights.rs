@@ -11,16 +11,8 @@ use common::flow::greedy;
 use common::prompts::answer;
 use rill_engine::{Engine, EngineConfig};
 
-/// This process's locked memory (`VmLck` in `/proc/self/status`), in bytes.
 fn locked_now() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmLck:")).unwrap();
-    line.split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse::<usize>()
-        .unwrap()
-        * 1024
+    rill_engine::kernels::process_locked_bytes().expect("a /proc/self/status with VmLck")
 }
 
 #[test]

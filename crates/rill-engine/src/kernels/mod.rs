@@ -103,6 +103,7 @@ pub(crate) use mapped::*;
 pub use mxfp4::*;
 pub use panels::*;
 pub use quants::*;
+pub use resident::process_locked_bytes;
 pub(crate) use resident::*;
 pub use tensor_type::*;
 

@@ -46,6 +46,14 @@ pub(crate) fn unlock_pages((at, len): Region) {
     let _ = (at, len);
 }
 
+/// This process's locked memory in bytes (`VmLck` in `/proc/self/status`; `None` where there
+/// is no such file).
+pub fn process_locked_bytes() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmLck:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<usize>().ok()? * 1024)
+}
+
 impl QLinear {
     /// The memory its weights lie in: its panels or blocks, or its rows in the file's map.
     pub(crate) fn regions(&self) -> Vec<Region> {
@@ -81,16 +89,8 @@ impl FileRows {
 mod tests {
     use super::*;
 
-    /// This process's locked memory (`VmLck` in `/proc/self/status`), in bytes.
     fn locked() -> usize {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmLck:")).unwrap();
-        line.split_whitespace()
-            .nth(1)
-            .unwrap()
-            .parse::<usize>()
-            .unwrap()
-            * 1024
+        process_locked_bytes().unwrap()
     }
 
     /// A matrix's panels are locked and unlocked whole: the process's locked memory grows by
