@@ -11,8 +11,8 @@ use crate::kernels::{lock_pages, unlock_pages, QLinear};
 #[error(
     "locked {} of {} MB of weights in memory, then the system refused: {source}; raise the \
      limit on locked memory (`ulimit -l`, or LimitMEMLOCK= for a service) to lock them all",
-    .locked >> 20,
-    .total >> 20
+    .locked / 1_000_000,
+    .total / 1_000_000
 )]
 pub struct LockRefused {
     /// Bytes locked before the refusal (they stay locked while the model lives).
@@ -99,7 +99,7 @@ pub(crate) fn lock_weights(
         }
     }
     tracing::info!(
-        locked_mb = locked >> 20,
+        locked_mb = locked / 1_000_000,
         ms = started.elapsed().as_millis() as u64,
         "weights locked in memory"
     );
