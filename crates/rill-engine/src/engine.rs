@@ -10,7 +10,6 @@
 //! tokenizing, checking the context — happens in [`Handle::generate`] on the caller's thread,
 //! so the caller gets the error at once and the inference thread only ever sees valid work.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -22,10 +21,12 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::unbounded_channel;
 use tokio::sync::oneshot;
 
+use crate::config::{available_memory, DEFAULT_CONTEXT_CAP};
+pub use crate::config::{DeviceKind, EngineConfig};
 use crate::constraint::{Grammar, Grammars};
 use crate::error::{Error, Result};
 pub use crate::generation::{Collected, Control, Generation};
-use crate::model::{KvType, Model, ModelInfo};
+use crate::model::{Model, ModelInfo};
 pub use crate::preview::PreviewRequest;
 pub use crate::prompting::ChatArgs;
 use crate::reasoning::ReasoningSplit;
@@ -37,98 +38,6 @@ use crate::template::{ChatTemplate, Message};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::tools::ToolFormat;
 use crate::worker::{self, Worker};
-
-/// Where the model runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeviceKind {
-    #[default]
-    Cpu,
-    /// Needs the `cuda` cargo feature.
-    Cuda,
-    /// Needs the `metal` cargo feature.
-    Metal,
-}
-
-impl DeviceKind {
-    fn device(self) -> Result<Device> {
-        Ok(match self {
-            DeviceKind::Cpu => Device::Cpu,
-            DeviceKind::Cuda => Device::new_cuda(0)?,
-            DeviceKind::Metal => Device::new_metal(0)?,
-        })
-    }
-}
-
-/// How to start an engine.
-#[derive(Clone, Debug)]
-pub struct EngineConfig {
-    pub model: PathBuf,
-    pub device: DeviceKind,
-    /// Compute threads; `None` = one per physical core. The engine's own pool: every forward
-    /// pass runs inside it (no process-wide setting is changed, so engines of one process can
-    /// differ).
-    pub threads: Option<usize>,
-    /// Cap on the context window (positions per sequence); `None` = the model's, at most 8192.
-    pub context_size: Option<usize>,
-    /// Prompt tokens per prefill step, so a long prompt never freezes other answers.
-    pub prefill_chunk: usize,
-    /// Bytes of KV cache all sequences (and kept prefixes) may hold; `None` = a quarter of the
-    /// available memory, at least one full context. New requests wait when it is full.
-    pub kv_budget: Option<usize>,
-    /// How the KV caches store keys and values: f16, or 8-bit (`q8_0`, CPU only), which takes
-    /// 53% of the memory, so twice the context fits the same budget.
-    pub kv_cache: KvType,
-    /// A smaller model of the same vocabulary to propose tokens for answers that ask for
-    /// [`Speculation::Draft`] (`draft.rs`); it can be changed later with
-    /// [`Handle::set_draft_model`].
-    pub draft_model: Option<PathBuf>,
-    /// Weigh what speculation costs, pass by pass (`weigh.rs`): drafts pause where they lower
-    /// the machine's throughput or slow an answer that does not speculate. On by default;
-    /// tests of the checking path turn it off, so that drafts are checked whatever this
-    /// machine's speed.
-    pub weigh_speculation: bool,
-    /// Keep the weights in memory (`mlock`, as llama.cpp's `--mlock`): the system never swaps
-    /// them out nor drops them from the page cache. Loading then reads them all (and makes
-    /// every panel) before the first answer. Where the system refuses (a small `ulimit -l`), a
-    /// warning says how much was locked and the model runs on
-    /// ([`Handle::locked_weight_bytes`]).
-    pub lock_weights: bool,
-}
-
-impl EngineConfig {
-    pub fn new(model: impl Into<PathBuf>) -> Self {
-        EngineConfig {
-            model: model.into(),
-            device: DeviceKind::Cpu,
-            threads: None,
-            context_size: None,
-            prefill_chunk: 256,
-            kv_budget: None,
-            kv_cache: KvType::F16,
-            draft_model: None,
-            weigh_speculation: true,
-            lock_weights: false,
-        }
-    }
-}
-
-/// Memory the system can give us (`MemAvailable`), or 4 GiB where that cannot be read.
-fn available_memory() -> usize {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<usize>().ok())
-        })
-        .map_or(4 << 30, |kb| kb * 1024)
-}
-
-/// Default context cap: enough for long chats, small enough that a 128k-context model does not
-/// reserve gigabytes of RoPE tables and cache by default.
-const DEFAULT_CONTEXT_CAP: usize = 8192;
 
 /// The largest priority: an answer at priority p takes part in the first p passes of a round,
 /// so an unbounded one would hold prefill and cancellation back for as many passes (issue 13).

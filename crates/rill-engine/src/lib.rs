@@ -29,6 +29,7 @@
 //!
 //! The crate knows nothing of SQLite, HTTP or Tauri; those wire it up from outside.
 
+mod config;
 pub mod constraint;
 mod draft;
 pub mod engine;
