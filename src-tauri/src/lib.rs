@@ -18,6 +18,7 @@ pub mod panel;
 pub mod remote;
 pub mod secrets;
 pub mod state;
+pub mod steering;
 
 use std::path::PathBuf;
 
@@ -114,21 +115,21 @@ pub fn run(builder: tauri::Builder<tauri::Wry>) -> anyhow::Result<()> {
             commands::edit_message,
             commands::switch_branch,
             commands::continue_answer,
-            commands::stop,
-            commands::pause,
-            commands::resume,
-            commands::set_priority,
+            steering::stop,
+            steering::pause,
+            steering::resume,
+            steering::set_priority,
             models::models,
             models::select_model,
             models::import_model,
             models::download_model,
             models::cancel_download,
-            commands::api_status,
-            commands::set_api,
-            commands::message_tokens,
+            steering::api_status,
+            steering::set_api,
+            steering::message_tokens,
             files::export_answer,
-            commands::preview_next,
-            commands::activity,
+            steering::preview_next,
+            steering::activity,
             files::open_link,
         ])
         .run(tauri::generate_context!())

@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use tauri::ipc::Channel;
 use tauri::{AppHandle, Manager, State};
 
-use crate::commands::api_settings;
 use crate::error::{CommandError, Result};
 use crate::state::AppState;
+use crate::steering::api_settings;
 
 /// A recommended model (assets/catalogue.json).
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -78,26 +78,19 @@ pub struct BenchArgs {
 
 /// The peak resident set (`VmHWM`), mapped file pages included.
 pub fn peak_rss_mb() -> f64 {
-    status_mb("VmHWM:")
+    status_mb("VmHWM")
 }
 
 /// Memory of the process's own now (`RssAnon`): the resident set without the pages of mapped
 /// files, which the page cache holds and shares (a model's MXFP4 experts are read in its map).
 pub fn anon_rss_mb() -> f64 {
-    status_mb("RssAnon:")
+    status_mb("RssAnon")
 }
 
-/// A `kB` line of `/proc/self/status` in MB (0 where there is none).
-fn status_mb(key: &str) -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+/// A line of `/proc/self/status` in MiB, as the figures have always been (0 where there is
+/// none).
+fn status_mb(field: &str) -> f64 {
+    rill_engine::kernels::process_status_bytes(field).map_or(0.0, |b| b as f64 / (1024.0 * 1024.0))
 }
 
 struct StreamResult {

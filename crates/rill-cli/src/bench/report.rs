@@ -147,7 +147,7 @@ pub(super) fn percentiles(mut v: Vec<f64>) -> Percentiles {
     }
 }
 
-/// Peak resident memory of this process (VmHWM), in MB; 0 where /proc is not available.
+/// The report as one JSON object (`--json`) or a table.
 pub(super) fn print_report(
     a: &BenchArgs,
     m: &rill_engine::ModelInfo,

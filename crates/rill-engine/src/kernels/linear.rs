@@ -3,230 +3,6 @@
 
 use super::*;
 
-pub(crate) enum Weights {
-    Q4_1(Vec<BlockQ4_1>),
-    /// Q4_1 in panels of eight rows, for the 256-bit panel kernels (rows a multiple of 8).
-    Q4_1x8(Vec<PanelQ4_1<8>>),
-    /// Q4_1 in panels of sixteen rows, for the AVX-512 panel kernel (rows a multiple of 16).
-    Q4_1x16(Vec<PanelQ4_1<16>>),
-    /// Q4_0 in panels, as the file holds it (elsewhere it runs as Q4_1).
-    Q4_0x8(Vec<PanelQ4_0<8>>),
-    Q4_0x16(Vec<PanelQ4_0<16>>),
-    /// Q4_K in panels of super-blocks (elsewhere it runs as Q4_1).
-    Q4Kx8(Vec<PanelQ4K<8>>),
-    Q4Kx16(Vec<PanelQ4K<16>>),
-    /// Q5_K in panels of super-blocks (elsewhere candle runs it).
-    Q5Kx8(Vec<PanelQ5K<8>>),
-    Q5Kx16(Vec<PanelQ5K<16>>),
-    /// Q6_K in panels of super-blocks (elsewhere it runs as Q8_0).
-    Q6Kx8(Vec<PanelQ6K<8>>),
-    Q6Kx16(Vec<PanelQ6K<16>>),
-    Q8_0(Vec<BlockQ8_0>),
-    /// Q8_0 in panels of eight rows, for the AVX-VNNI panel kernel (rows a multiple of 8).
-    Q8_0x8(Vec<PanelQ8_0<8>>),
-    /// Q8_0 in panels of sixteen rows, for the AVX-512 panel kernel (rows a multiple of 16).
-    Q8_0x16(Vec<PanelQ8_0<16>>),
-    /// F16 and BF16 rows as the file holds them (`halves.rs`).
-    F16(Vec<f16>),
-    Bf16(Vec<half::bf16>),
-    /// Blocks as the file holds them, run row by row: in the memory-mapped file where the
-    /// model was loaded from one (`mapped.rs`), else copied.
-    File(FileRows),
-    /// Read in the map until its panels are made (`later.rs`).
-    Later(std::sync::Arc<Later>),
-}
-
-/// The formats whose row kernels read the file's own blocks: MXFP4 wherever it is (`mxfp4.rs`),
-/// and the others for a mixture's experts (`krows.rs` for the K-quants).
-pub(crate) enum FileRows {
-    Mxfp4(Rows<BlockMxfp4>),
-    Q4_0(Rows<BlockQ4_0>),
-    Q8_0(Rows<BlockQ8_0>),
-    Q4K(Rows<BlockQ4K>),
-    Q5K(Rows<BlockQ5K>),
-    Q6K(Rows<BlockQ6K>),
-}
-
-/// `$body` with `$w` bound to the rows of whatever format `$rows` holds.
-macro_rules! each_file_format {
-    ($rows:expr, $w:ident => $body:expr) => {
-        match $rows {
-            FileRows::Mxfp4($w) => $body,
-            FileRows::Q4_0($w) => $body,
-            FileRows::Q8_0($w) => $body,
-            FileRows::Q4K($w) => $body,
-            FileRows::Q5K($w) => $body,
-            FileRows::Q6K($w) => $body,
-        }
-    };
-}
-
-impl FileRows {
-    /// `bytes` of `dtype` (lying at `.1` in the map `.0` where given) read there, or copied
-    /// where they are not the map's own or not aligned for their blocks; `None` for a format
-    /// without row kernels on the file's blocks.
-    fn new(
-        dtype: TensorType,
-        bytes: &[u8],
-        map: Option<(&std::sync::Arc<memmap2::Mmap>, usize)>,
-    ) -> Option<FileRows> {
-        Some(match dtype {
-            TensorType::Mxfp4 => FileRows::Mxfp4(Rows::new(bytes, map)?),
-            TensorType::Ggml(GgmlDType::Q4_0) => FileRows::Q4_0(Rows::new(bytes, map)?),
-            TensorType::Ggml(GgmlDType::Q8_0) => FileRows::Q8_0(Rows::new(bytes, map)?),
-            TensorType::Ggml(GgmlDType::Q4K) => FileRows::Q4K(Rows::new(bytes, map)?),
-            TensorType::Ggml(GgmlDType::Q5K) => FileRows::Q5K(Rows::new(bytes, map)?),
-            TensorType::Ggml(GgmlDType::Q6K) => FileRows::Q6K(Rows::new(bytes, map)?),
-            _ => return None,
-        })
-    }
-
-    /// Weights per block: 32, or a K-quant's 256.
-    fn block_weights(&self) -> usize {
-        match self {
-            FileRows::Q4K(_) | FileRows::Q5K(_) | FileRows::Q6K(_) => QK_K,
-            _ => QK,
-        }
-    }
-
-    /// Blocks of 32 weights held.
-    pub(super) fn n_blocks(&self) -> usize {
-        each_file_format!(self, w => w.n_blocks()) * self.block_weights() / QK
-    }
-
-    pub(super) fn extend(&mut self, more: FileRows) -> Option<()> {
-        match (self, more) {
-            (FileRows::Mxfp4(w), FileRows::Mxfp4(m)) => w.extend(m),
-            (FileRows::Q4_0(w), FileRows::Q4_0(m)) => w.extend(m),
-            (FileRows::Q8_0(w), FileRows::Q8_0(m)) => w.extend(m),
-            (FileRows::Q4K(w), FileRows::Q4K(m)) => w.extend(m),
-            (FileRows::Q5K(w), FileRows::Q5K(m)) => w.extend(m),
-            (FileRows::Q6K(w), FileRows::Q6K(m)) => w.extend(m),
-            _ => return None,
-        }
-        Some(())
-    }
-
-    pub(super) fn bytes(&self) -> usize {
-        each_file_format!(self, w => w.bytes())
-    }
-
-    pub(super) fn mapped_bytes(&self) -> usize {
-        each_file_format!(self, w => w.mapped_bytes())
-    }
-
-    pub(super) fn matmul(&self, isa: Isa, x: &[f32], m: usize, k: usize, out: &mut [f32]) {
-        each_file_format!(self, w => w.matmul(isa, x, m, k, out))
-    }
-
-    /// Row `j` (of `k` weights) as f32 into `out`.
-    pub(super) fn dequantize_row(&self, j: usize, k: usize, out: &mut [f32]) {
-        let kb = k / self.block_weights();
-        match self {
-            FileRows::Mxfp4(w) => {
-                dequantize_blocks(w.row(j, kb).iter().copied(), out, QK, dequantize_mxfp4)
-            }
-            FileRows::Q4_0(w) => {
-                dequantize_blocks(w.row(j, kb).iter().copied(), out, QK, dequantize_q4_0)
-            }
-            FileRows::Q8_0(w) => {
-                dequantize_blocks(w.row(j, kb).iter().copied(), out, QK, dequantize_q8_0)
-            }
-            FileRows::Q4K(w) => {
-                dequantize_blocks(w.row(j, kb).iter().copied(), out, QK_K, dequantize_q4_k)
-            }
-            FileRows::Q5K(w) => {
-                dequantize_blocks(w.row(j, kb).iter().copied(), out, QK_K, dequantize_q5_k)
-            }
-            FileRows::Q6K(w) => {
-                dequantize_blocks(w.row(j, kb).iter().copied(), out, QK_K, dequantize_q6_k)
-            }
-        }
-    }
-}
-
-/// `$body` with `$w` bound to the weights of whatever layout `$weights` holds.
-macro_rules! each_layout {
-    ($weights:expr, $w:ident => $body:expr) => {
-        match $weights {
-            Weights::Q4_1($w) => $body,
-            Weights::Q4_1x8($w) => $body,
-            Weights::Q4_1x16($w) => $body,
-            Weights::Q4_0x8($w) => $body,
-            Weights::Q4_0x16($w) => $body,
-            Weights::Q4Kx8($w) => $body,
-            Weights::Q4Kx16($w) => $body,
-            Weights::Q5Kx8($w) => $body,
-            Weights::Q5Kx16($w) => $body,
-            Weights::Q6Kx8($w) => $body,
-            Weights::Q6Kx16($w) => $body,
-            Weights::Q8_0($w) => $body,
-            Weights::Q8_0x8($w) => $body,
-            Weights::Q8_0x16($w) => $body,
-            Weights::F16($w) => $body,
-            Weights::Bf16($w) => $body,
-            Weights::File(_) | Weights::Later(_) => {
-                unreachable!("the file's rows are handled before")
-            }
-        }
-    };
-}
-
-impl Weights {
-    /// Blocks of 32 weights held.
-    pub(crate) fn n_blocks(&self) -> usize {
-        match self {
-            Weights::Q4_1(w) => w.len(),
-            Weights::Q4_1x8(w) => 8 * w.len(),
-            Weights::Q4_1x16(w) => 16 * w.len(),
-            Weights::Q4_0x8(w) => 8 * w.len(),
-            Weights::Q4_0x16(w) => 16 * w.len(),
-            Weights::Q4Kx8(w) => 64 * w.len(),
-            Weights::Q4Kx16(w) => 128 * w.len(),
-            Weights::Q5Kx8(w) => 64 * w.len(),
-            Weights::Q5Kx16(w) => 128 * w.len(),
-            Weights::Q6Kx8(w) => 64 * w.len(),
-            Weights::Q6Kx16(w) => 128 * w.len(),
-            Weights::Q8_0(w) => w.len(),
-            Weights::Q8_0x8(w) => 8 * w.len(),
-            Weights::Q8_0x16(w) => 16 * w.len(),
-            Weights::F16(w) => w.len() / QK,
-            Weights::Bf16(w) => w.len() / QK,
-            Weights::File(w) => w.n_blocks(),
-            Weights::Later(l) => l.rows.n_blocks(),
-        }
-    }
-
-    /// `more`'s rows after these; `None` unless both have the same format and layout.
-    pub(crate) fn extend(&mut self, more: Weights) -> Option<()> {
-        match (self, more) {
-            (Weights::Q4_1(w), Weights::Q4_1(m)) => w.extend(m),
-            (Weights::Q4_1x8(w), Weights::Q4_1x8(m)) => w.extend(m),
-            (Weights::Q4_1x16(w), Weights::Q4_1x16(m)) => w.extend(m),
-            (Weights::Q4_0x8(w), Weights::Q4_0x8(m)) => w.extend(m),
-            (Weights::Q4_0x16(w), Weights::Q4_0x16(m)) => w.extend(m),
-            (Weights::Q4Kx8(w), Weights::Q4Kx8(m)) => w.extend(m),
-            (Weights::Q4Kx16(w), Weights::Q4Kx16(m)) => w.extend(m),
-            (Weights::Q5Kx8(w), Weights::Q5Kx8(m)) => w.extend(m),
-            (Weights::Q5Kx16(w), Weights::Q5Kx16(m)) => w.extend(m),
-            (Weights::Q6Kx8(w), Weights::Q6Kx8(m)) => w.extend(m),
-            (Weights::Q6Kx16(w), Weights::Q6Kx16(m)) => w.extend(m),
-            (Weights::Q8_0(w), Weights::Q8_0(m)) => w.extend(m),
-            (Weights::Q8_0x8(w), Weights::Q8_0x8(m)) => w.extend(m),
-            (Weights::Q8_0x16(w), Weights::Q8_0x16(m)) => w.extend(m),
-            (Weights::F16(w), Weights::F16(m)) => w.extend(m),
-            (Weights::Bf16(w), Weights::Bf16(m)) => w.extend(m),
-            (Weights::File(w), Weights::File(m)) => w.extend(m)?,
-            (Weights::Later(w), Weights::Later(m)) => {
-                let m = std::sync::Arc::into_inner(m)?;
-                std::sync::Arc::get_mut(w)?.extend(m)?
-            }
-            _ => return None,
-        }
-        Some(())
-    }
-}
-
 /// A quantised weight matrix `[n_out, k]` (GGUF's row-major layout) that our kernels run.
 pub struct QLinear {
     pub(crate) weights: Weights,
@@ -311,6 +87,13 @@ impl QLinear {
         let &[n_out, k] = dims else {
             return None;
         };
+        let matrix = |weights| QLinear {
+            weights,
+            n_out,
+            k,
+            isa,
+            file_bytes: bytes.len(),
+        };
         let in_map = match dtype {
             TensorType::Mxfp4 => true,
             TensorType::Ggml(GgmlDType::Q8_0) => rows_in_map && map.is_some(),
@@ -325,25 +108,13 @@ impl QLinear {
             if let Some(rows) = FileRows::new(dtype, bytes, map) {
                 if rows.mapped_bytes() == bytes.len() && rows.n_blocks() == n_out * (k / QK) {
                     let later = std::sync::Arc::new(Later::new(rows, n_out, k, isa));
-                    return Some(QLinear {
-                        weights: Weights::Later(later),
-                        n_out,
-                        k,
-                        isa,
-                        file_bytes: bytes.len(),
-                    });
+                    return Some(matrix(Weights::Later(later)));
                 }
             }
         }
         if in_map {
             let weights = Weights::File(FileRows::new(dtype, bytes, map)?);
-            return (weights.n_blocks() == n_out * (k / QK)).then_some(QLinear {
-                weights,
-                n_out,
-                k,
-                isa,
-                file_bytes: bytes.len(),
-            });
+            return (weights.n_blocks() == n_out * (k / QK)).then(|| matrix(weights));
         }
         let TensorType::Ggml(dtype) = dtype else {
             return None;
@@ -391,13 +162,7 @@ impl QLinear {
             }
             w => w,
         };
-        Some(QLinear {
-            weights,
-            n_out,
-            k,
-            isa,
-            file_bytes: bytes.len(),
-        })
+        Some(matrix(weights))
     }
 
     /// Whether [`from_qtensor`](Self::from_qtensor) takes this tensor (without copying it).
@@ -436,23 +201,17 @@ impl QLinear {
 
     /// Bytes of weights that lie in the memory-mapped file, not in memory of our own.
     pub fn mapped_bytes(&self) -> usize {
-        match &self.weights {
-            Weights::File(w) => w.mapped_bytes(),
-            Weights::Later(l) if l.ready().is_none() => l.rows.mapped_bytes(),
-            _ => 0,
+        match self.weights.held() {
+            Held::Rows(rows) => rows.mapped_bytes(),
+            Held::Made(_) => 0,
         }
     }
 
     /// Bytes of weights held: what one product reads.
     pub fn bytes(&self) -> usize {
-        let held = |w: &Weights| match w {
-            Weights::File(w) => w.bytes(),
-            Weights::Later(l) => l.rows.bytes(),
-            weights => each_layout!(weights, w => std::mem::size_of_val(w.as_slice())),
-        };
-        match &self.weights {
-            Weights::Later(l) => l.ready().map_or_else(|| l.rows.bytes(), held),
-            w => held(w),
+        match self.weights.held() {
+            Held::Rows(rows) => rows.bytes(),
+            Held::Made(w) => each_layout!(w, w => std::mem::size_of_val(w.as_slice())),
         }
     }
 
@@ -468,10 +227,10 @@ impl QLinear {
     /// Row `j` as f32 into `out` (`k` values): an embedding lookup straight from the quantised
     /// table, so the table never has to exist in f32 (113 MB for a 49,152 × 576 vocabulary).
     pub fn dequantize_row(&self, j: usize, out: &mut [f32]) {
-        self.dequantize_row_of(&self.weights, j, out)
-    }
-
-    fn dequantize_row_of(&self, weights: &Weights, j: usize, out: &mut [f32]) {
+        let weights = match self.weights.held() {
+            Held::Rows(rows) => return rows.dequantize_row(j, self.k, out),
+            Held::Made(w) => w,
+        };
         let kb = self.k / QK;
         let row = j * kb..(j + 1) * kb;
         let (q4_1, q4_0, q4_k, q5_k, q6_k, q8_0) = (
@@ -499,11 +258,7 @@ impl QLinear {
             Weights::Q8_0x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q8_0),
             Weights::F16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
             Weights::Bf16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
-            Weights::File(w) => w.dequantize_row(j, self.k, out),
-            Weights::Later(l) => match l.ready() {
-                Some(w) => self.dequantize_row_of(w, j, out),
-                None => l.rows.dequantize_row(j, self.k, out),
-            },
+            Weights::File(_) | Weights::Later(_) => unreachable!("`Held::Made` holds neither"),
         }
     }
 

@@ -54,7 +54,8 @@
 //!
 //! The files: `blocks.rs` (the formats, and their repacking), `panels.rs` (the interleaved
 //! layouts; `kpanels.rs` the K-quants'), `quants.rs` (activation quantisers, the scalar
-//! reference dots), `isa.rs` (the run-time choice), `linear.rs` ([`QLinear`]), `driver.rs`
+//! reference dots), `isa.rs` (the run-time choice), `linear.rs` ([`QLinear`]; how it holds
+//! its weights in `weights.rs`), `driver.rs`
 //! (how a product is split across the threads), `halves.rs` (F16 and BF16, all paths),
 //! `mapped.rs` and `krows.rs` (rows read in the map), `mxfp4.rs`, one per instruction set:
 //! `avx2.rs` (its K-quant tiles in `avx2/kquants.rs`), `avx512.rs`, `neon.rs`, and the tests
@@ -82,8 +83,9 @@ mod isa;
 mod kpanels;
 mod krows;
 mod later;
-// Its `each_layout!` and `each_file_format!` serve `resident.rs` too.
+// Its `each_layout!` and `each_file_format!` serve `linear.rs` and `resident.rs` too.
 #[macro_use]
+mod weights;
 mod linear;
 mod mapped;
 mod mxfp4;
@@ -103,9 +105,10 @@ pub(crate) use mapped::*;
 pub use mxfp4::*;
 pub use panels::*;
 pub use quants::*;
-pub use resident::process_locked_bytes;
 pub(crate) use resident::*;
+pub use resident::{process_locked_bytes, process_status_bytes};
 pub use tensor_type::*;
+pub(crate) use weights::*;
 
 /// A panel kernel's driver: `$name` runs panels `ps` of `w` × activation rows `is` into
 /// `o[(i − is.start)·n_out + ROWS·p + k]`, in tiles of one panel × up to [`TILE_A`] activation

@@ -6,11 +6,30 @@
 
 use super::*;
 
-/// A range of memory: its address and length in bytes.
-pub(crate) type Region = (*const u8, usize);
+/// A range of memory a matrix's weights lie in: its address and length in bytes. Only the
+/// system calls below are given the address; nothing reads or writes through it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Region {
+    pub at: *const u8,
+    pub len: usize,
+}
+
+// SAFETY: a `Region` is an address range, never dereferenced here: `mlock` and `munlock` take
+// it from any thread, so a model holding its locked regions may move between threads.
+unsafe impl Send for Region {}
+unsafe impl Sync for Region {}
+
+impl Region {
+    fn of<T>(items: &[T]) -> Region {
+        Region {
+            at: items.as_ptr().cast(),
+            len: std::mem::size_of_val(items),
+        }
+    }
+}
 
 /// Locks the pages of `region` in memory (`mlock`; they are read in first if they are not).
-pub(crate) fn lock_pages((at, len): Region) -> std::io::Result<()> {
+pub(crate) fn lock_pages(Region { at, len }: Region) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         if len == 0 {
@@ -36,7 +55,7 @@ pub(crate) fn lock_pages((at, len): Region) -> std::io::Result<()> {
 
 /// Unlocks what [`lock_pages`] locked: before the memory is freed, so that pages an allocator
 /// keeps for reuse do not stay locked.
-pub(crate) fn unlock_pages((at, len): Region) {
+pub(crate) fn unlock_pages(Region { at, len }: Region) {
     #[cfg(unix)]
     if len > 0 {
         // SAFETY: as `lock_pages`: no memory is read or written; the range is still ours.
@@ -46,30 +65,27 @@ pub(crate) fn unlock_pages((at, len): Region) {
     let _ = (at, len);
 }
 
-/// This process's locked memory in bytes (`VmLck` in `/proc/self/status`; `None` where there
-/// is no such file).
-pub fn process_locked_bytes() -> Option<usize> {
+/// One of this process's memory figures in bytes: `field` (`VmLck`, `VmHWM`, `RssAnon`, …) of
+/// `/proc/self/status`; `None` where there is no such file or field.
+pub fn process_status_bytes(field: &str) -> Option<usize> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmLck:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<usize>().ok()? * 1024)
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
+    Some(line.split_whitespace().next()?.parse::<usize>().ok()? * 1024)
+}
+
+/// This process's locked memory in bytes (`VmLck`).
+pub fn process_locked_bytes() -> Option<usize> {
+    process_status_bytes("VmLck")
 }
 
 impl QLinear {
     /// The memory its weights lie in: its panels or blocks, or its rows in the file's map.
     pub(crate) fn regions(&self) -> Vec<Region> {
-        let of = |w: &Weights| -> Vec<Region> {
-            match w {
-                Weights::File(rows) => rows.regions(),
-                // Panels made later hold no `Later` of their own.
-                Weights::Later(_) => Vec::new(),
-                w => {
-                    each_layout!(w, v => vec![(v.as_ptr().cast(), std::mem::size_of_val(v.as_slice()))])
-                }
-            }
-        };
-        match &self.weights {
-            Weights::Later(l) => l.ready().map_or_else(|| l.rows.regions(), of),
-            w => of(w),
+        match self.weights.held() {
+            Held::Rows(rows) => rows.regions(),
+            Held::Made(w) => vec![each_layout!(w, v => Region::of(v))],
         }
     }
 }
@@ -80,7 +96,7 @@ impl FileRows {
         each_file_format!(self, w => w
             .stretch_blocks()
             .into_iter()
-            .map(|b| (b.as_ptr().cast(), std::mem::size_of_val(b)))
+            .map(Region::of)
             .collect())
     }
 }
@@ -107,7 +123,7 @@ mod tests {
         let q = candle_core::quantized::QTensor::quantize(&w, GgmlDType::Q8_0).unwrap();
         let lin = QLinear::from_qtensor(&q, Isa::detect()).unwrap();
         let regions = lin.regions();
-        let bytes: usize = regions.iter().map(|r| r.1).sum();
+        let bytes: usize = regions.iter().map(|r| r.len).sum();
         assert!(bytes >= lin.file_bytes(), "{bytes} bytes in regions");
         let before = locked();
         let outcome: std::io::Result<()> = regions.iter().try_for_each(|&r| lock_pages(r));

@@ -17,6 +17,7 @@ mod host;
 mod kv;
 pub mod kv_rows;
 pub mod llama;
+mod load;
 mod ops;
 mod parts;
 mod resident;

@@ -4,7 +4,7 @@
 //! (a GPU's, or the rare format ours do not read), are not locked.
 
 use super::llama::{Ffn, Llama};
-use crate::kernels::{lock_pages, unlock_pages, QLinear};
+use crate::kernels::{lock_pages, unlock_pages, QLinear, Region};
 
 /// The system refused to lock all of a model's weights: how far it got, and why.
 #[derive(Debug, thiserror::Error)]
@@ -53,24 +53,19 @@ impl Llama {
     /// much.
     pub fn lock_weights(&mut self) -> Result<usize, LockRefused> {
         while self.make_next_panels() {}
-        let regions: Vec<(usize, usize)> = self
-            .matrices()
-            .iter()
-            .flat_map(|m| m.regions())
-            .map(|(at, len)| (at as usize, len))
-            .collect();
-        let total = regions.iter().map(|r| r.1).sum();
+        let regions: Vec<Region> = self.matrices().iter().flat_map(|m| m.regions()).collect();
+        let total = regions.iter().map(|r| r.len).sum();
         let mut locked = 0;
-        for (at, len) in regions {
-            if let Err(source) = lock_pages((at as *const u8, len)) {
+        for region in regions {
+            if let Err(source) = lock_pages(region) {
                 return Err(LockRefused {
                     locked,
                     total,
                     source,
                 });
             }
-            self.locked.push((at, len));
-            locked += len;
+            self.locked.push(region);
+            locked += region.len;
         }
         Ok(locked)
     }
@@ -109,8 +104,8 @@ pub(crate) fn lock_weights(
 impl Drop for Llama {
     fn drop(&mut self) {
         // Before the fields (and the memory) go.
-        for &(at, len) in &self.locked {
-            unlock_pages((at as *const u8, len));
+        for &region in &self.locked {
+            unlock_pages(region);
         }
     }
 }

@@ -1,0 +1,356 @@
+//! Reading a model's weights from its GGUF file into a [`Llama`]: the configuration, the
+//! RoPE tables (each rope base's, YaRN's where the file has it), the embeddings, every layer's
+//! matrices (grouped where they read the same input), norms and biases, and the output.
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+
+use super::attention::Rope;
+use super::experts::Experts;
+use super::kv_rows::KvType;
+use super::llama::{Ffn, Layer, Llama, LlamaConfig, RopeTable};
+use super::parts::{Bias, Embedding, Group, Linear, Norm};
+use super::tensors::{raw_tensor, RawTensor, TensorSource};
+use crate::error::{candle_message, Error, Result};
+
+/// The RoPE angles of every position for `base` and a position scale (`1`: none), each pair's
+/// frequency divided by its `factors` where the file has them, cos and sin multiplied by the
+/// file's attention factor, or YaRN's angles and factor where it has `yarn`; on `device` and,
+/// when `host`, as our attention's table.
+fn rope_table(
+    cfg: &LlamaConfig,
+    rope_dim: usize,
+    (base, scale): (f32, f32),
+    factors: Option<&[f32]>,
+    yarn: Option<&super::config::Yarn>,
+    device: &Device,
+    host: bool,
+) -> Result<RopeTable> {
+    let inv_freq: Vec<f32> = (0..rope_dim)
+        .step_by(2)
+        .enumerate()
+        .map(|(pair, i)| {
+            let f = 1f32 / base.powf(i as f32 / rope_dim as f32);
+            match factors {
+                Some(by) => f / by[pair],
+                None => f,
+            }
+        })
+        .collect();
+    let n = inv_freq.len();
+    if let Some(y) = yarn {
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for p in 0..cfg.context_length {
+            for (i, f) in inv_freq.iter().enumerate() {
+                let (c, s) = y.cos_sin(rope_dim, base, i, p as f32 * f);
+                cos.push(c);
+                sin.push(s);
+            }
+        }
+        let shape = (cfg.context_length, n);
+        let neox = cfg.family.rope == super::family::RopeStyle::Neox;
+        return Ok(RopeTable {
+            cos: Tensor::from_slice(&cos, shape, device)?,
+            sin: Tensor::from_slice(&sin, shape, device)?,
+            host: host.then_some(Rope {
+                cos,
+                sin,
+                pairs: n,
+                neox,
+            }),
+        });
+    }
+    let inv_freq = Tensor::from_vec(inv_freq, (1, n), device)?;
+    let mut pos = Tensor::arange(0u32, cfg.context_length as u32, device)?
+        .to_dtype(DType::F32)?
+        .reshape((cfg.context_length, 1))?;
+    if scale != 1.0 {
+        pos = (pos * scale as f64)?;
+    }
+    let freqs = pos.matmul(&inv_freq)?;
+    let (mut cos, mut sin) = (freqs.cos()?, freqs.sin()?);
+    if cfg.rope_attn_factor != 1.0 {
+        let a = cfg.rope_attn_factor as f64;
+        (cos, sin) = ((cos * a)?, (sin * a)?);
+    }
+    let host = match host {
+        true => Some(Rope {
+            cos: cos.flatten_all()?.to_vec1()?,
+            sin: sin.flatten_all()?.to_vec1()?,
+            pairs: rope_dim / 2,
+            neox: cfg.family.rope == super::family::RopeStyle::Neox,
+        }),
+        false => None,
+    };
+    Ok(RopeTable { cos, sin, host })
+}
+
+impl Llama {
+    /// Reads the weights of a llama-family GGUF. `context_length` caps the positions (and so
+    /// the RoPE tables and the largest cache).
+    pub(crate) fn from_gguf<R: std::io::Read + std::io::Seek>(
+        ct: &super::gguf::Header,
+        source: TensorSource<'_, R>,
+        device: &Device,
+        family: super::family::Family,
+        context_cap: Option<usize>,
+        path: &Path,
+        compute: super::Compute,
+    ) -> Result<Self> {
+        let (cfg, rope_dim) = LlamaConfig::read(ct, family, context_cap, path)?;
+        // Rill's own forward pass (plain buffers, our kernels and attention) on the CPU; else
+        // candle's tensors (GPUs, and the CPU when asked, to test that path).
+        let host = device.is_cpu()
+            && compute == super::Compute::Ours
+            && rope_dim <= cfg.head_dim
+            && rope_dim % 2 == 0;
+        // gpt-oss's sinks, biases, clamped SwiGLU and MXFP4 experts are on our path only.
+        if !host && (family.attn_sinks || family.expert_biases || family.out_bias) {
+            return Err(Error::model_file(
+                path,
+                format!(
+                    "{} runs on the CPU only for now (its attention sinks and MXFP4 experts \
+                     are on Rill's own kernels); load it on the CPU",
+                    super::family::label(family.arch)
+                ),
+            ));
+        }
+        let mut source = source;
+        let failed = |name: &str, e: candle_core::Error| {
+            Error::model_file(path, format!("tensor `{name}`: {}", candle_message(&e)))
+        };
+        // A tensor as the file holds it: our kernels make their layout from its bytes, and
+        // what candle runs is made a candle tensor (`qtensor`).
+        let mut raw =
+            |name: &str| raw_tensor(ct, &mut source, name, device).map_err(|e| failed(name, e));
+        let factors: Option<Vec<f32>> = match &cfg.rope_factors {
+            Some(name) => Some(
+                raw(name)?
+                    .qtensor()?
+                    .dequantize(&Device::Cpu)?
+                    .flatten_all()?
+                    .to_vec1()?,
+            ),
+            None => None,
+        };
+        if factors
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|x| !(x.is_finite() && *x > 0.0)))
+        {
+            return Err(Error::model_file(
+                path,
+                "RoPE factors that are not positive numbers",
+            ));
+        }
+        let global = (cfg.rope_base, cfg.rope_scale);
+        let windowed = (cfg.rope_base_swa, cfg.rope_scale_swa);
+        let f = factors.as_deref();
+        let yarn = cfg.yarn.as_ref();
+        let mut ropes = vec![rope_table(&cfg, rope_dim, global, f, yarn, device, host)?];
+        if windowed != global && cfg.windows.iter().any(Option::is_some) {
+            // The windowed layers' own base is unscaled (Gemma 3), or scaled as the global
+            // layers' are (linear: `windowed` says so; YaRN: the same scaling).
+            let same = family
+                .sliding_window
+                .is_some_and(|w| w.default_base.is_none());
+            let yarn = yarn.filter(|_| same);
+            ropes.push(rope_table(&cfg, rope_dim, windowed, f, yarn, device, host)?);
+        }
+        let embed_raw = raw("token_embd.weight")?;
+        let tied = !ct.tensor_infos.contains_key("output.weight");
+        // The lookup table stays quantised where our kernels read its format: rows are
+        // dequantised as tokens come. When the output projection is the same matrix (tied), the
+        // output layer's copy serves both.
+        let ours = host && crate::kernels::QLinear::supports_raw(embed_raw.dtype, &embed_raw.dims);
+        let table = |t: &RawTensor| -> Result<Embedding> {
+            Ok(Embedding::Table(t.qtensor()?.dequantize(device)?))
+        };
+        let embed = match (ours, tied) {
+            (true, true) => Embedding::Tied,
+            (true, false) => {
+                let isa = crate::kernels::Isa::detect();
+                let t = &embed_raw;
+                // Read in the map where the format allows: a lookup reads a few rows.
+                let q = crate::kernels::QLinear::from_raw_in(
+                    t.dtype,
+                    &t.dims,
+                    &t.bytes,
+                    isa,
+                    t.map(),
+                    true,
+                );
+                match q {
+                    Some(q) => Embedding::Quantized(q),
+                    None => table(t)?,
+                }
+            }
+            (false, _) => table(&embed_raw)?,
+        };
+        let norm = Norm::new(
+            raw("output_norm.weight")?.qtensor()?,
+            cfg.rms_eps,
+            host,
+            cfg.family.llama_cpp_rounding,
+        )?;
+        // Small models tie the output projection to the embedding.
+        let output = match tied {
+            false => {
+                drop(embed_raw);
+                Linear::new(raw("output.weight")?, host)?
+            }
+            true => Linear::new(embed_raw, host)?,
+        };
+
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            let fused_qkv = ct
+                .tensor_infos
+                .contains_key(&format!("blk.{i}.attn_qkv.weight"));
+            let mut weight = |n: &str| raw(&format!("blk.{i}.{n}.weight"));
+            let (qw, kw) = (cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim);
+            let qkv = match fused_qkv {
+                true => Group::fused(weight("attn_qkv")?, vec![qw, kw, kw], host)?,
+                false => Group::new(
+                    vec![weight("attn_q")?, weight("attn_k")?, weight("attn_v")?],
+                    host,
+                )?,
+            };
+            let wo = Linear::new(weight("attn_output")?, host)?;
+            // A vector of the file (a bias, sinks) as f32.
+            let mut floats = |n: &str| -> Result<Vec<f32>> {
+                let t = raw(&format!("blk.{i}.{n}"))?.qtensor()?;
+                Ok(t.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1()?)
+            };
+            let biases = match cfg.family.expert_biases {
+                false => None,
+                true => Some(super::experts::ExpertBiases {
+                    router: floats("ffn_gate_inp.bias")?,
+                    gate: floats("ffn_gate_exps.bias")?,
+                    up: floats("ffn_up_exps.bias")?,
+                    down: floats("ffn_down_exps.bias")?,
+                }),
+            };
+            let wo_bias = match cfg.family.out_bias {
+                true => Some(floats("attn_output.bias")?),
+                false => None,
+            };
+            let sinks = match cfg.family.attn_sinks {
+                true => Some(floats("attn_sinks.weight")?),
+                false => None,
+            };
+            let mut weight = |n: &str| raw(&format!("blk.{i}.{n}.weight"));
+            let ffn = match (cfg.experts, cfg.family.experts) {
+                (Some(e), Some(gating)) => Ffn::Experts(Box::new(Experts::new(
+                    weight("ffn_gate_inp")?,
+                    [
+                        weight("ffn_gate_exps")?,
+                        weight("ffn_up_exps")?,
+                        weight("ffn_down_exps")?,
+                    ],
+                    biases,
+                    e,
+                    gating,
+                    cfg.family.activation,
+                    host,
+                )?)),
+                _ => {
+                    let gate_up = match cfg.family.fused_gate_up {
+                        true => {
+                            let up = weight("ffn_up")?;
+                            // `check_shapes` proved it `[2·ff, hidden]`.
+                            let ff = up.dims[0] / 2;
+                            Group::fused(up, vec![ff, ff], host)?
+                        }
+                        false => Group::new(vec![weight("ffn_gate")?, weight("ffn_up")?], host)?,
+                    };
+                    Ffn::Dense {
+                        gate_up,
+                        down: Linear::new(weight("ffn_down")?, host)?,
+                    }
+                }
+            };
+            let bias = match cfg.family.qkv_bias {
+                false => None,
+                true => {
+                    let mut b = |n: &str| -> Result<Tensor> {
+                        let t = raw(&format!("blk.{i}.{n}.bias"))?.qtensor()?;
+                        Ok(t.dequantize(device)?)
+                    };
+                    let (q, k, v) = (b("attn_q")?, b("attn_k")?, b("attn_v")?);
+                    let on_host = match host {
+                        true => Tensor::cat(&[&q, &k, &v], 0)?.to_vec1()?,
+                        false => Vec::new(),
+                    };
+                    Some(Bias {
+                        host: on_host,
+                        q,
+                        k,
+                        v,
+                    })
+                }
+            };
+            // Every norm of the layer, by its tensor's name.
+            let mut norm = |n: &str| -> Result<Norm> {
+                Norm::new(
+                    raw(&format!("blk.{i}.{n}.weight"))?.qtensor()?,
+                    cfg.rms_eps,
+                    host,
+                    cfg.family.llama_cpp_rounding,
+                )
+            };
+            let (attn_norm, ffn_norm) = (norm("attn_norm")?, norm(cfg.family.ffn_norm)?);
+            let qk_norm = match cfg.family.qk_norm {
+                false => None,
+                true => Some((norm("attn_q_norm")?, norm("attn_k_norm")?)),
+            };
+            let post_norms = match cfg.family.post_norms {
+                false => None,
+                true => Some((norm("post_attention_norm")?, norm("post_ffw_norm")?)),
+            };
+            let window = cfg.windows[i];
+            layers.push(Layer {
+                qkv,
+                bias,
+                qk_norm,
+                wo,
+                wo_bias,
+                sinks,
+                ffn,
+                post_norms,
+                rope: match window {
+                    Some(_) => ropes.len() - 1,
+                    None => 0,
+                },
+                window,
+                attn_norm,
+                ffn_norm,
+            });
+        }
+        // Layer by layer, the output last: popped from the end, the first layer's come first.
+        let mut pending_panels: Vec<_> = output.later().into_iter().collect();
+        for l in layers.iter().rev() {
+            if let Ffn::Dense { gate_up, down } = &l.ffn {
+                pending_panels.extend(down.later());
+                pending_panels.extend(gate_up.later());
+            }
+            pending_panels.extend(l.wo.later());
+            pending_panels.extend(l.qkv.later());
+        }
+        Ok(Llama {
+            cfg,
+            embed,
+            layers,
+            norm,
+            output,
+            ropes,
+            rope_dim,
+            host,
+            kv_type: KvType::F16,
+            device: device.clone(),
+            workspace: Default::default(),
+            pending_panels,
+            locked: Vec::new(),
+        })
+    }
+}
