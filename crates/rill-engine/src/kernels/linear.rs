@@ -129,6 +129,7 @@ impl QLinear {
         // overflow the 256-bit panel kernel's i16).
         let (kb, wide) = (k / QK, isa == Isa::Avx512Vnni && n_out % 16 == 0);
         let eights = isa.avx2() && n_out % 8 == 0;
+        let vnni_eights = isa.avx_vnni() && n_out % 8 == 0;
         let weights = match dtype {
             // Q4_0 and the K-quants in panels as the file holds them; elsewhere as Q4_1 or Q8_0
             // (Q5_K: left to candle).
@@ -140,6 +141,13 @@ impl QLinear {
             GgmlDType::Q5K if eights => Weights::Q5Kx8(to_panels(&block_slice(bytes)?, kb / 8)),
             GgmlDType::Q6K if wide => Weights::Q6Kx16(to_panels(&block_slice(bytes)?, kb / 8)),
             GgmlDType::Q6K if eights => Weights::Q6Kx8(to_panels(&block_slice(bytes)?, kb / 8)),
+            // Q8_0 and Q4_1 panels straight from the file's blocks too: a copy of the blocks
+            // first wrote each matrix twice (the 1B shape's 1.3 GB Q8_0 file loaded in 1.6–2.7
+            // s, now in 1.1–1.2).
+            GgmlDType::Q8_0 if wide => Weights::Q8_0x16(to_panels(&block_slice(bytes)?, kb)),
+            GgmlDType::Q8_0 if vnni_eights => Weights::Q8_0x8(to_panels(&block_slice(bytes)?, kb)),
+            GgmlDType::Q4_1 if wide => Weights::Q4_1x16(to_panels(&block_slice(bytes)?, kb)),
+            GgmlDType::Q4_1 if eights => Weights::Q4_1x8(to_panels(&block_slice(bytes)?, kb)),
             GgmlDType::Q4_1 => Weights::Q4_1(blocks(bytes)?),
             GgmlDType::Q8_0 => Weights::Q8_0(blocks(bytes)?),
             GgmlDType::Q4_0 => Weights::Q4_1(q4_0_as_q4_1(&blocks(bytes)?)),
@@ -157,9 +165,7 @@ impl QLinear {
             Weights::Q4_1(w) if wide => Weights::Q4_1x16(to_panels(&w, kb)),
             Weights::Q4_1(w) if eights => Weights::Q4_1x8(to_panels(&w, kb)),
             Weights::Q8_0(w) if wide => Weights::Q8_0x16(to_panels(&w, kb)),
-            Weights::Q8_0(w) if isa.avx_vnni() && n_out % 8 == 0 => {
-                Weights::Q8_0x8(to_panels(&w, kb))
-            }
+            Weights::Q8_0(w) if vnni_eights => Weights::Q8_0x8(to_panels(&w, kb)),
             w => w,
         };
         Some(matrix(weights))
