@@ -19,8 +19,8 @@
 //! assembles each 6-bit weight from its nibble and 2-bit plane. The K-quants are dotted with
 //! activations quantised as ggml's Q8_K ([`BlockQ8K`]: one f32 scale per 256, and the sums of
 //! each 16), so each sub-block's scale, min and Q6_K's offset of 32 apply in integers and a
-//! super-block is converted and scaled once, with ggml's numbers. Their kernels prefetch two
-//! super-blocks ahead.
+//! super-block is converted and scaled once, with ggml's numbers. Their kernels prefetch one
+//! super-block ahead (two with AVX2's eight-row panels).
 //!
 //! Elsewhere (Q5_K then stays with candle), and for Q5_0, a matrix is repacked into Q4_1 or
 //! Q8_0 when a model loads, so the same kernels run it: Q4_0 as Q4_1 with `m = −8·d` (exact,
