@@ -87,15 +87,17 @@ impl EngineConfig {
 
 /// Memory the system can give us (`MemAvailable`), or 4 GiB where that cannot be read.
 pub(crate) fn available_memory() -> usize {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<usize>().ok())
-        })
-        .map_or(4 << 30, |kb| kb * 1024)
+    proc_kb_field("/proc/meminfo", "MemAvailable").unwrap_or(4 << 30)
+}
+
+/// A `kB` figure of a `/proc` file (`/proc/meminfo`, `/proc/self/status`: lines of
+/// `Field:   1234 kB`) in bytes; `None` where there is no such file or field.
+pub(crate) fn proc_kb_field(path: &str, field: &str) -> Option<usize> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let rest = text
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
+    Some(rest.split_whitespace().next()?.parse::<usize>().ok()? * 1024)
 }
 
 /// Default context cap: enough for long chats, small enough that a 128k-context model does not

@@ -68,11 +68,7 @@ pub(crate) fn unlock_pages(Region { at, len }: Region) {
 /// One of this process's memory figures in bytes: `field` (`VmLck`, `VmHWM`, `RssAnon`, …) of
 /// `/proc/self/status`; `None` where there is no such file or field.
 pub fn process_status_bytes(field: &str) -> Option<usize> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
-    Some(line.split_whitespace().next()?.parse::<usize>().ok()? * 1024)
+    crate::config::proc_kb_field("/proc/self/status", field)
 }
 
 /// This process's locked memory in bytes (`VmLck`).
