@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use crate::draft::DraftModel;
+use crate::draft::{propose, DraftModel};
 use crate::engine::{Command, PreviewJob, Shared};
 use crate::error::{Error, Result};
 use crate::model::llama::KV_MIN_CAPACITY;
@@ -522,81 +522,5 @@ impl Worker {
             }
         }
         true
-    }
-}
-
-/// This pass's drafts, for the answers whose step draws a token (a decode step, or the chunk
-/// that ends a prompt), at most `limit` tokens in all, handed first to the answers whose drafts
-/// were taken most: lookup's, then the draft model's passes for those drafting with it.
-fn propose(
-    draft: &Option<Box<DraftModel>>,
-    pool: &rayon::ThreadPool,
-    chunk: usize,
-    limit: usize,
-    members: &mut [(&mut Sequence, usize)],
-) {
-    let mut order: Vec<(f64, &mut Sequence)> = members
-        .iter_mut()
-        .filter(|(s, n)| !s.is_preview() && *n == s.pending())
-        .map(|(s, _)| (s.speculates().unwrap_or(0.0), &mut **s))
-        .collect();
-    order.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let mut left = limit;
-    let mut wanting: Vec<(&mut Sequence, usize)> = Vec::new();
-    for (_, s) in order {
-        s.prepare_draft(left);
-        left -= s.draft_len();
-        let k = s.model_draft_wanted(left);
-        if k > 0 {
-            wanting.push((s, k));
-        }
-    }
-    let dealt = deal(left, &wanting.iter().map(|w| w.1).collect::<Vec<_>>());
-    let mut drafting: Vec<(&mut Sequence, usize)> = wanting
-        .into_iter()
-        .zip(dealt)
-        .filter(|(_, k)| *k > 0)
-        .map(|((s, _), k)| (s, k))
-        .collect();
-    if let (Some(d), false) = (draft, drafting.is_empty()) {
-        pool.install(|| d.propose(&mut drafting, chunk));
-    }
-}
-
-/// A draft model proposes one token for every drafting answer per pass, so a step costs as
-/// many passes as the longest proposal: `total` tokens are dealt one at a time to the answers
-/// `wants` lists (in order, each at most what it wants), so that the passes are as few as the
-/// cap allows: eight tokens for four answers are eight passes given to one, two given evenly.
-fn deal(total: usize, wants: &[usize]) -> Vec<usize> {
-    let mut given = vec![0; wants.len()];
-    let mut left = total;
-    while left > 0 {
-        let before = left;
-        for (g, &w) in given.iter_mut().zip(wants) {
-            if left > 0 && *g < w {
-                *g += 1;
-                left -= 1;
-            }
-        }
-        if left == before {
-            break;
-        }
-    }
-    given
-}
-
-#[cfg(test)]
-mod tests {
-    use super::deal;
-
-    #[test]
-    fn a_draft_models_tokens_are_dealt_evenly_in_order() {
-        // Four answers wanting eight each share a cap of eight: two each, two passes.
-        assert_eq!(deal(8, &[8, 8, 8, 8]), [2, 2, 2, 2]);
-        // The first in order get the remainder; none gets more than it wants.
-        assert_eq!(deal(7, &[8, 1, 8, 8]), [2, 1, 2, 2]);
-        assert_eq!(deal(100, &[3, 1]), [3, 1]);
-        assert_eq!(deal(0, &[4]), [0]);
-        assert!(deal(5, &[]).is_empty());
     }
 }
