@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::rill;
+use common::{assert_clean_error, model, rill};
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -13,18 +13,6 @@ fn repo_root() -> PathBuf {
         .join("../..")
         .canonicalize()
         .expect("repository root")
-}
-
-fn model() -> PathBuf {
-    let p = std::env::var_os("RILL_TEST_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
-    assert!(
-        p.is_file(),
-        "test model missing at {}: run scripts/fetch-test-model.sh",
-        p.display()
-    );
-    p
 }
 
 fn run_ok(args: &[&str]) -> String {
@@ -56,20 +44,6 @@ fn u64s(v: &serde_json::Value) -> Vec<u64> {
         .iter()
         .map(|i| i.as_u64().unwrap())
         .collect()
-}
-
-/// Non-zero exit, exactly one line on stderr, starting with `error:`, and no panic.
-fn assert_clean_error(out: &Output, mentions: &str) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "expected failure, got success; stderr: {stderr}"
-    );
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "one error line, got: {stderr}");
-    assert!(lines[0].starts_with("error: "), "{stderr}");
-    assert!(lines[0].contains(mentions), "`{mentions}` not in: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
 #[test]
@@ -366,120 +340,6 @@ fn an_answer_killed_mid_stream_is_saved_up_to_the_last_250_ms_and_can_be_continu
     assert!(
         continued.starts_with(saved) && continued.trim_end().len() > saved.len(),
         "{last}"
-    );
-}
-
-#[test]
-fn bench_reports_every_figure_as_json() {
-    let m = model();
-    let out = run_ok(&[
-        "bench",
-        "--model",
-        m.to_str().unwrap(),
-        "--prompt-tokens",
-        "64",
-        "--gen-tokens",
-        "8",
-        "--json",
-    ]);
-    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(r["streams"], 1);
-    assert_eq!(r["prompt_tokens"], 64);
-    assert_eq!(r["gen_tokens"], 8);
-    for key in ["prefill_tps", "decode_tps", "peak_rss_mb"] {
-        assert!(r[key].as_f64().unwrap() > 0.0, "{key}: {r}");
-    }
-    for key in ["ttft_ms", "itl_ms"] {
-        let (p50, p95) = (
-            r[key]["p50"].as_f64().unwrap(),
-            r[key]["p95"].as_f64().unwrap(),
-        );
-        assert!(p50 > 0.0 && p95 >= p50, "{key}: {r}");
-    }
-    // The bandwidth bound: the machine's read speed over the weights a step reads (as the
-    // file stores them; held, at least as many).
-    let f = |key: &str| r[key].as_f64().unwrap_or_else(|| panic!("{key}: {r}"));
-    assert!(f("read_gbps") > 0.1 && f("step_file_mb") > 1.0, "{r}");
-    assert!(f("step_weight_mb") >= f("step_file_mb"), "{r}");
-    let bound = f("read_gbps") * 1e3 / f("step_file_mb");
-    assert!((f("decode_bound_tps") - bound).abs() < 1e-6 * bound, "{r}");
-    let of = f("decode_tps") / bound;
-    assert!((f("decode_of_bound") - of).abs() < 1e-9 && of > 0.0, "{r}");
-}
-
-#[test]
-fn bench_measures_several_streams_background_load_and_turns() {
-    let m = model();
-    let m = m.to_str().unwrap();
-    let json = |args: &[&str]| -> serde_json::Value {
-        let mut all = vec!["bench", "--model", m, "--json"];
-        all.extend_from_slice(args);
-        serde_json::from_str(run_ok(&all).trim()).unwrap()
-    };
-    let r = json(&[
-        "--streams",
-        "2",
-        "--prompt-tokens",
-        "32",
-        "--gen-tokens",
-        "32",
-    ]);
-    assert_eq!(r["streams"], 2);
-    let per = r["per_stream_decode_tps"].as_array().unwrap();
-    assert_eq!(per.len(), 2);
-    let sum: f64 = per.iter().map(|v| v.as_f64().unwrap()).sum();
-    assert!(
-        (r["decode_tps"].as_f64().unwrap() - sum).abs() < 1e-6,
-        "decode_tps is the sum over streams"
-    );
-    // Both streams decode side by side for most of their 32 tokens (with 8, a loaded CI
-    // machine once let the first finish before the second's prompt was in): the window in
-    // which both were decoding holds tokens.
-    assert!(r["together_tps"].as_f64().unwrap() > 0.0, "{r}");
-
-    let r = json(&[
-        "--background",
-        "1",
-        "--prompt-tokens",
-        "64",
-        "--gen-tokens",
-        "4",
-    ]);
-    assert_eq!(r["background"], 1);
-    assert!(r["ttft_ms"]["p50"].as_f64().unwrap() > 0.0);
-    // The background answer's gaps while the prompt went in and after. The prompt's first 16
-    // tokens are the warm-up's (reused); the other 48 go in over several rounds beside the
-    // background answer (a round may add a fraction of a decode step: a few tokens), each
-    // giving it a token.
-    let gap = |k: &str| r[k]["p50"].as_f64().unwrap();
-    assert!(gap("background_itl_prefill_ms") > 0.0, "{r}");
-    assert!(gap("background_itl_after_ms") > 0.0, "{r}");
-
-    // At a depth: the measured prompt follows 96 tokens already in the cache (the bench
-    // refuses to report if they were not reused).
-    let r = json(&[
-        "--depth",
-        "96",
-        "--prompt-tokens",
-        "16",
-        "--gen-tokens",
-        "4",
-    ]);
-    assert_eq!(r["depth"], 96);
-    assert_eq!(r["prompt_tokens"], 16);
-    let out = rill()
-        .args(["bench", "--model", m, "--depth", "8", "--streams", "2"])
-        .output()
-        .unwrap();
-    assert_clean_error(&out, "--depth measures one stream");
-
-    let r = json(&["--turns", "2", "--gen-tokens", "8"]);
-    let ttft = r["turn_ttft_ms"].as_array().unwrap();
-    let reused = r["turn_reused_tokens"].as_array().unwrap();
-    assert_eq!(ttft.len(), 2);
-    assert!(
-        reused[1].as_u64().unwrap() > reused[0].as_u64().unwrap(),
-        "turn 2 reuses turn 1's cache: {r}"
     );
 }
 

@@ -3,18 +3,11 @@
 
 mod common;
 
-use std::sync::OnceLock;
-
-use common::model_path;
+use common::engine;
 use rill_engine::{
     Engine, EngineConfig, Error, GenerateRequest, Grammar, Message, SamplingParams, StopReason,
 };
 use serde_json::{json, Value};
-
-fn engine() -> &'static Engine {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| Engine::start(EngineConfig::new(model_path())).expect("model loads"))
-}
 
 fn ask(
     question: &str,

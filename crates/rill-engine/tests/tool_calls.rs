@@ -6,20 +6,13 @@
 
 mod common;
 
-use std::sync::OnceLock;
-
-use common::model_path;
+use common::engine;
 use rill_engine::tools::{prompt, Calls, ToolFormat};
 use rill_engine::{
     ChatArgs, Engine, EngineConfig, GenerateRequest, Grammar, Message, SamplingParams, StopReason,
     ToolCall,
 };
 use serde_json::{json, Value};
-
-fn engine() -> &'static Engine {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| Engine::start(EngineConfig::new(model_path())).expect("model loads"))
-}
 
 fn weather() -> Value {
     json!({"type": "function", "function": {

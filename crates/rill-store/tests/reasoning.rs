@@ -6,11 +6,8 @@ use std::time::Duration;
 
 use rill_store::{MessageStats, NewConversation, NewMessage, Status, Store};
 
-fn db() -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rill.db");
-    (dir, path)
-}
+mod common;
+use common::db;
 
 fn thought(tokens: i64, ms: f64) -> MessageStats {
     MessageStats {

@@ -7,11 +7,8 @@ use rill_store::{NewConversation, NewMessage, Role, Store};
 use serde_json::json;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 
-fn db() -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rill.db");
-    (dir, path)
-}
+mod common;
+use common::db;
 
 fn weather_call() -> serde_json::Value {
     json!([{"id": "call0abcd", "name": "get_weather", "arguments": {"city": "Paris", "days": 2}}])

@@ -3,12 +3,13 @@
 
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use reqwest::blocking::Client;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 pub fn model() -> PathBuf {
     let p = std::env::var_os("RILL_TEST_MODEL")
@@ -254,4 +255,83 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The question the API tests ask.
+pub const Q: &str = "What is the capital of France? Answer in one word.";
+
+/// A greedy chat request asking [`Q`].
+pub fn chat_body(stream: bool) -> Value {
+    json!({"model": "SmolLM2-135M-Instruct.Q4_1", "messages": [{"role": "user", "content": Q}], "temperature": 0, "stream": stream})
+}
+
+/// Starts a long streamed answer and reads its first `n` chunks: the rest of the stream, and
+/// the text those chunks carried.
+pub fn long_stream(
+    server: &Server,
+    n: usize,
+) -> (
+    std::io::Lines<BufReader<reqwest::blocking::Response>>,
+    String,
+) {
+    let body = json!({"messages": [{"role": "user", "content": "Write a very long story."}], "temperature": 0, "max_tokens": 400, "stream": true});
+    let resp = client()
+        .post(server.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .unwrap();
+    let mut lines = BufReader::new(resp).lines();
+    let (mut chunks, mut received) = (0, String::new());
+    while chunks < n {
+        let line = lines.next().unwrap().unwrap();
+        if let Some(data) = line.strip_prefix("data: ") {
+            let v: Value = serde_json::from_str(data).unwrap();
+            received.push_str(v["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
+            chunks += 1;
+        }
+    }
+    (lines, received)
+}
+
+/// Reads an SSE response: the concatenated deltas, the finish reason, the usage chunk.
+pub fn read_stream(resp: reqwest::blocking::Response) -> (String, Option<String>, Option<Value>) {
+    let (mut text, mut finish, mut usage) = (String::new(), None, None);
+    let mut done = false;
+    for line in BufReader::new(resp).lines() {
+        let line = line.unwrap();
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if data == "[DONE]" {
+            done = true;
+            break;
+        }
+        let chunk: Value = serde_json::from_str(data).unwrap();
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+        if let Some(c) = chunk["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(c);
+        }
+        if let Some(f) = chunk["choices"][0]["finish_reason"].as_str() {
+            finish = Some(f.to_owned());
+        }
+        if chunk["usage"].is_object() {
+            usage = Some(chunk["usage"].clone());
+        }
+    }
+    assert!(done, "the stream ends with [DONE]");
+    (text, finish, usage)
+}
+
+/// Non-zero exit, exactly one line on stderr, starting with `error:`, and no panic.
+pub fn assert_clean_error(out: &Output, mentions: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "expected failure, got success; stderr: {stderr}"
+    );
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one error line, got: {stderr}");
+    assert!(lines[0].starts_with("error: "), "{stderr}");
+    assert!(lines[0].contains(mentions), "`{mentions}` not in: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }

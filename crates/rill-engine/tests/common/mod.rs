@@ -2,6 +2,9 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use rill_engine::{Engine, EngineConfig, GenerateRequest, Prompt, SamplingParams};
 
 pub mod flow;
 pub mod parity;
@@ -153,3 +156,21 @@ pub fn llama_cpp_assets() -> PathBuf {
 }
 
 pub mod gguf_craft;
+
+/// One engine on the real model for the whole test file: its tests run side by side on it, as
+/// chats do in the app.
+pub fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        Engine::start(EngineConfig::new(model_path())).expect("the test model loads")
+    })
+}
+
+/// A greedy request for `prompt`, at most `max_tokens` answered.
+pub fn greedy(prompt: Prompt, max_tokens: usize) -> GenerateRequest {
+    GenerateRequest {
+        params: SamplingParams::greedy(),
+        max_tokens: Some(max_tokens),
+        ..GenerateRequest::new(prompt)
+    }
+}
