@@ -2,7 +2,9 @@
 //! sequence's own cache in place, and one fused pass per query and head (scores, softmax,
 //! weighted sum of values) over the cache as it lies, with no copy of K or V. The query heads
 //! that share a KV head share their passes where there are enough of them for the threads, so
-//! each key and value is converted from f16 once for all of them.
+//! each key and value is converted from f16 once for all of them, and a task takes several KV
+//! heads side by side, a chunk of positions at a time, where the tasks stay enough for the
+//! threads: their runs of each cache row are read together rather than in separate passes.
 //!
 //! Every query is computed the same way whatever else is in the step or its pass: its scores are
 //! summed in a fixed order, its softmax and weighted sum run over its own keys only. So a prompt
@@ -188,20 +190,36 @@ pub fn attend(
         }
     }
     let serial = work < SERIAL_WORK;
-    let heads = match serial || owner.len() * shape.n_kv_head >= 4 * rayon::current_num_threads() {
+    let threads = rayon::current_num_threads();
+    let heads = match serial || owner.len() * shape.n_kv_head >= 4 * threads {
         true => per_group,
         false => 1,
     };
+    // KV heads per task: several side by side where the tasks stay enough for the threads,
+    // so that a task's pass reads their runs of each row together (one KV head's run of a
+    // position-major row is a few hundred bytes in each kilobyte or more).
+    let kv_heads = match heads == per_group && per_group <= 4 {
+        true => (1..=shape.n_kv_head)
+            .rev()
+            .find(|&d| {
+                shape.n_kv_head.is_multiple_of(d)
+                    && d * per_group <= MAX_HEADS_PER_TASK
+                    && (serial || owner.len() * shape.n_kv_head / d >= TASKS_PER_THREAD * threads)
+            })
+            .unwrap_or(1),
+        false => 1,
+    };
+    let width = heads * kv_heads;
     let one = |(c, y): (usize, &mut [f32])| {
         let (row, first) = (
-            c / (shape.n_head / heads),
-            c % (shape.n_head / heads) * heads,
+            c / (shape.n_head / width),
+            c % (shape.n_head / width) * width,
         );
         let (s, from, to) = owner[row];
-        let q = &q[row * q_stride + first * hd..][..heads * hd];
+        let q = &q[row * q_stride + first * hd..][..width * hd];
         let g = first / per_group;
         // The sinks of these query heads.
-        let sinks = scores.sinks.map(|s| &s[first..first + heads]);
+        let sinks = scores.sinks.map(|s| &s[first..first + width]);
         SCORES.with_borrow_mut(|buf| {
             group(
                 shape,
@@ -209,7 +227,7 @@ pub fn attend(
                 sinks,
                 q,
                 spans[s].kv,
-                g,
+                g..g + kv_heads,
                 from..to,
                 buf,
                 y,
@@ -218,16 +236,28 @@ pub fn attend(
         });
     };
     match serial {
-        true => out.chunks_exact_mut(heads * hd).enumerate().for_each(one),
+        true => out.chunks_exact_mut(width * hd).enumerate().for_each(one),
         false => out
-            .par_chunks_exact_mut(heads * hd)
+            .par_chunks_exact_mut(width * hd)
             .enumerate()
             .for_each(one),
     }
 }
 
-/// Query heads `q` (`[heads][head_dim]`, their sinks `sinks`) of KV head `g` over its
-/// positions `keys_at`, into `y` (the same shape).
+/// Tasks per thread that a step's attention is split into at least, where KV heads are
+/// grouped: one, each task as wide as that allows (a 1B-shape decode step at 4,096 positions
+/// on two threads: four KV heads a task decoded 31–33 tok/s with the 8-bit cache, two a task
+/// 27–30, one 23–24; f16 about even).
+const TASKS_PER_THREAD: usize = 1;
+
+/// The most query heads one task takes (the AVX2 passes' room for them).
+#[cfg(target_arch = "x86_64")]
+const MAX_HEADS_PER_TASK: usize = avx2::MAX_HEADS;
+#[cfg(not(target_arch = "x86_64"))]
+const MAX_HEADS_PER_TASK: usize = 64;
+
+/// Query heads `q` (`[heads][head_dim]`, their sinks `sinks`) of KV heads `gs`, the same
+/// number of query heads for each, over their positions `keys_at`, into `y` (the same shape).
 #[allow(clippy::too_many_arguments)]
 fn group(
     shape: Shape,
@@ -235,7 +265,7 @@ fn group(
     sinks: Option<&[f32]>,
     q: &[f32],
     kv: &LayerKv,
-    g: usize,
+    gs: std::ops::Range<usize>,
     keys_at: std::ops::Range<usize>,
     scores: &mut Vec<f32>,
     y: &mut [f32],
@@ -244,34 +274,41 @@ fn group(
     let (hd, stride) = (shape.head_dim, shape.kv_width());
     let (scale, cap) = (how.scale, (how.softcap, how.f16_weights));
     let n_keys = keys_at.len();
-    let at = (keys_at.start - kv.start) * stride + g * hd;
+    let at = (keys_at.start - kv.start) * stride + gs.start * hd;
+    let heads = q.len() / hd;
+    // Query heads of each KV head here.
+    let per_kv = heads / gs.len();
     #[cfg(target_arch = "x86_64")]
     if isa.avx2() && hd % 8 == 0 {
-        // Up to four heads at a time: each key and value row is converted once for all of
-        // them.
-        let heads = q.len() / hd;
+        // Up to four heads of a KV head at a time: each key and value row is converted once
+        // for all of them.
+        let rows = (&kv.k, &kv.v, at);
         let mut h = 0;
         while h < heads {
-            let n = (heads - h).min(4);
-            let (qs, ys) = (&q[h * hd..(h + n) * hd], &mut y[h * hd..(h + n) * hd]);
-            let cap = (cap.0, cap.1, sinks.map(|s| &s[h..h + n]));
+            // Every KV head's heads at once, or (one KV head with more than four) four.
+            let (n, all) = match per_kv <= 4 {
+                true => (per_kv, heads),
+                false => ((heads - h).min(4), (heads - h).min(4)),
+            };
+            let (qs, ys) = (&q[h * hd..(h + all) * hd], &mut y[h * hd..(h + all) * hd]);
+            let cap = (cap.0, cap.1, sinks.map(|s| &s[h..h + all]));
             scores.clear();
-            scores.resize(n * n_keys, 0.0);
-            let rows = (&kv.k, &kv.v, at);
+            scores.resize(all * n_keys, 0.0);
             // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C; every
-            // key and value row read is `hd` values inside the first `n_keys` positions of the
-            // cache (`attend` asserts the cache holds them), `hd % 8 == 0` (and a multiple of
-            // 32 in an 8-bit store, whose rows are whole blocks), and `qs`, `ys` and `scores`
-            // hold `n` heads.
+            // key and value row read is `hd` values of these KV heads inside the first
+            // `n_keys` positions of the cache (`attend` asserts the cache holds them),
+            // `hd % 8 == 0` (and a multiple of 32 in an 8-bit store, whose rows are whole
+            // blocks), `all` is at most `MAX_HEADS` (`attend` groups no more), and `qs`, `ys`
+            // and `scores` hold `all` heads.
             unsafe {
                 match n {
-                    4 => avx2::heads::<4>(qs, rows, stride, scale, cap, scores, ys),
-                    3 => avx2::heads::<3>(qs, rows, stride, scale, cap, scores, ys),
-                    2 => avx2::heads::<2>(qs, rows, stride, scale, cap, scores, ys),
-                    _ => avx2::heads::<1>(qs, rows, stride, scale, cap, scores, ys),
+                    4 => avx2::heads::<4>(qs, rows, hd, stride, scale, cap, scores, ys),
+                    3 => avx2::heads::<3>(qs, rows, hd, stride, scale, cap, scores, ys),
+                    2 => avx2::heads::<2>(qs, rows, hd, stride, scale, cap, scores, ys),
+                    _ => avx2::heads::<1>(qs, rows, hd, stride, scale, cap, scores, ys),
                 }
             }
-            h += n;
+            h += all;
         }
         return;
     }
@@ -282,7 +319,7 @@ fn group(
         let sink = sinks.map(|s| s[h]);
         head(
             q,
-            (&kv.k, &kv.v, at),
+            (&kv.k, &kv.v, at + h / per_kv * hd),
             stride,
             scale,
             (cap.0, cap.1, sink),

@@ -64,17 +64,20 @@ unsafe fn load<const Q: bool>(s: Src, i: usize) -> __m256 {
     }
 }
 
-/// `H` query heads (`qs`, `[H][hd]`) of one KV head over `n` keys and values (row j at
-/// value `j·stride` of each store): `scores` (`[H][n]`) gets `q_h · k_j · scale`, then each
-/// head's softmax, and `ys` (`[H][hd]`) the weighted sums of the values. Each key and value
+/// `H` query heads of each of `G` consecutive KV heads (`qs`, `[G][H][hd]`, the first KV
+/// head's keys and values from value `at`) over `n` keys and values (row j at value
+/// `j·stride` of each store): `scores` (`[G][H][n]`) gets `q_h · k_j · scale`, then each
+/// head's softmax, and `ys` (`[G][H][hd]`) the weighted sums of the values. Each key and value
 /// row is converted (from f16, or from 8 bits times its scales) once for the `H` heads, and
-/// each head's arithmetic is the same whatever `H` is and whichever keys share a pass, so
-/// its bits are too.
+/// the `G` KV heads are taken a chunk of rows at a time, so that a pass reads their `G` runs
+/// of each row side by side. Each head's arithmetic is the same whatever `H` and `G` are and
+/// whichever keys share a pass, so its bits are too.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn heads<const H: usize>(
     qs: &[f32],
     (keys, values, at): (&KvRows, &KvRows, usize),
+    hd: usize,
     stride: usize,
     scale: f32,
     cap: (Option<f32>, bool, Option<&[f32]>),
@@ -95,15 +98,32 @@ pub unsafe fn heads<const H: usize>(
     let (k, v) = (src(keys), src(values));
     match (keys, values) {
         (KvRows::F16(_), KvRows::F16(_)) => {
-            heads_of::<H, false>(qs, k, v, stride, scale, cap, scores, ys)
+            heads_of::<H, false>(qs, k, v, hd, stride, scale, cap, scores, ys)
         }
         (KvRows::Q8 { .. }, KvRows::Q8 { .. }) => {
-            heads_of::<H, true>(qs, k, v, stride, scale, cap, scores, ys)
+            heads_of::<H, true>(qs, k, v, hd, stride, scale, cap, scores, ys)
         }
         // The cache makes a layer's keys and values alike (kv.rs).
         _ => unreachable!("a layer's keys and values are stored alike"),
     }
 }
+
+/// `s` moved on by `values` values (whole blocks in 8 bits: a head's size is a multiple of 32
+/// there).
+#[inline]
+fn shift<const Q: bool>(s: Src, values: usize) -> Src {
+    Src {
+        at: s.at.wrapping_add(values * elem_bytes::<Q>()),
+        d: match Q {
+            true => s.d.wrapping_add(values / Q8_BLOCK),
+            false => s.d,
+        },
+    }
+}
+
+/// The most query heads one call of [`heads`] takes (`G·H`): the stack room for their sums'
+/// scales.
+pub const MAX_HEADS: usize = 64;
 
 /// [`heads`] over one kind of store.
 #[allow(clippy::too_many_arguments)]
@@ -113,32 +133,42 @@ unsafe fn heads_of<const H: usize, const Q: bool>(
     qs: &[f32],
     keys: Src,
     values: Src,
+    hd: usize,
     stride: usize,
     scale: f32,
     (cap, f16_weights, sinks): (Option<f32>, bool, Option<&[f32]>),
     scores: &mut [f32],
     ys: &mut [f32],
 ) {
-    let (hd, n) = (qs.len() / H, scores.len() / H);
-    let mut j = 0;
-    // Enough independent FMA chains (keys × heads) to keep both FMA units busy.
-    if H <= 2 {
-        while j + 4 <= n {
-            score_keys::<H, 4, Q>(qs, hd, keys, stride, scale, scores, n, j);
-            j += 4;
+    let all = qs.len() / hd;
+    let (groups, n) = (all / H, scores.len() / all);
+    assert!(all <= MAX_HEADS && groups * H == all && ys.len() == qs.len());
+    // Each KV head's scores, a chunk of keys at a time for all of them.
+    let mut from = 0;
+    while from < n {
+        let to = (from + VALUE_CHUNK).min(n);
+        for g in 0..groups {
+            let (q, s) = (
+                &qs[g * H * hd..][..H * hd],
+                &mut scores[g * H * n..][..H * n],
+            );
+            score_range::<H, Q>(
+                q,
+                hd,
+                shift::<Q>(keys, g * hd),
+                stride,
+                scale,
+                s,
+                n,
+                from..to,
+            );
         }
+        from = to;
     }
-    while j + 2 <= n {
-        score_keys::<H, 2, Q>(qs, hd, keys, stride, scale, scores, n, j);
-        j += 2;
-    }
-    if j < n {
-        score_keys::<H, 1, Q>(qs, hd, keys, stride, scale, scores, n, j);
-    }
-    super::softcap(scores, cap);
-    let mut inv = [0f32; H];
-    for (h, inv) in inv.iter_mut().enumerate() {
+    let mut inv = [0f32; MAX_HEADS];
+    for (h, inv) in inv[..all].iter_mut().enumerate() {
         let s = &mut scores[h * n..(h + 1) * n];
+        super::softcap(s, cap);
         *inv = 1.0 / exp_in_place(s, sinks.map(|k| k[h]));
         if f16_weights {
             weights_in_f16(s, *inv);
@@ -146,33 +176,69 @@ unsafe fn heads_of<const H: usize, const Q: bool>(
         }
     }
     // Columns in passes of up to eight vectors across the heads, over the values a chunk
-    // at a time, so that the later passes find a chunk's rows in L1; the sums wait in
-    // `ys` between chunks, which leaves each column's chain of additions as it was.
+    // at a time (every KV head's, side by side), so that the later passes find a chunk's rows
+    // in L1; the sums wait in `ys` between chunks, which leaves each column's chain of
+    // additions as it was.
     let mut from = 0;
     while from < n {
         let keys_at = from..(from + VALUE_CHUNK).min(n);
-        let mut c = 0;
-        while c < hd {
-            let y = ys.as_mut_ptr().add(c);
-            let lanes = match (8 / H).min((hd - c) / 8) {
-                8.. => 8,
-                4..=7 => 4,
-                2..=3 => 2,
-                _ => 1,
-            };
-            let at = (keys_at.clone(), c);
-            match lanes {
-                8 => columns::<H, 8, Q>(scores, n, values, at, stride, y, hd),
-                4 => columns::<H, 4, Q>(scores, n, values, at, stride, y, hd),
-                2 => columns::<H, 2, Q>(scores, n, values, at, stride, y, hd),
-                _ => columns::<H, 1, Q>(scores, n, values, at, stride, y, hd),
+        for g in 0..groups {
+            let (p, v) = (&scores[g * H * n..][..H * n], shift::<Q>(values, g * hd));
+            let mut c = 0;
+            while c < hd {
+                let y = ys.as_mut_ptr().add(g * H * hd + c);
+                let lanes = match (8 / H).min((hd - c) / 8) {
+                    8.. => 8,
+                    4..=7 => 4,
+                    2..=3 => 2,
+                    _ => 1,
+                };
+                let at = (keys_at.clone(), c);
+                match lanes {
+                    8 => columns::<H, 8, Q>(p, n, v, at, stride, y, hd),
+                    4 => columns::<H, 4, Q>(p, n, v, at, stride, y, hd),
+                    2 => columns::<H, 2, Q>(p, n, v, at, stride, y, hd),
+                    _ => columns::<H, 1, Q>(p, n, v, at, stride, y, hd),
+                }
+                c += 8 * lanes;
             }
-            c += 8 * lanes;
         }
         from = keys_at.end;
     }
     for (y, inv) in ys.chunks_exact_mut(hd).zip(inv) {
         scale_by(y, inv);
+    }
+}
+
+/// The scores of keys `js` for the `H` heads `qs` (`[H][hd]`) into `scores` (`[H][n]`), in
+/// steps of several keys: enough independent FMA chains (keys × heads) to keep both FMA units
+/// busy. Each key's score is its own chain, so the steps do not change its bits.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn score_range<const H: usize, const Q: bool>(
+    qs: &[f32],
+    hd: usize,
+    keys: Src,
+    stride: usize,
+    scale: f32,
+    scores: &mut [f32],
+    n: usize,
+    js: std::ops::Range<usize>,
+) {
+    let mut j = js.start;
+    if H <= 2 {
+        while j + 4 <= js.end {
+            score_keys::<H, 4, Q>(qs, hd, keys, stride, scale, scores, n, j);
+            j += 4;
+        }
+    }
+    while j + 2 <= js.end {
+        score_keys::<H, 2, Q>(qs, hd, keys, stride, scale, scores, n, j);
+        j += 2;
+    }
+    if j < js.end {
+        score_keys::<H, 1, Q>(qs, hd, keys, stride, scale, scores, n, j);
     }
 }
 
