@@ -5,7 +5,7 @@
 //! its own: the first catches every speculating answer's draft cache up with its tokens (at
 //! most a prefill chunk at a time, so a long prompt is caught up over several steps and a
 //! step stays bounded; after a pause only the answer's latest tokens), the next ones each add
-//! one greedy token to every proposal, so the worker deals a pass's draft tokens evenly among
+//! one greedy token to every proposal, so [`propose`] deals a pass's draft tokens evenly among
 //! the answers (a step costs as many draft passes as its longest proposal). What the model
 //! rejects is cut from the draft's cache as from the model's.
 //!

@@ -1,5 +1,6 @@
 //! What the CLI and API tests share: the real model's path, the `rill` binary, an HTTP client,
-//! `rill serve` on a free loopback port, and the reasoning tests' parts.
+//! `rill serve` on a free loopback port, the API tests' question and SSE reader, a check that
+//! a command failed with one clean error line, and the reasoning tests' parts.
 
 #![allow(dead_code)]
 
