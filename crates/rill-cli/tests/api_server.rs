@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 mod common;
-use common::{chat_body, client, long_stream, read_stream, Server, Q};
+use common::{chat_body, client, export_json, long_stream, read_stream, Server, Q};
 
 #[test]
 fn chat_completions_are_saved_as_conversations_only_when_asked() {
@@ -218,24 +218,8 @@ fn a_saved_api_answer_survives_the_server_being_killed_mid_stream() {
     std::thread::sleep(Duration::from_millis(600));
     server.child.kill().unwrap(); // SIGKILL
     server.child.wait().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rill"))
-        .args([
-            "conversations",
-            "--db",
-            db,
-            "export",
-            "1",
-            "--format",
-            "json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "nothing saved: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let saved: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Fails unless the answer was saved.
+    let saved = export_json(db, 1);
     let messages = saved["messages"].as_array().unwrap();
     assert_eq!(messages[0]["content"], "Write a very long story.");
     let answer = &messages[1];
