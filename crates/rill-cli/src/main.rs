@@ -121,6 +121,11 @@ impl ModelArgs {
         Ok(Engine::start(config)?)
     }
 
+    /// Whether the model runs on the CPU (our kernels) rather than a GPU.
+    pub(crate) fn on_cpu(&self) -> bool {
+        matches!(self.device, DeviceArg::Cpu)
+    }
+
     /// The speculation `--draft-model` and `--lookup` ask for (one of them at most).
     pub(crate) fn speculation(&self, lookup: bool) -> Result<rill_engine::Speculation> {
         use rill_engine::Speculation;

@@ -1,5 +1,5 @@
 //! `rill bench` as a user runs it, on the real SmolLM2 model: every figure in its JSON (the
-//! bandwidth bound included), several streams, a background answer, a depth and turns, and a
+//! bandwidth and compute bounds included), several streams, a background answer, a depth and turns, and a
 //! clear error for a depth beside several streams.
 
 mod common;
@@ -42,6 +42,18 @@ fn bench_reports_every_figure_as_json() {
     assert!((f("decode_bound_tps") - bound).abs() < 1e-6 * bound, "{r}");
     let of = f("decode_tps") / bound;
     assert!((f("decode_of_bound") - of).abs() < 1e-9 && of > 0.0, "{r}");
+    // The compute bound: the CPU's byte products over the layers' multiply-adds a prompt row
+    // takes. SmolLM2-135M: 30 layers of q, k, v (576 → 576 + 2 × 192), o (576 × 576) and the
+    // gated MLP (3 × 576 × 1,536).
+    if cfg!(target_arch = "x86_64") {
+        let row = 30.0 * (576.0 * 960.0 + 576.0 * 576.0 + 3.0 * 576.0 * 1536.0) / 1e6;
+        assert!((f("prompt_row_mmacs") - row).abs() < 1e-9, "{r}");
+        assert!(f("byte_gmacs") > 1.0, "{r}");
+        let bound = f("byte_gmacs") * 1e3 / row;
+        assert!((f("prefill_bound_tps") - bound).abs() < 1e-6 * bound, "{r}");
+        let of = f("prefill_tps") / bound;
+        assert!((f("prefill_of_bound") - of).abs() < 1e-9 && of > 0.0, "{r}");
+    }
 }
 
 #[test]

@@ -253,6 +253,8 @@ pub(crate) struct Shared {
     pub(crate) info: ModelInfo,
     /// Bytes of weights a decode step reads, held and in the file (`Llama::step_weight_bytes`).
     pub(crate) step_weight_bytes: (usize, usize),
+    /// Multiply-adds of a prompt row in the layers' matrices (`Llama::prompt_row_macs`).
+    pub(crate) prompt_row_macs: usize,
     /// The compute pool's threads.
     pub(crate) threads: usize,
     pub(crate) tokenizer: Arc<Tokenizer>,
@@ -332,6 +334,7 @@ impl Engine {
             template,
             context_length,
             step_weight_bytes: weights.step_weight_bytes(),
+            prompt_row_macs: weights.prompt_row_macs(),
             threads,
             next_id: AtomicU64::new(1),
             cache_bytes: AtomicUsize::new(0),
@@ -412,6 +415,12 @@ impl Handle {
     /// bandwidth, the bound on decode speed.
     pub fn step_weight_bytes(&self) -> (usize, usize) {
         self.shared.step_weight_bytes
+    }
+
+    /// Multiply-adds a prompt row takes in the layers' matrices: with the machine's rate of
+    /// byte products ([`crate::kernels::byte_product_peak`]), the bound on prefill speed.
+    pub fn prompt_row_macs(&self) -> usize {
+        self.shared.prompt_row_macs
     }
 
     /// Whether every weight matrix runs in its fastest layout: a model loads with some read

@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use rill_engine::kernels::Isa;
 use rill_engine::{Event, GenerateRequest, Message, Prompt, SamplingParams, Speculation, Usage};
 
 use crate::ModelArgs;
@@ -294,9 +295,10 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     debug_assert!(asked.is_some() || results.iter().all(|r| r.times.len() == a.gen_tokens));
     // The bound on decode: the weights a step reads, at the machine's read bandwidth, measured
     // once the model is gone (its memory freed, the peak RSS taken already).
-    let (info, step_bytes, threads) = (
+    let (info, step_bytes, row_macs, threads) = (
         handle.model_info().clone(),
         handle.step_weight_bytes(),
+        handle.prompt_row_macs(),
         handle.threads(),
     );
     drop(handle);
@@ -308,6 +310,17 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     report.step_file_mb = Some(step_bytes.1 as f64 / 1e6);
     report.decode_bound_tps = Some(bound);
     report.decode_of_bound = Some(report.decode_tps / a.streams as f64 / bound);
+    // The bound on prefill: the layers' multiply-adds a prompt row takes, at the rate of the
+    // byte products the CPU kernels are made of (on a GPU, not theirs to bound).
+    if a.model.on_cpu() {
+        if let Some(peak) = rill_engine::kernels::byte_product_peak(Isa::detect(), threads) {
+            let bound = peak / row_macs.max(1) as f64;
+            report.byte_gmacs = Some(peak / 1e9);
+            report.prompt_row_mmacs = Some(row_macs as f64 / 1e6);
+            report.prefill_bound_tps = Some(bound);
+            report.prefill_of_bound = Some(report.prefill_tps / bound);
+        }
+    }
     print_report(&a, &info, &report)
 }
 

@@ -67,6 +67,20 @@ pub(super) struct Report {
     /// Each stream's decode speed as a fraction of that bound.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) decode_of_bound: Option<f64>,
+    /// The CPU's rate of byte products (G multiply-adds a second) with the engine's threads,
+    /// by the instruction its kernels use (`rill_engine::kernels::byte_product_peak`); absent
+    /// on a GPU, or where no probe is written (NEON).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) byte_gmacs: Option<f64>,
+    /// Millions of multiply-adds a prompt row takes in the layers' matrices.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) prompt_row_mmacs: Option<f64>,
+    /// Prompt rows per second that rate allows: `byte_gmacs` ÷ `prompt_row_mmacs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) prefill_bound_tps: Option<f64>,
+    /// `prefill_tps` as a fraction of that bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) prefill_of_bound: Option<f64>,
     /// With `--background`: the background answers' inter-token gaps while the measured
     /// prompts went in (from their submission to the last one's first token), and after.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -122,6 +136,10 @@ impl Report {
             step_file_mb: None,
             decode_bound_tps: None,
             decode_of_bound: None,
+            byte_gmacs: None,
+            prompt_row_mmacs: None,
+            prefill_bound_tps: None,
+            prefill_of_bound: None,
             background_itl_prefill_ms: None,
             background_itl_after_ms: None,
             turn_ttft_ms: None,
@@ -227,6 +245,18 @@ pub(super) fn print_report(
                 "bandwidth    {gbps:.1} GB/s read; a step reads {held:.0} MB of weights \
                  ({file:.0} MB in the file): decode bound {bound:.1} tok/s, each stream at \
                  {:.0}% of it",
+                of * 100.0
+            );
+        }
+        if let (Some(peak), Some(macs), Some(bound), Some(of)) = (
+            report.byte_gmacs,
+            report.prompt_row_mmacs,
+            report.prefill_bound_tps,
+            report.prefill_of_bound,
+        ) {
+            println!(
+                "compute      {peak:.0} G byte multiply-adds/s; a prompt row takes {macs:.0} M: \
+                 prefill bound {bound:.0} tok/s, prefill at {:.0}% of it",
                 of * 100.0
             );
         }

@@ -89,6 +89,13 @@ impl Router {
         }
     }
 
+    fn weights(&self) -> usize {
+        match self {
+            Router::Host { w, .. } => w.len(),
+            Router::Linear(l) => l.weights(),
+        }
+    }
+
     /// The logits of `m` rows of `h`, `m × experts`, into `out`.
     fn forward_host_into(&self, h: &[f32], m: usize, out: &mut Vec<f32>) -> Result<()> {
         let (w, cols) = match self {
@@ -336,6 +343,17 @@ impl Experts {
         let experts = (all.0 - router.0, all.1 - router.1);
         let (k, n) = (self.cfg.used, self.cfg.count.max(1));
         (router.0 + experts.0 * k / n, router.1 + experts.1 * k / n)
+    }
+
+    /// Weights one row goes through (its multiply-adds): the router's and `used` experts' of
+    /// the average size.
+    pub(super) fn step_weights(&self) -> usize {
+        let all: usize = self
+            .experts
+            .iter()
+            .map(|e| e.gate_up.weights() + e.down.weights())
+            .sum();
+        self.router.weights() + all * self.cfg.used / self.cfg.count.max(1)
     }
 
     /// Each row's route for the router's `logits` (`rows × experts`), its bias added first.

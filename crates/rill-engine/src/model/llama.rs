@@ -64,6 +64,14 @@ impl Ffn {
             Ffn::Experts(e) => e.step_bytes(),
         }
     }
+
+    /// Weights one row goes through.
+    fn step_weights(&self) -> usize {
+        match self {
+            Ffn::Dense { gate_up, down } => gate_up.weights() + down.weights(),
+            Ffn::Experts(e) => e.step_weights(),
+        }
+    }
 }
 
 /// A RoPE table (cos, sin per position and pair) for candle's attention, and on the host for
@@ -160,6 +168,17 @@ impl Llama {
             .iter()
             .flat_map(|l| [l.qkv.bytes(), l.wo.bytes(), l.ffn.step_bytes()])
             .fold(self.output.bytes(), add)
+    }
+
+    /// Multiply-adds of a prompt's row in the layers' matrices (each weight once; the output
+    /// projection aside, which only a prompt's last row goes through, and the attention's,
+    /// which grow with the positions): what bounds prefill, with the machine's rate of them
+    /// (`kernels::byte_product_peak`).
+    pub fn prompt_row_macs(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| l.qkv.weights() + l.wo.weights() + l.ffn.step_weights())
+            .sum()
     }
 
     /// Bytes of weights read where they lie in the memory-mapped file (a mixture's experts: their

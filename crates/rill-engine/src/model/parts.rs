@@ -36,6 +36,14 @@ impl Linear {
         }
     }
 
+    /// Weights in its matrix: the multiply-adds one row's product takes.
+    pub(super) fn weights(&self) -> usize {
+        match self {
+            Linear::Ours(l) => l.n_out() * l.k,
+            Linear::Candle(m) => matmul_weights(m),
+        }
+    }
+
     /// Its matrix, when its panels are still to be made (`kernels/later.rs`).
     pub(super) fn later(&self) -> Option<std::sync::Arc<crate::kernels::Later>> {
         match self {
@@ -98,6 +106,14 @@ fn matmul_bytes(m: &QMatMul) -> usize {
     match m {
         QMatMul::QTensor(t) => t.storage_size_in_bytes(),
         QMatMul::Tensor(t) | QMatMul::TensorF16(t) => t.elem_count() * t.dtype().size_in_bytes(),
+    }
+}
+
+/// Weights in a candle matrix.
+fn matmul_weights(m: &QMatMul) -> usize {
+    match m {
+        QMatMul::QTensor(t) => t.shape().elem_count(),
+        QMatMul::Tensor(t) | QMatMul::TensorF16(t) => t.elem_count(),
     }
 }
 
@@ -228,6 +244,15 @@ impl Group {
                 .map(Linear::bytes)
                 .fold((0, 0), |(a, b), (x, y)| (a + x, b + y)),
             Group::Fused(m, _) => (matmul_bytes(m), matmul_bytes(m)),
+        }
+    }
+
+    /// Weights in the group's matrices: the multiply-adds one row's products take.
+    pub(super) fn weights(&self) -> usize {
+        match self {
+            Group::Stacked(l, _) => l.n_out() * l.k,
+            Group::Apart(ls) => ls.iter().map(Linear::weights).sum(),
+            Group::Fused(m, _) => matmul_weights(m),
         }
     }
 
