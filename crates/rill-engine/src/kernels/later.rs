@@ -49,7 +49,7 @@ pub(crate) struct Later {
     k: usize,
     isa: Isa,
     /// The panels, once made (`None` if making them failed: the rows serve on).
-    made: OnceLock<Option<Weights>>,
+    made: OnceLock<Option<Made>>,
 }
 
 impl Later {
@@ -64,7 +64,7 @@ impl Later {
     }
 
     /// The panels, when made.
-    pub(crate) fn ready(&self) -> Option<&Weights> {
+    pub(crate) fn ready(&self) -> Option<&Made> {
         self.made.get().and_then(Option::as_ref)
     }
 
@@ -75,7 +75,7 @@ impl Later {
 
     /// The panels, made now if they are not yet (a second caller waits for the first), then
     /// the rows' pages released from the map.
-    pub(crate) fn make(&self) -> Option<&Weights> {
+    pub(crate) fn make(&self) -> Option<&Made> {
         self.made
             .get_or_init(|| {
                 let started = std::time::Instant::now();
@@ -93,7 +93,7 @@ impl Later {
 
     /// The layout a product of `m` rows runs on: the panels where made (or due now), else
     /// `None`, the file's rows.
-    pub(crate) fn for_rows(&self, m: usize) -> Option<&Weights> {
+    pub(crate) fn for_rows(&self, m: usize) -> Option<&Made> {
         match m >= PANELS_NOW_ROWS {
             true => self.make(),
             false => self.ready(),
@@ -119,14 +119,14 @@ impl FileRows {
     /// The panels these rows make, as loading makes them from the file's bytes (sixteen rows
     /// with AVX-512, eight with AVX2, where every stretch's rows allow it); `None` where they
     /// make none.
-    fn panels(&self, k: usize, isa: Isa) -> Option<Weights> {
+    fn panels(&self, k: usize, isa: Isa) -> Option<Made> {
         let (wide, eights) = (isa == Isa::Avx512Vnni, isa.avx2());
         // Sixteen rows where the instruction set and the rows allow, else eight.
         macro_rules! either {
             ($r:expr, $x16:ident, $x8:ident) => {
-                wide.then(|| banded($r, k).map(Weights::$x16))
+                wide.then(|| banded($r, k).map(Made::$x16))
                     .flatten()
-                    .or_else(|| eights.then(|| banded($r, k).map(Weights::$x8)).flatten())
+                    .or_else(|| eights.then(|| banded($r, k).map(Made::$x8)).flatten())
             };
         }
         match self {

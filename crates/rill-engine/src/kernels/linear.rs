@@ -133,42 +133,42 @@ impl QLinear {
         let weights = match dtype {
             // Q4_0 and the K-quants in panels as the file holds them; elsewhere as Q4_1 or Q8_0
             // (Q5_K: left to candle).
-            GgmlDType::Q4_0 if wide => Weights::Q4_0x16(to_panels(&block_slice(bytes)?, kb)),
-            GgmlDType::Q4_0 if eights => Weights::Q4_0x8(to_panels(&block_slice(bytes)?, kb)),
-            GgmlDType::Q4K if wide => Weights::Q4Kx16(to_panels(&block_slice(bytes)?, kb / 8)),
-            GgmlDType::Q4K if eights => Weights::Q4Kx8(to_panels(&block_slice(bytes)?, kb / 8)),
-            GgmlDType::Q5K if wide => Weights::Q5Kx16(to_panels(&block_slice(bytes)?, kb / 8)),
-            GgmlDType::Q5K if eights => Weights::Q5Kx8(to_panels(&block_slice(bytes)?, kb / 8)),
-            GgmlDType::Q6K if wide => Weights::Q6Kx16(to_panels(&block_slice(bytes)?, kb / 8)),
-            GgmlDType::Q6K if eights => Weights::Q6Kx8(to_panels(&block_slice(bytes)?, kb / 8)),
+            GgmlDType::Q4_0 if wide => Made::Q4_0x16(to_panels(&block_slice(bytes)?, kb)),
+            GgmlDType::Q4_0 if eights => Made::Q4_0x8(to_panels(&block_slice(bytes)?, kb)),
+            GgmlDType::Q4K if wide => Made::Q4Kx16(to_panels(&block_slice(bytes)?, kb / 8)),
+            GgmlDType::Q4K if eights => Made::Q4Kx8(to_panels(&block_slice(bytes)?, kb / 8)),
+            GgmlDType::Q5K if wide => Made::Q5Kx16(to_panels(&block_slice(bytes)?, kb / 8)),
+            GgmlDType::Q5K if eights => Made::Q5Kx8(to_panels(&block_slice(bytes)?, kb / 8)),
+            GgmlDType::Q6K if wide => Made::Q6Kx16(to_panels(&block_slice(bytes)?, kb / 8)),
+            GgmlDType::Q6K if eights => Made::Q6Kx8(to_panels(&block_slice(bytes)?, kb / 8)),
             // Q8_0 and Q4_1 panels straight from the file's blocks too: a copy of the blocks
             // first wrote each matrix twice (the 1B shape's 1.3 GB Q8_0 file loaded in 1.6–2.7
             // s, now in 1.1–1.2).
-            GgmlDType::Q8_0 if wide => Weights::Q8_0x16(to_panels(&block_slice(bytes)?, kb)),
-            GgmlDType::Q8_0 if vnni_eights => Weights::Q8_0x8(to_panels(&block_slice(bytes)?, kb)),
-            GgmlDType::Q4_1 if wide => Weights::Q4_1x16(to_panels(&block_slice(bytes)?, kb)),
-            GgmlDType::Q4_1 if eights => Weights::Q4_1x8(to_panels(&block_slice(bytes)?, kb)),
-            GgmlDType::Q4_1 => Weights::Q4_1(blocks(bytes)?),
-            GgmlDType::Q8_0 => Weights::Q8_0(blocks(bytes)?),
-            GgmlDType::Q4_0 => Weights::Q4_1(q4_0_as_q4_1(&blocks(bytes)?)),
-            GgmlDType::Q5_0 => Weights::Q8_0(q5_0_as_q8_0(&blocks(bytes)?)),
-            GgmlDType::Q4K => Weights::Q4_1(q4_k_as_q4_1(&blocks(bytes)?)),
-            GgmlDType::Q6K => Weights::Q8_0(q6_k_as_q8_0(bytes, n_out, k)?),
-            GgmlDType::F16 => Weights::F16(blocks(bytes)?),
-            GgmlDType::BF16 => Weights::Bf16(blocks(bytes)?),
+            GgmlDType::Q8_0 if wide => Made::Q8_0x16(to_panels(&block_slice(bytes)?, kb)),
+            GgmlDType::Q8_0 if vnni_eights => Made::Q8_0x8(to_panels(&block_slice(bytes)?, kb)),
+            GgmlDType::Q4_1 if wide => Made::Q4_1x16(to_panels(&block_slice(bytes)?, kb)),
+            GgmlDType::Q4_1 if eights => Made::Q4_1x8(to_panels(&block_slice(bytes)?, kb)),
+            GgmlDType::Q4_1 => Made::Q4_1(blocks(bytes)?),
+            GgmlDType::Q8_0 => Made::Q8_0(blocks(bytes)?),
+            GgmlDType::Q4_0 => Made::Q4_1(q4_0_as_q4_1(&blocks(bytes)?)),
+            GgmlDType::Q5_0 => Made::Q8_0(q5_0_as_q8_0(&blocks(bytes)?)),
+            GgmlDType::Q4K => Made::Q4_1(q4_k_as_q4_1(&blocks(bytes)?)),
+            GgmlDType::Q6K => Made::Q8_0(q6_k_as_q8_0(bytes, n_out, k)?),
+            GgmlDType::F16 => Made::F16(blocks(bytes)?),
+            GgmlDType::BF16 => Made::Bf16(blocks(bytes)?),
             _ => return None,
         };
         if weights.n_blocks() != n_out * kb {
             return None;
         }
         let weights = match weights {
-            Weights::Q4_1(w) if wide => Weights::Q4_1x16(to_panels(&w, kb)),
-            Weights::Q4_1(w) if eights => Weights::Q4_1x8(to_panels(&w, kb)),
-            Weights::Q8_0(w) if wide => Weights::Q8_0x16(to_panels(&w, kb)),
-            Weights::Q8_0(w) if vnni_eights => Weights::Q8_0x8(to_panels(&w, kb)),
+            Made::Q4_1(w) if wide => Made::Q4_1x16(to_panels(&w, kb)),
+            Made::Q4_1(w) if eights => Made::Q4_1x8(to_panels(&w, kb)),
+            Made::Q8_0(w) if wide => Made::Q8_0x16(to_panels(&w, kb)),
+            Made::Q8_0(w) if vnni_eights => Made::Q8_0x8(to_panels(&w, kb)),
             w => w,
         };
-        Some(matrix(weights))
+        Some(matrix(Weights::Made(weights)))
     }
 
     /// Whether [`from_qtensor`](Self::from_qtensor) takes this tensor (without copying it).
@@ -248,23 +248,22 @@ impl QLinear {
             dequantize_q8_0 as fn(&[f32], &BlockQ8_0, &mut [f32]),
         );
         match weights {
-            Weights::Q4_1(w) => dequantize_blocks(w[row].iter().copied(), out, QK, q4_1),
-            Weights::Q4_1x8(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_1),
-            Weights::Q4_1x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_1),
-            Weights::Q4_0x8(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_0),
-            Weights::Q4_0x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_0),
-            Weights::Q4Kx8(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q4_k),
-            Weights::Q4Kx16(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q4_k),
-            Weights::Q5Kx8(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q5_k),
-            Weights::Q5Kx16(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q5_k),
-            Weights::Q6Kx8(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q6_k),
-            Weights::Q6Kx16(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q6_k),
-            Weights::Q8_0(w) => dequantize_blocks(w[row].iter().copied(), out, QK, q8_0),
-            Weights::Q8_0x8(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q8_0),
-            Weights::Q8_0x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q8_0),
-            Weights::F16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
-            Weights::Bf16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
-            Weights::File(_) | Weights::Later(_) => unreachable!("`Held::Made` holds neither"),
+            Made::Q4_1(w) => dequantize_blocks(w[row].iter().copied(), out, QK, q4_1),
+            Made::Q4_1x8(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_1),
+            Made::Q4_1x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_1),
+            Made::Q4_0x8(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_0),
+            Made::Q4_0x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q4_0),
+            Made::Q4Kx8(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q4_k),
+            Made::Q4Kx16(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q4_k),
+            Made::Q5Kx8(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q5_k),
+            Made::Q5Kx16(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q5_k),
+            Made::Q6Kx8(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q6_k),
+            Made::Q6Kx16(w) => dequantize_blocks(panel_row(w, kb / 8, j), out, 8 * QK, q6_k),
+            Made::Q8_0(w) => dequantize_blocks(w[row].iter().copied(), out, QK, q8_0),
+            Made::Q8_0x8(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q8_0),
+            Made::Q8_0x16(w) => dequantize_blocks(panel_row(w, kb, j), out, QK, q8_0),
+            Made::F16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
+            Made::Bf16(w) => half_row(&w[j * self.k..(j + 1) * self.k], out),
         }
     }
 
@@ -290,27 +289,33 @@ impl QLinear {
 
     fn matmul_on(&self, weights: &Weights, x: &[f32], m: usize, out: &mut [f32]) {
         match weights {
-            Weights::Q4_1(w) => rows_times(self.isa, w, x, m, self.k, out),
-            Weights::Q8_0(w) => rows_times(self.isa, w, x, m, self.k, out),
-            Weights::Q4_1x8(w) => panels_times(self.isa, w, x, m, self.k, out),
-            Weights::Q4_1x16(w) => panels_times(self.isa, w, x, m, self.k, out),
-            Weights::Q4_0x8(w) => panels_times(self.isa, w, x, m, self.k, out),
-            Weights::Q4_0x16(w) => panels_times(self.isa, w, x, m, self.k, out),
-            Weights::Q4Kx8(w) => panels_times(self.isa, w, x, m, self.k, out),
-            Weights::Q4Kx16(w) => panels_times(self.isa, w, x, m, self.k, out),
-            Weights::Q5Kx8(w) => panels_times(self.isa, w, x, m, self.k, out),
-            Weights::Q5Kx16(w) => panels_times(self.isa, w, x, m, self.k, out),
-            Weights::Q6Kx8(w) => panels_times(self.isa, w, x, m, self.k, out),
-            Weights::Q6Kx16(w) => panels_times(self.isa, w, x, m, self.k, out),
-            Weights::Q8_0x8(w) => panels_times(self.isa, w, x, m, self.k, out),
-            Weights::Q8_0x16(w) => panels_times(self.isa, w, x, m, self.k, out),
-            Weights::F16(w) => half_times(self.isa, w, x, m, self.k, out),
-            Weights::Bf16(w) => half_times(self.isa, w, x, m, self.k, out),
+            Weights::Made(w) => self.matmul_made(w, x, m, out),
             Weights::File(w) => w.matmul(self.isa, x, m, self.k, out),
             Weights::Later(l) => match l.for_rows(m) {
-                Some(w) => self.matmul_on(w, x, m, out),
+                Some(w) => self.matmul_made(w, x, m, out),
                 None => l.rows.matmul(self.isa, x, m, self.k, out),
             },
+        }
+    }
+
+    fn matmul_made(&self, weights: &Made, x: &[f32], m: usize, out: &mut [f32]) {
+        match weights {
+            Made::Q4_1(w) => rows_times(self.isa, w, x, m, self.k, out),
+            Made::Q8_0(w) => rows_times(self.isa, w, x, m, self.k, out),
+            Made::Q4_1x8(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Made::Q4_1x16(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Made::Q4_0x8(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Made::Q4_0x16(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Made::Q4Kx8(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Made::Q4Kx16(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Made::Q5Kx8(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Made::Q5Kx16(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Made::Q6Kx8(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Made::Q6Kx16(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Made::Q8_0x8(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Made::Q8_0x16(w) => panels_times(self.isa, w, x, m, self.k, out),
+            Made::F16(w) => half_times(self.isa, w, x, m, self.k, out),
+            Made::Bf16(w) => half_times(self.isa, w, x, m, self.k, out),
         }
     }
 
@@ -343,12 +348,12 @@ impl QLinear {
         use std::mem::discriminant;
         // The layout, and for rows read as the file holds them, their format.
         let layout = |w: &Weights| {
-            let rows = match w {
-                Weights::File(r) => Some(discriminant(r)),
-                Weights::Later(l) => Some(discriminant(&l.rows)),
-                _ => None,
+            let (made, rows) = match w {
+                Weights::Made(m) => (Some(discriminant(m)), None),
+                Weights::File(r) => (None, Some(discriminant(r))),
+                Weights::Later(l) => (None, Some(discriminant(&l.rows))),
             };
-            (discriminant(w), rows)
+            (discriminant(w), made, rows)
         };
         parts.windows(2).all(|w| {
             (w[0].k, w[0].isa) == (w[1].k, w[1].isa)

@@ -10,10 +10,6 @@ use super::*;
 impl QLinear {
     /// Row `j` · the activation row `xs`, by the scalar reference of whatever layout holds it.
     pub(crate) fn reference(&self, j: usize, xs: &[f32]) -> f32 {
-        self.reference_of(&self.weights, j, xs)
-    }
-
-    fn reference_of(&self, weights: &Weights, j: usize, xs: &[f32]) -> f32 {
         let kb = self.k / QK;
         let (mut a1, mut a8, mut ak) = (
             vec![BlockQ8_1::default(); kb],
@@ -35,28 +31,27 @@ impl QLinear {
             FileRows::Q5K(w) => dot_q5_k_q8_k_scalar(w.row(j, kbk), &ak),
             FileRows::Q6K(w) => dot_q6_k_q8_k_scalar(w.row(j, kbk), &ak),
         };
-        match weights {
-            Weights::Q4_1(w) => dot_q4_1_q8_1_scalar(&w[j * kb..(j + 1) * kb], &a1),
-            Weights::Q8_0(w) => dot_q8_0_q8_0_scalar(&w[j * kb..(j + 1) * kb], &a8),
-            Weights::Q4_1x8(w) => dot(w, kb, j, &a1),
-            Weights::Q4_1x16(w) => dot(w, kb, j, &a1),
-            Weights::Q4_0x8(w) => dot(w, kb, j, &a1),
-            Weights::Q4_0x16(w) => dot(w, kb, j, &a1),
-            Weights::Q4Kx8(w) => dot(w, kbk, j, &ak),
-            Weights::Q4Kx16(w) => dot(w, kbk, j, &ak),
-            Weights::Q5Kx8(w) => dot(w, kbk, j, &ak),
-            Weights::Q5Kx16(w) => dot(w, kbk, j, &ak),
-            Weights::Q6Kx8(w) => dot(w, kbk, j, &ak),
-            Weights::Q6Kx16(w) => dot(w, kbk, j, &ak),
-            Weights::Q8_0x8(w) => dot(w, kb, j, &a8),
-            Weights::Q8_0x16(w) => dot(w, kb, j, &a8),
-            Weights::F16(w) => dot_half_ref(&w[j * self.k..(j + 1) * self.k], xs),
-            Weights::Bf16(w) => dot_half_ref(&w[j * self.k..(j + 1) * self.k], xs),
-            Weights::File(rows) => file(rows),
-            Weights::Later(l) => match l.ready() {
-                Some(w) => self.reference_of(w, j, xs),
-                None => file(&l.rows),
-            },
+        let made = match self.weights.held() {
+            Held::Rows(rows) => return file(rows),
+            Held::Made(m) => m,
+        };
+        match made {
+            Made::Q4_1(w) => dot_q4_1_q8_1_scalar(&w[j * kb..(j + 1) * kb], &a1),
+            Made::Q8_0(w) => dot_q8_0_q8_0_scalar(&w[j * kb..(j + 1) * kb], &a8),
+            Made::Q4_1x8(w) => dot(w, kb, j, &a1),
+            Made::Q4_1x16(w) => dot(w, kb, j, &a1),
+            Made::Q4_0x8(w) => dot(w, kb, j, &a1),
+            Made::Q4_0x16(w) => dot(w, kb, j, &a1),
+            Made::Q4Kx8(w) => dot(w, kbk, j, &ak),
+            Made::Q4Kx16(w) => dot(w, kbk, j, &ak),
+            Made::Q5Kx8(w) => dot(w, kbk, j, &ak),
+            Made::Q5Kx16(w) => dot(w, kbk, j, &ak),
+            Made::Q6Kx8(w) => dot(w, kbk, j, &ak),
+            Made::Q6Kx16(w) => dot(w, kbk, j, &ak),
+            Made::Q8_0x8(w) => dot(w, kb, j, &a8),
+            Made::Q8_0x16(w) => dot(w, kb, j, &a8),
+            Made::F16(w) => dot_half_ref(&w[j * self.k..(j + 1) * self.k], xs),
+            Made::Bf16(w) => dot_half_ref(&w[j * self.k..(j + 1) * self.k], xs),
         }
     }
 }

@@ -1,10 +1,23 @@
-//! How a matrix's weights are held ([`Weights`]): in one of our panel or block layouts, as
-//! the file holds them ([`FileRows`], read in the memory-mapped file where it can be), or read
-//! there until their panels are made ([`Later`]); and [`Held`], what a product reads now.
+//! How a matrix's weights are held ([`Weights`]): in one of our panel or block layouts
+//! ([`Made`]), as the file holds them ([`FileRows`], read in the memory-mapped file where it
+//! can be), or read there until their panels are made ([`Later`]); and [`Held`], what a
+//! product reads now.
 
 use super::*;
 
+/// A matrix's weights, as it holds them now or will.
 pub(crate) enum Weights {
+    /// In a layout of ours, made when the model loaded.
+    Made(Made),
+    /// Blocks as the file holds them, run row by row: in the memory-mapped file where the
+    /// model was loaded from one (`mapped.rs`), else copied.
+    File(FileRows),
+    /// Read in the map until its panels are made (`later.rs`).
+    Later(std::sync::Arc<Later>),
+}
+
+/// Weights in a layout of ours: blocks, or panels of eight or sixteen rows.
+pub(crate) enum Made {
     Q4_1(Vec<BlockQ4_1>),
     /// Q4_1 in panels of eight rows, for the 256-bit panel kernels (rows a multiple of 8).
     Q4_1x8(Vec<PanelQ4_1<8>>),
@@ -30,11 +43,6 @@ pub(crate) enum Weights {
     /// F16 and BF16 rows as the file holds them (`halves.rs`).
     F16(Vec<f16>),
     Bf16(Vec<half::bf16>),
-    /// Blocks as the file holds them, run row by row: in the memory-mapped file where the
-    /// model was loaded from one (`mapped.rs`), else copied.
-    File(FileRows),
-    /// Read in the map until its panels are made (`later.rs`).
-    Later(std::sync::Arc<Later>),
 }
 
 /// The formats whose row kernels read the file's own blocks: MXFP4 wherever it is (`mxfp4.rs`),
@@ -150,49 +158,79 @@ impl FileRows {
 macro_rules! each_layout {
     ($weights:expr, $w:ident => $body:expr) => {
         match $weights {
-            Weights::Q4_1($w) => $body,
-            Weights::Q4_1x8($w) => $body,
-            Weights::Q4_1x16($w) => $body,
-            Weights::Q4_0x8($w) => $body,
-            Weights::Q4_0x16($w) => $body,
-            Weights::Q4Kx8($w) => $body,
-            Weights::Q4Kx16($w) => $body,
-            Weights::Q5Kx8($w) => $body,
-            Weights::Q5Kx16($w) => $body,
-            Weights::Q6Kx8($w) => $body,
-            Weights::Q6Kx16($w) => $body,
-            Weights::Q8_0($w) => $body,
-            Weights::Q8_0x8($w) => $body,
-            Weights::Q8_0x16($w) => $body,
-            Weights::F16($w) => $body,
-            Weights::Bf16($w) => $body,
-            Weights::File(_) | Weights::Later(_) => {
-                unreachable!("the file's rows are handled before")
-            }
+            Made::Q4_1($w) => $body,
+            Made::Q4_1x8($w) => $body,
+            Made::Q4_1x16($w) => $body,
+            Made::Q4_0x8($w) => $body,
+            Made::Q4_0x16($w) => $body,
+            Made::Q4Kx8($w) => $body,
+            Made::Q4Kx16($w) => $body,
+            Made::Q5Kx8($w) => $body,
+            Made::Q5Kx16($w) => $body,
+            Made::Q6Kx8($w) => $body,
+            Made::Q6Kx16($w) => $body,
+            Made::Q8_0($w) => $body,
+            Made::Q8_0x8($w) => $body,
+            Made::Q8_0x16($w) => $body,
+            Made::F16($w) => $body,
+            Made::Bf16($w) => $body,
         }
     };
+}
+
+impl Made {
+    /// Blocks of 32 weights held.
+    pub(crate) fn n_blocks(&self) -> usize {
+        match self {
+            Made::Q4_1(w) => w.len(),
+            Made::Q4_1x8(w) => 8 * w.len(),
+            Made::Q4_1x16(w) => 16 * w.len(),
+            Made::Q4_0x8(w) => 8 * w.len(),
+            Made::Q4_0x16(w) => 16 * w.len(),
+            Made::Q4Kx8(w) => 64 * w.len(),
+            Made::Q4Kx16(w) => 128 * w.len(),
+            Made::Q5Kx8(w) => 64 * w.len(),
+            Made::Q5Kx16(w) => 128 * w.len(),
+            Made::Q6Kx8(w) => 64 * w.len(),
+            Made::Q6Kx16(w) => 128 * w.len(),
+            Made::Q8_0(w) => w.len(),
+            Made::Q8_0x8(w) => 8 * w.len(),
+            Made::Q8_0x16(w) => 16 * w.len(),
+            Made::F16(w) => w.len() / QK,
+            Made::Bf16(w) => w.len() / QK,
+        }
+    }
+
+    /// `more`'s rows after these; `None` unless both have the same format and layout.
+    pub(crate) fn extend(&mut self, more: Made) -> Option<()> {
+        match (self, more) {
+            (Made::Q4_1(w), Made::Q4_1(m)) => w.extend(m),
+            (Made::Q4_1x8(w), Made::Q4_1x8(m)) => w.extend(m),
+            (Made::Q4_1x16(w), Made::Q4_1x16(m)) => w.extend(m),
+            (Made::Q4_0x8(w), Made::Q4_0x8(m)) => w.extend(m),
+            (Made::Q4_0x16(w), Made::Q4_0x16(m)) => w.extend(m),
+            (Made::Q4Kx8(w), Made::Q4Kx8(m)) => w.extend(m),
+            (Made::Q4Kx16(w), Made::Q4Kx16(m)) => w.extend(m),
+            (Made::Q5Kx8(w), Made::Q5Kx8(m)) => w.extend(m),
+            (Made::Q5Kx16(w), Made::Q5Kx16(m)) => w.extend(m),
+            (Made::Q6Kx8(w), Made::Q6Kx8(m)) => w.extend(m),
+            (Made::Q6Kx16(w), Made::Q6Kx16(m)) => w.extend(m),
+            (Made::Q8_0(w), Made::Q8_0(m)) => w.extend(m),
+            (Made::Q8_0x8(w), Made::Q8_0x8(m)) => w.extend(m),
+            (Made::Q8_0x16(w), Made::Q8_0x16(m)) => w.extend(m),
+            (Made::F16(w), Made::F16(m)) => w.extend(m),
+            (Made::Bf16(w), Made::Bf16(m)) => w.extend(m),
+            _ => return None,
+        }
+        Some(())
+    }
 }
 
 impl Weights {
     /// Blocks of 32 weights held.
     pub(crate) fn n_blocks(&self) -> usize {
         match self {
-            Weights::Q4_1(w) => w.len(),
-            Weights::Q4_1x8(w) => 8 * w.len(),
-            Weights::Q4_1x16(w) => 16 * w.len(),
-            Weights::Q4_0x8(w) => 8 * w.len(),
-            Weights::Q4_0x16(w) => 16 * w.len(),
-            Weights::Q4Kx8(w) => 64 * w.len(),
-            Weights::Q4Kx16(w) => 128 * w.len(),
-            Weights::Q5Kx8(w) => 64 * w.len(),
-            Weights::Q5Kx16(w) => 128 * w.len(),
-            Weights::Q6Kx8(w) => 64 * w.len(),
-            Weights::Q6Kx16(w) => 128 * w.len(),
-            Weights::Q8_0(w) => w.len(),
-            Weights::Q8_0x8(w) => 8 * w.len(),
-            Weights::Q8_0x16(w) => 16 * w.len(),
-            Weights::F16(w) => w.len() / QK,
-            Weights::Bf16(w) => w.len() / QK,
+            Weights::Made(w) => w.n_blocks(),
             Weights::File(w) => w.n_blocks(),
             Weights::Later(l) => l.rows.n_blocks(),
         }
@@ -201,48 +239,31 @@ impl Weights {
     /// `more`'s rows after these; `None` unless both have the same format and layout.
     pub(crate) fn extend(&mut self, more: Weights) -> Option<()> {
         match (self, more) {
-            (Weights::Q4_1(w), Weights::Q4_1(m)) => w.extend(m),
-            (Weights::Q4_1x8(w), Weights::Q4_1x8(m)) => w.extend(m),
-            (Weights::Q4_1x16(w), Weights::Q4_1x16(m)) => w.extend(m),
-            (Weights::Q4_0x8(w), Weights::Q4_0x8(m)) => w.extend(m),
-            (Weights::Q4_0x16(w), Weights::Q4_0x16(m)) => w.extend(m),
-            (Weights::Q4Kx8(w), Weights::Q4Kx8(m)) => w.extend(m),
-            (Weights::Q4Kx16(w), Weights::Q4Kx16(m)) => w.extend(m),
-            (Weights::Q5Kx8(w), Weights::Q5Kx8(m)) => w.extend(m),
-            (Weights::Q5Kx16(w), Weights::Q5Kx16(m)) => w.extend(m),
-            (Weights::Q6Kx8(w), Weights::Q6Kx8(m)) => w.extend(m),
-            (Weights::Q6Kx16(w), Weights::Q6Kx16(m)) => w.extend(m),
-            (Weights::Q8_0(w), Weights::Q8_0(m)) => w.extend(m),
-            (Weights::Q8_0x8(w), Weights::Q8_0x8(m)) => w.extend(m),
-            (Weights::Q8_0x16(w), Weights::Q8_0x16(m)) => w.extend(m),
-            (Weights::F16(w), Weights::F16(m)) => w.extend(m),
-            (Weights::Bf16(w), Weights::Bf16(m)) => w.extend(m),
-            (Weights::File(w), Weights::File(m)) => w.extend(m)?,
+            (Weights::Made(w), Weights::Made(m)) => w.extend(m),
+            (Weights::File(w), Weights::File(m)) => w.extend(m),
             (Weights::Later(w), Weights::Later(m)) => {
                 let m = std::sync::Arc::into_inner(m)?;
-                std::sync::Arc::get_mut(w)?.extend(m)?
+                std::sync::Arc::get_mut(w)?.extend(m)
             }
-            _ => return None,
+            _ => None,
         }
-        Some(())
     }
 }
 
 /// What a matrix's weights are now: rows as the file holds them (read in its map, or panels
-/// still to be made), or weights in a layout of ours, never `File` nor `Later` (made panels
-/// hold no `Later` of their own).
+/// still to be made), or weights in a layout of ours.
 pub(crate) enum Held<'a> {
     Rows(&'a FileRows),
-    Made(&'a Weights),
+    Made(&'a Made),
 }
 
 impl Weights {
     /// What these weights are now ([`Held`]).
     pub(crate) fn held(&self) -> Held<'_> {
         match self {
+            Weights::Made(w) => Held::Made(w),
             Weights::File(rows) => Held::Rows(rows),
             Weights::Later(l) => l.ready().map_or(Held::Rows(&l.rows), Held::Made),
-            w => Held::Made(w),
         }
     }
 }
