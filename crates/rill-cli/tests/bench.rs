@@ -1,6 +1,6 @@
 //! `rill bench` as a user runs it, on the real SmolLM2 model: every figure in its JSON (the
-//! bandwidth and compute bounds included), several streams, a background answer, a depth and turns, and a
-//! clear error for a depth beside several streams.
+//! bandwidth and compute bounds included), several streams, a background answer, a depth and
+//! turns, and a clear error for a depth beside several streams.
 
 mod common;
 

@@ -89,6 +89,7 @@ impl Router {
         }
     }
 
+    /// Weights in its matrix.
     fn weights(&self) -> usize {
         match self {
             Router::Host { w, .. } => w.len(),
