@@ -284,11 +284,7 @@ impl QLinear {
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
         assert_eq!(x.len(), m * self.k);
         assert_eq!(out.len(), m * self.n_out);
-        self.matmul_on(&self.weights, x, m, out)
-    }
-
-    fn matmul_on(&self, weights: &Weights, x: &[f32], m: usize, out: &mut [f32]) {
-        match weights {
+        match &self.weights {
             Weights::Made(w) => self.matmul_made(w, x, m, out),
             Weights::File(w) => w.matmul(self.isa, x, m, self.k, out),
             Weights::Later(l) => match l.for_rows(m) {
