@@ -6,8 +6,20 @@ mod common;
 
 use common::{assert_clean_error, model, ok, rill};
 
+/// Taken by each test for its whole run: the tests time real answers, and each `rill bench`
+/// ends by driving both cores flat out for a moment (its bandwidth and byte-product probes),
+/// which, run beside the other test, held one of two streams' prompts back until the other
+/// stream had finished (`together_tps` 0).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// [`ONE_AT_A_TIME`], also after a test that held it failed.
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn bench_reports_every_figure_as_json() {
+    let _alone = alone();
     let m = model();
     let out = ok(rill().args([
         "bench",
@@ -58,6 +70,7 @@ fn bench_reports_every_figure_as_json() {
 
 #[test]
 fn bench_measures_several_streams_background_load_and_turns() {
+    let _alone = alone();
     let m = model();
     let m = m.to_str().unwrap();
     let json = |args: &[&str]| -> serde_json::Value {
