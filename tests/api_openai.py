@@ -224,6 +224,34 @@ def test_a_tool_result_fed_back_gives_a_final_answer():
     print(f"after the result ({c.finish_reason}): {c.message.content!r}")
 
 
+def test_legacy_completions_give_logprobs_as_the_official_client_reads_them():
+    """Issue 40: `/v1/completions` takes `logprobs` as OpenAI's integer (0-5) and answers with
+    `tokens`, `token_logprobs`, `top_logprobs` and `text_offset`, whole and streamed."""
+    r = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=6,
+                                  temperature=0, logprobs=3)
+    c = r.choices[0]
+    lp = c.logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 6, lp
+    assert "".join(lp.tokens) == c.text, (lp.tokens, c.text)
+    for token, own, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert own <= 0 and len(top) == 3, (token, own, top)
+        # Greedy: the drawn token is the likeliest of the alternatives.
+        assert abs(max(top.values()) - own) < 1e-6, (token, own, top)
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
+    streamed = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=6,
+                                         temperature=0, logprobs=3, stream=True)
+    tokens = [t for chunk in streamed if chunk.choices and chunk.choices[0].logprobs
+              for t in chunk.choices[0].logprobs.tokens]
+    assert tokens == lp.tokens, (tokens, lp.tokens)
+    for bad in (6, -1):
+        try:
+            client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, logprobs=bad)
+        except openai.BadRequestError as e:
+            assert "logprobs" in str(e.body), e.body
+        else:
+            raise AssertionError(f"logprobs={bad} was accepted")
+
+
 if __name__ == "__main__":
     tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_")]
     for name, f in tests:

@@ -474,6 +474,19 @@ def main() -> int:
                     failures.append(f"{cmd} from the page was not refused: {attempts[cmd]}")
             if "not a model on this machine" not in attempts["set_params"].get("err", ""):
                 failures.append(f"a draft model path from the page was not refused: {attempts['set_params']}")
+            # Downloads name files, never paths (issue 40): an absolute and a `..` name are
+            # refused before any network use, naming why.
+            for spec in ("evil/repo:/etc/passwd.gguf", f"evil/repo:../../{evil.name}/x.gguf"):
+                got = d.execute_async_script(
+                    "const done = arguments[arguments.length - 1];"
+                    "const ch = '__CHANNEL__:' + window.__TAURI_INTERNALS__.transformCallback(() => {});"
+                    "window.__TAURI_INTERNALS__.invoke('download_model', {spec: arguments[0], onProgress: ch})"
+                    ".then((r) => done({ok: r}), (e) => done({err: JSON.stringify(e)}));",
+                    spec,
+                )
+                print(f"hostile download {spec!r}: {got}")
+                if "not a file name in the repository" not in got.get("err", ""):
+                    failures.append(f"a download naming a path was not refused: {spec!r} -> {got}")
             # What a dialog returns is honoured: export the conversation, import it back.
             chosen = work / "chosen.json"
             dialog_answer(chosen)

@@ -51,7 +51,11 @@ async fn startup_model(state: &AppState) -> Option<PathBuf> {
     let local = tauri::async_runtime::spawn_blocking(move || rill_engine::hub::list(&dir))
         .await
         .ok()?;
-    local.first().map(|m| m.info.path.clone())
+    // The first file that can run: one that cannot is listed with its error, never loaded.
+    local
+        .iter()
+        .find(|m| m.error.is_none() && m.info.runs)
+        .map(|m| m.info.path.clone())
 }
 
 /// Builds and runs the app on `builder`.

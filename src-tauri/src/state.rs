@@ -149,7 +149,7 @@ impl AppState {
         let addr = std::net::SocketAddr::new(ip, settings.port);
         let log = rill_server::RequestLog::default();
         let config = rill_server::ServerConfig {
-            api_key: settings.api_key.clone().filter(|k| !k.is_empty()),
+            api_key: settings.api_key.clone().filter(|k| !k.trim().is_empty()),
             store: settings.save.then(|| self.store.clone()),
             log: Some(log.clone()),
             ..Default::default()

@@ -189,11 +189,28 @@ pub struct ApiStatus {
     pub requests: Vec<rill_server::LoggedRequest>,
 }
 
+/// The API toggle's settings: from the database, with the key from the secrets file (issue
+/// 40). A key an older version left in the database moves to the secrets file here.
 pub async fn api_settings(state: &AppState) -> ApiSettings {
-    match state.store.setting("api").await {
+    let mut settings: ApiSettings = match state.store.setting("api").await {
         Ok(Some(v)) => serde_json::from_value(v).unwrap_or_default(),
         _ => ApiSettings::default(),
+    };
+    if let Some(old) = settings.api_key.take().filter(|k| !k.trim().is_empty()) {
+        let moved = state.secrets.set_app_api_key(Some(&old)).is_ok()
+            && state
+                .store
+                .set_setting("api", &serde_json::to_value(&settings).unwrap_or_default())
+                .await
+                .is_ok();
+        if !moved {
+            tracing::warn!("the API key could not be moved to the secrets file");
+            settings.api_key = Some(old);
+            return settings;
+        }
     }
+    settings.api_key = state.secrets.app_api_key();
+    settings
 }
 
 #[tauri::command]
@@ -216,9 +233,16 @@ pub async fn set_api(state: State<'_, AppState>, settings: ApiSettings) -> Resul
     if settings.enabled {
         state.start_api(&settings).await?;
     }
+    // The key goes to the secrets file, the rest to the database.
+    let key = settings.api_key.as_deref().filter(|k| !k.trim().is_empty());
+    state.secrets.set_app_api_key(key.map(str::trim))?;
+    let kept = ApiSettings {
+        api_key: None,
+        ..settings
+    };
     state
         .store
-        .set_setting("api", &serde_json::to_value(&settings).unwrap_or_default())
+        .set_setting("api", &serde_json::to_value(&kept).unwrap_or_default())
         .await?;
     api_status(state).await
 }

@@ -131,6 +131,21 @@ describe("the chat window", () => {
     expect(answer(id).textContent).toContain("Paris is the capital.");
   });
 
+  it("lists a model file that cannot be used with its error, and offers no Use button for it", async () => {
+    // Issue 40: a file whose chat template fails is listed with why, beside the ones that work.
+    backend.state.extraModels.push({
+      ...backend.state.model, path: "/models/hostile.gguf", name: "hostile", runs: false, source: "models",
+      error: "model file /models/hostile.gguf: its chat template fails: unexpected end of input",
+    });
+    render(<App />);
+    fireEvent.click(await screen.findByTestId("model-picker"));
+    const error = await screen.findByTestId("model-error");
+    expect(error.textContent).toContain("its chat template fails");
+    const row = error.closest("li")!;
+    expect(within(row).queryByRole("button", { name: "Use" })).toBeNull();
+    expect(within(row).getByText("hostile")).toBeTruthy();
+  });
+
   it("warns before a download that needs more memory than this machine has", async () => {
     backend.state.model = null;
     backend.state.machineRam = 16e9;

@@ -364,7 +364,15 @@ async fn start_request(
     thinking: Thinking,
 ) -> Result<Answering> {
     let keep_probs = request.top_candidates > 0;
-    match handle.generate(request) {
+    // Rendering the template, tokenising and compiling a grammar take time on a long
+    // conversation: off the async threads, which serve every other chat and request.
+    let engine = handle.clone();
+    let started = match tokio::task::spawn_blocking(move || engine.generate(request)).await {
+        Ok(started) => started,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(rill_engine::Error::EngineStopped),
+    };
+    match started {
         Ok(generation) => Ok(Answering {
             generation,
             message_id: writer.message_id(),

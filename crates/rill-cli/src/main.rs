@@ -379,6 +379,7 @@ fn read_messages(a: &RunArgs) -> Result<Vec<Message>> {
 }
 
 fn serve(a: ServeArgs) -> Result<()> {
+    rill_server::check_api_key(a.api_key.as_deref()).context("--api-key")?;
     let defaults = a.sampling.over(rill_server::api::openai_defaults());
     defaults.validate()?;
     let rt = runtime()?;
@@ -517,6 +518,15 @@ fn models(c: ModelsCommand) -> Result<()> {
                 println!("no models yet: `rill models pull OWNER/REPO` or `rill models import FILE.gguf` (folder: {})", dir.display());
             } else {
                 for m in models {
+                    if let Some(error) = &m.error {
+                        println!(
+                            "{:<40} cannot be used: {error}  {:<8} {}",
+                            m.info.name,
+                            m.source,
+                            m.info.path.display()
+                        );
+                        continue;
+                    }
                     println!(
                         "{:<40} {:<10} {:>8} {:>7.1} MB  {:<8} {}",
                         m.info.name,

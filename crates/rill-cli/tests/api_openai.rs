@@ -1,5 +1,6 @@
-//! Structured output and tool calls with the official `openai` Python client against `rill serve` on the real
-//! model: the checks live in `tests/api_openai.py` (a real client and `jsonschema`, the
+//! Structured output, tool calls and the legacy completions' log-probabilities with the official
+//! `openai` Python client against `rill serve` on the real model: the checks live in
+//! `tests/api_openai.py` (a real client and `jsonschema`, the
 //! reference validator); this runs it against a fresh server.
 
 use std::process::Command;
@@ -23,5 +24,5 @@ fn the_openai_client_gets_schema_valid_answers_and_calls_and_400s_for_what_canno
         out.status.success(),
         "tests/api_openai.py failed:\n{stdout}\n{stderr}"
     );
-    assert!(stdout.contains("8 passed"), "{stdout}");
+    assert!(stdout.contains("9 passed"), "{stdout}");
 }

@@ -230,3 +230,113 @@ fn a_saved_api_answer_survives_the_server_being_killed_mid_stream() {
         "saved {content:?}, received {received:?}"
     );
 }
+
+/// Issue 40: `--api-key ""` (or only spaces) served every request without a key and switched
+/// the Host/Origin check off. A blank key is refused, naming the flag.
+#[test]
+fn a_blank_api_key_is_refused() {
+    for blank in ["", "   "] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rill"))
+            .args(["serve", "--model", common::model().to_str().unwrap()])
+            .args(["--port", "0", "--api-key", blank])
+            .env("RILL_LOG", "off")
+            .env_remove("RILL_API_KEY")
+            .output()
+            .unwrap();
+        common::assert_clean_error(&out, "API key is blank");
+    }
+}
+
+/// Issue 40: the Host/Origin check runs with a key too: a request naming another host, or
+/// from a foreign page, is served only when it carries the key.
+#[test]
+fn with_a_key_a_request_naming_another_host_must_carry_it() {
+    let server = Server::start(&["--api-key", "k"]);
+    let http = client();
+    let get = |path: &str, host: Option<&str>, origin: Option<&str>, key: bool| {
+        let mut r = http.get(server.url(path));
+        if let Some(h) = host {
+            r = r.header("Host", h);
+        }
+        if let Some(o) = origin {
+            r = r.header("Origin", o);
+        }
+        if key {
+            r = r.bearer_auth("k");
+        }
+        r.send().unwrap().status().as_u16()
+    };
+    assert_eq!(get("/health", Some("evil.example"), None, false), 403);
+    assert_eq!(get("/v1/models", Some("evil.example"), None, false), 403);
+    assert_eq!(
+        get("/v1/models", None, Some("https://evil.example"), false),
+        403
+    );
+    assert_eq!(get("/health", Some("evil.example"), None, true), 200);
+    assert_eq!(
+        get("/v1/models", None, Some("https://evil.example"), true),
+        200
+    );
+    assert_eq!(get("/health", None, None, false), 200);
+    assert_eq!(get("/v1/models", None, None, false), 401);
+}
+
+/// Issue 40: a client that opens a connection and sends nothing is cut off after the header
+/// timeout (10 s), and one that trickles its body gets 408 after the body timeout (30 s); the
+/// server answers others meanwhile.
+#[test]
+fn a_client_that_sends_nothing_or_trickles_its_body_is_cut_off() {
+    use std::io::{Read, Write};
+    let server = Server::start(&[]);
+    let addr = server.url("").trim_start_matches("http://").to_owned();
+    let silent = {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            let t = Instant::now();
+            let mut buf = Vec::new();
+            let _ = s.read_to_end(&mut buf);
+            (t.elapsed(), buf)
+        })
+    };
+    let trickle = std::thread::spawn(move || {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+        let t = Instant::now();
+        s.write_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+              Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+        )
+        .unwrap();
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        (t.elapsed(), String::from_utf8_lossy(&buf).into_owned())
+    });
+    // Meanwhile, others are served.
+    assert_eq!(
+        client()
+            .get(server.url("/v1/models"))
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
+    let (took, said) = silent.join().unwrap();
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(30),
+        "a silent connection lasted {took:?}"
+    );
+    // hyper answers a request head that never came with 408, or closes at once.
+    assert!(
+        said.is_empty() || said.starts_with(b"HTTP/1.1 408"),
+        "{said:?}"
+    );
+    let (took, said) = trickle.join().unwrap();
+    assert!(
+        took >= Duration::from_secs(29) && took < Duration::from_secs(60),
+        "a trickled body was waited for {took:?}"
+    );
+    assert!(said.starts_with("HTTP/1.1 408"), "{said}");
+    assert!(said.contains("did not arrive within"), "{said}");
+}

@@ -226,6 +226,9 @@ pub(crate) enum Command {
     /// A new draft model, or none.
     SetDraft(Option<Box<crate::draft::DraftModel>>),
     Shutdown,
+    /// Makes the inference thread panic: for the test that it recovers (`worker_tests.rs`).
+    #[cfg(test)]
+    Panic,
 }
 
 /// A preview on its way to the inference thread.
@@ -364,7 +367,7 @@ impl Engine {
         worker.set_draft(draft);
         let thread = std::thread::Builder::new()
             .name("rill-inference".into())
-            .spawn(move || worker::run(&mut worker, rx))?;
+            .spawn(move || worker::run_guarded(worker, rx))?;
         Ok(Engine {
             handle: Handle { tx, shared },
             thread: Some(thread),

@@ -78,16 +78,21 @@ pub fn machine_memory() -> Option<u64> {
     None
 }
 
-/// One model Rill can run, and where it was found.
+/// One model file on this machine, and where it was found.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct LocalModel {
     pub source: &'static str,
     #[serde(flatten)]
     pub info: ModelInfo,
+    /// Why the file cannot be used (a damaged header, a chat template that fails), when it
+    /// cannot: it is listed all the same, so the user sees what is wrong with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Every GGUF model on this machine that Rill knows of: the models folder, imported files and
-/// the Hugging Face cache. Files that fail to parse are skipped with a warning.
+/// the Hugging Face cache. Listing reads headers and compiles templates, never runs one, so a
+/// hostile file costs its header's reading; a file that fails is listed with its error.
 pub fn list(dir: &Path) -> Vec<LocalModel> {
     let mut found: Vec<(&'static str, PathBuf)> = Vec::new();
     let mut own = Vec::new();
@@ -108,11 +113,19 @@ pub fn list(dir: &Path) -> Vec<LocalModel> {
     found
         .into_iter()
         .filter(|(_, p)| seen.insert(std::fs::canonicalize(p).unwrap_or_else(|_| p.clone())))
-        .filter_map(|(source, p)| match inspect(&p) {
-            Ok(info) => Some(LocalModel { source, info }),
+        .map(|(source, p)| match inspect(&p) {
+            Ok(info) => LocalModel {
+                source,
+                info,
+                error: None,
+            },
             Err(e) => {
-                tracing::warn!(path = %p.display(), error = %e, "skipping unreadable model");
-                None
+                tracing::warn!(path = %p.display(), error = %e, "a model file that cannot be used");
+                LocalModel {
+                    source,
+                    info: ModelInfo::unreadable(&p),
+                    error: Some(e.to_string()),
+                }
             }
         })
         .collect()
@@ -202,17 +215,63 @@ pub fn pull(spec: &str, progress: &mut impl DownloadProgress) -> Result<PathBuf>
     }
 }
 
-fn pull_inner(spec: &str, progress: &mut impl DownloadProgress) -> Result<PathBuf> {
+/// Whether `name` is a plain name: letters, digits, `-`, `_` and `.`, and not `.` or `..`.
+fn plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Checks a file name within a repository: a relative name ending in `.gguf`, in folders of the
+/// repository at most (`Q4_K_M/model.gguf`), never a path out of it: no `..`, no leading `/`,
+/// no backslash, no drive (issue 40). The name reaches the cache's folders as it is.
+pub fn check_file_name(file: &str) -> Result<()> {
+    let bad = |why: &str| {
+        Err(Error::param(
+            "model",
+            format!("`{file}` is not a file name in the repository: {why}"),
+        ))
+    };
+    if !file.to_ascii_lowercase().ends_with(".gguf") {
+        return bad("Rill downloads .gguf files only");
+    }
+    if file.starts_with('/') || file.contains('\\') || file.contains(':') {
+        return bad("a name, not a path");
+    }
+    if !file.split('/').all(|part| {
+        !part.is_empty() && part != "." && part != ".." && !part.chars().any(char::is_control)
+    }) {
+        return bad("no `..`, `.` or empty folder in it");
+    }
+    Ok(())
+}
+
+/// `OWNER/REPO` or `OWNER/REPO:FILE.gguf`, checked: plain owner and repository names, and a
+/// file name that stays inside the repository ([`check_file_name`]).
+pub fn parse_spec(spec: &str) -> Result<(&str, Option<&str>)> {
     let (repo, file) = match spec.split_once(':') {
-        Some((r, f)) => (r, Some(f.to_owned())),
+        Some((r, f)) => (r, Some(f)),
         None => (spec, None),
     };
-    if repo.split('/').count() != 2 || repo.split('/').any(str::is_empty) {
+    let parts: Vec<&str> = repo.split('/').collect();
+    if parts.len() != 2 || !parts.iter().all(|p| plain_name(p)) {
         return Err(Error::param(
             "model",
             format!("`{spec}` is not OWNER/REPO or OWNER/REPO:FILE.gguf"),
         ));
     }
+    if let Some(f) = file {
+        check_file_name(f)?;
+    }
+    Ok((repo, file))
+}
+
+fn pull_inner(spec: &str, progress: &mut impl DownloadProgress) -> Result<PathBuf> {
+    let (repo, file) = parse_spec(spec)?;
+    let file = file.map(str::to_owned);
     let api = hf_hub::api::sync::ApiBuilder::from_env()
         .with_retries(3)
         .build()
@@ -225,8 +284,11 @@ fn pull_inner(spec: &str, progress: &mut impl DownloadProgress) -> Result<PathBu
                 .info()
                 .map_err(|e| Error::Download(format!("{repo}: {e}")))?;
             let files: Vec<String> = info.siblings.into_iter().map(|s| s.rfilename).collect();
-            choose_gguf(&files)
-                .ok_or_else(|| Error::Download(format!("{repo} has no .gguf file")))?
+            let file = choose_gguf(&files)
+                .ok_or_else(|| Error::Download(format!("{repo} has no .gguf file")))?;
+            // The listing comes from the network: its names are checked as a user's would be.
+            check_file_name(&file)?;
+            file
         }
     };
     // Already complete in the cache (fetched by Rill or any other Hugging Face tool): no network.
@@ -270,5 +332,36 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_file_name_that_leaves_the_repository_is_refused_issue_40() {
+        for bad in [
+            "o/r:/etc/passwd.gguf",
+            "o/r:../../../.bashrc.gguf",
+            "o/r:a/../../x.gguf",
+            "o/r:..\\x.gguf",
+            "o/r:C:/x.gguf",
+            "o/r:a//b.gguf",
+            "o/r:./x.gguf",
+            "o/r:model.bin",
+            "o/r:",
+            "../r:x.gguf",
+            "o/..:x.gguf",
+            "o/r r:x.gguf",
+        ] {
+            assert!(
+                matches!(
+                    parse_spec(bad),
+                    Err(Error::InvalidParam { field: "model", .. })
+                ),
+                "{bad}"
+            );
+        }
+        assert_eq!(parse_spec("o/r").unwrap(), ("o/r", None));
+        assert_eq!(
+            parse_spec("Qwen/Qwen3-0.6B-GGUF:Q4_K_M/qwen3.Q4_K_M.gguf").unwrap(),
+            ("Qwen/Qwen3-0.6B-GGUF", Some("Q4_K_M/qwen3.Q4_K_M.gguf"))
+        );
     }
 }

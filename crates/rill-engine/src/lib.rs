@@ -47,7 +47,6 @@ pub mod scheduler;
 pub(crate) mod sequence;
 pub mod stop;
 pub mod template;
-mod template_json;
 pub mod tokenizer;
 pub mod tools;
 mod weigh;

@@ -137,6 +137,15 @@ impl Handle {
 
     /// Fits a conversation into the context under `policy`: the prompt ids and how many
     /// messages were dropped from the front.
+    ///
+    /// Dropping goes a turn at a time from the front: the oldest message that is not the system
+    /// prompt or the last message, with what answers it (the assistant's reply, tool results),
+    /// so the roles keep alternating. Which count of turns to drop is found without rendering
+    /// for each (issue 40: a long history once cost a full render and tokenisation per dropped
+    /// turn, which one request could use to stall the server): every message's text is
+    /// tokenised once to estimate what each turn weighs, and the estimate is checked by
+    /// rendering, then corrected by bisection, so a fit costs a few renders whatever the
+    /// history's length.
     pub(crate) fn fit(
         &self,
         prompt: &Prompt,
@@ -145,33 +154,15 @@ impl Handle {
         policy: Overflow,
     ) -> Result<(Vec<u32>, usize)> {
         let context = self.shared.context_length;
-        let mut ids = self.tokenize_chat(prompt, args)?;
-        let mut dropped = 0;
-        if let (Prompt::Messages(all), Overflow::DropOldest) = (prompt, policy) {
-            // Room to answer: what was asked for, at most a quarter of the window.
-            let room = max_tokens.unwrap_or(usize::MAX).min(context / 4).max(1);
-            let mut messages = all.clone();
-            while ids.len() + room > context {
-                // The oldest turn that is not the system prompt or the last message; what
-                // answers it (the assistant's reply, tool results) goes with it, so the roles
-                // keep alternating.
-                let Some(i) = messages.iter().position(|m| m.role != Role::System) else {
-                    break;
-                };
-                if i + 1 >= messages.len() {
-                    break;
-                }
-                messages.remove(i);
-                dropped += 1;
-                while i + 1 < messages.len()
-                    && matches!(messages[i].role, Role::Assistant | Role::Tool)
-                {
-                    messages.remove(i);
-                    dropped += 1;
-                }
-                ids = self.tokenize_chat(&Prompt::Messages(messages.clone()), args)?;
+        let ids = self.tokenize_chat(prompt, args)?;
+        // Room to answer: what was asked for, at most a quarter of the window.
+        let room = max_tokens.unwrap_or(usize::MAX).min(context / 4).max(1);
+        let (ids, dropped) = match (prompt, policy) {
+            (Prompt::Messages(all), Overflow::DropOldest) if ids.len() + room > context => {
+                self.drop_oldest(all, args, ids, context - room.min(context))?
             }
-        }
+            _ => (ids, 0),
+        };
         if ids.len() >= context {
             return Err(Error::PromptTooLong {
                 prompt_tokens: ids.len(),
@@ -180,6 +171,117 @@ impl Handle {
         }
         Ok((ids, dropped))
     }
+
+    /// The fewest front turns of `all` to drop for the prompt to fit in `limit` tokens (or all
+    /// that can go), with the prompt then; `whole` is the prompt with nothing dropped.
+    fn drop_oldest(
+        &self,
+        all: &[Message],
+        args: &ChatArgs,
+        whole: Vec<u32>,
+        limit: usize,
+    ) -> Result<(Vec<u32>, usize)> {
+        let steps = drop_steps(all);
+        // The conversation with the first `k` steps dropped: system messages stay where they are.
+        let kept = |k: usize| -> Vec<Message> {
+            let mut gone: usize = steps[..k].iter().sum();
+            all.iter()
+                .filter(|m| {
+                    let drop = gone > 0 && m.role != Role::System;
+                    gone -= usize::from(drop);
+                    !drop
+                })
+                .cloned()
+                .collect()
+        };
+        let render =
+            |k: usize| -> Result<Vec<u32>> { self.tokenize_chat(&Prompt::Messages(kept(k)), args) };
+        // What each step weighs: its messages' text in tokens, plus each message's share of
+        // what the template adds around them.
+        let tok = &self.shared.tokenizer;
+        let text_tokens = |m: &Message| -> usize {
+            tok.encode_with(&m.content, false)
+                .map_or(0, |ids| ids.len())
+        };
+        let texts: usize = all.iter().map(text_tokens).sum();
+        let per_message = whole.len().saturating_sub(texts) / all.len().max(1);
+        let turns: Vec<&Message> = all.iter().filter(|m| m.role != Role::System).collect();
+        let mut at = 0;
+        let weights: Vec<usize> = steps
+            .iter()
+            .map(|&n| {
+                let w = turns[at..at + n]
+                    .iter()
+                    .map(|m| text_tokens(m) + per_message)
+                    .sum();
+                at += n;
+                w
+            })
+            .collect();
+        // The estimate: the fewest steps whose weight brings the prompt under the limit.
+        let over = whole.len().saturating_sub(limit);
+        let mut shed = 0;
+        let guess = weights
+            .iter()
+            .position(|w| {
+                shed += w;
+                shed >= over
+            })
+            .map_or(steps.len(), |i| i + 1);
+        // Checked, then bisected: `fits(lo)` is false and `fits(hi)` true (or `hi` is every
+        // step), and the answer is `hi`.
+        let mut cache: Vec<(usize, Vec<u32>)> = vec![(0, whole)];
+        let mut at_k = |k: usize| -> Result<Vec<u32>> {
+            if let Some((_, ids)) = cache.iter().find(|(c, _)| *c == k) {
+                return Ok(ids.clone());
+            }
+            let ids = render(k)?;
+            cache.push((k, ids.clone()));
+            Ok(ids)
+        };
+        let fits = |ids: &Vec<u32>| ids.len() <= limit;
+        let (mut lo, mut hi) = (0, steps.len());
+        let guessed = at_k(guess)?;
+        if fits(&guessed) {
+            hi = guess;
+            if guess > 0 && !fits(&at_k(guess - 1)?) {
+                lo = guess - 1;
+            }
+        } else {
+            lo = guess;
+        }
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            match fits(&at_k(mid)?) {
+                true => hi = mid,
+                false => lo = mid,
+            }
+        }
+        let dropped = steps[..hi].iter().sum();
+        Ok((at_k(hi)?, dropped))
+    }
+}
+
+/// How many messages each drop takes, in order, counting the conversation without its system
+/// messages: the oldest turn and what answers it, never the last message.
+fn drop_steps(all: &[Message]) -> Vec<usize> {
+    let turns: Vec<Role> = all
+        .iter()
+        .filter(|m| m.role != Role::System)
+        .map(|m| m.role)
+        .collect();
+    let mut steps = Vec::new();
+    let mut i = 0;
+    // A step never takes the last message: the question being answered.
+    while i + 1 < turns.len() {
+        let mut n = 1;
+        while i + n + 1 < turns.len() && matches!(turns[i + n], Role::Assistant | Role::Tool) {
+            n += 1;
+        }
+        steps.push(n);
+        i += n;
+    }
+    steps
 }
 
 /// Where a thinking model's answer starts: inside a block its template opened, or one the
@@ -232,7 +334,7 @@ impl Handle {
             .and_then(|v| v.as_bool());
         if req.grammar.is_none()
             || !matches!(req.prompt, Prompt::Messages(_))
-            || !self.shared.info.thinking.on(asked)
+            || !self.shared.info.thinking.unwrap_or_default().on(asked)
         {
             return false;
         }

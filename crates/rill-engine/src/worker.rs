@@ -47,8 +47,37 @@ pub(crate) struct Worker {
     weigher: Weigher,
 }
 
+/// The inference thread, kept alive: [`run`], and should it panic (a bug, or a file that
+/// reached one), every answer in flight ends with an error, the kept prefixes and draft caches
+/// are dropped, and the loop starts again on the same weights, so the engine goes on serving
+/// everyone else instead of leaving every handle with a dead thread (issue 40). A thread that
+/// panics again and again (three times within a minute) stops for good.
+pub(crate) fn run_guarded(mut worker: Worker, rx: mpsc::Receiver<Command>) {
+    let mut recent: Vec<Instant> = Vec::new();
+    loop {
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&mut worker, &rx)));
+        let Err(panic) = outcome else {
+            return;
+        };
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        tracing::error!(panic = %what, "the inference thread panicked; restarting it");
+        worker.recover(&what);
+        recent.retain(|t| t.elapsed().as_secs() < 60);
+        recent.push(Instant::now());
+        if recent.len() >= 3 {
+            tracing::error!("the inference thread panicked three times in a minute; stopping");
+            return;
+        }
+    }
+}
+
 /// The inference thread: apply commands, admit what fits, plan a round, run it, retire.
-pub(crate) fn run(worker: &mut Worker, rx: mpsc::Receiver<Command>) {
+fn run(worker: &mut Worker, rx: &mpsc::Receiver<Command>) {
     loop {
         // Block only when there is nothing to compute.
         let busy = worker.seqs.iter().any(|s| {
@@ -109,6 +138,28 @@ pub(crate) fn run(worker: &mut Worker, rx: mpsc::Receiver<Command>) {
 }
 
 impl Worker {
+    /// After a panic: every live answer ends with an error naming it (what it had streamed
+    /// stays its own: the store keeps a partial answer), previews are told, and the caches that
+    /// the interrupted pass may have left half-written go.
+    fn recover(&mut self, what: &str) {
+        let message = format!("the engine hit an internal error and restarted: {what}");
+        for mut s in self.seqs.drain(..) {
+            if s.finish_reason().is_none() {
+                s.fail(message.clone());
+            }
+        }
+        for (_, reply) in self.previews.drain(..) {
+            let _ = reply.send(Err(Error::Candle(candle_core::Error::Msg(message.clone()))));
+        }
+        self.prefixes = PrefixCache::default();
+        self.preview = None;
+        self.shared.cache_bytes.store(0, Ordering::Relaxed);
+        self.shared.prefix_bytes.store(0, Ordering::Relaxed);
+        if let Ok(mut live) = self.shared.live.lock() {
+            live.clear();
+        }
+    }
+
     /// Whether the model's (or the draft's) weights have panels still to be made (told to
     /// the handles too: a prompt may have made the last ones).
     fn panels_pending(&self) -> bool {
@@ -514,6 +565,8 @@ impl Worker {
                 }
             }
             Command::SetDraft(d) => self.replace_draft(d),
+            #[cfg(test)]
+            Command::Panic => panic!("a panic made by a test"),
             Command::Shutdown => {
                 for s in seqs.iter_mut() {
                     s.finish(StopReason::Cancelled);
@@ -524,3 +577,7 @@ impl Worker {
         true
     }
 }
+
+#[cfg(test)]
+#[path = "worker_tests.rs"]
+mod tests;

@@ -185,6 +185,57 @@ fn a_conversation_longer_than_the_context_drops_its_oldest_turns_or_stops() {
     ));
 }
 
+/// Issue 40: fitting a long history drops the fewest whole turns that make it fit, and costs a
+/// few renders, not one per dropped turn (2,000 turns once took a render and a tokenisation of
+/// the whole conversation for each of the ~1,990 it dropped: a request that stalled a server).
+#[test]
+fn a_long_history_is_fitted_by_dropping_the_fewest_turns_at_once() {
+    let e = engine(|c| EngineConfig {
+        context_size: Some(512),
+        ..c
+    });
+    let h: Handle = e.handle();
+    let mut messages = vec![Message::system("You are brief.")];
+    for i in 0..2_000 {
+        messages.push(Message::user(format!("Fact {i} about the sea, please.")));
+        messages.push(Message::assistant(format!("Fact {i}: it is salty.")));
+    }
+    messages.push(Message::user("What is the capital of France?"));
+    let started = std::time::Instant::now();
+    let mut gen = h
+        .generate(GenerateRequest {
+            params: SamplingParams::greedy(),
+            max_tokens: Some(8),
+            ..GenerateRequest::chat(messages.clone())
+        })
+        .unwrap();
+    let (prompt_tokens, dropped) = gen
+        .find_map(|e| match e {
+            Event::Started {
+                prompt_tokens,
+                dropped_messages,
+                ..
+            } => Some((prompt_tokens, dropped_messages)),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "fitting took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        dropped % 2 == 0 && prompt_tokens + 8 <= 512,
+        "{dropped} {prompt_tokens}"
+    );
+    // The fewest: one turn fewer dropped does not fit.
+    let mut kept = vec![messages[0].clone()];
+    kept.extend(messages[1 + dropped - 2..].iter().cloned());
+    let one_more = h.tokenize_prompt(&Prompt::Messages(kept)).unwrap().len();
+    assert!(one_more + 8 > 512, "{one_more} tokens would have fitted");
+    drop(gen);
+}
+
 /// Issue 13: an answer preempted for memory and admitted again, while an identical greedy
 /// answer finished in the meantime, finds a kept cache covering more than its prompt. It is
 /// taken up where it was (the prompt reuse it reports stays the prompt's), and it ends whole:

@@ -12,7 +12,7 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::Value;
-use common::gguf_craft::{self, Craft, RawTensor};
+use common::gguf_craft::{self, RawTensor};
 use proptest::prelude::*;
 use rill_engine::model::Model;
 use rill_engine::Error;
@@ -28,70 +28,6 @@ fn load_error(path: &Path) -> String {
         Ok(_) => panic!("{} loaded", path.display()),
         Err(e @ Error::ModelFile { .. }) => e.to_string(),
         Err(e) => panic!("not a model-file error: {e}"),
-    }
-}
-
-/// A small, valid llama-shaped model (zero weights): metadata of every value type, one layer.
-fn small() -> Craft {
-    let s = |v: &str| Value::String(v.into());
-    Craft {
-        metadata: vec![
-            ("general.architecture".into(), s("llama")),
-            ("general.alignment".into(), Value::U32(32)),
-            ("general.name".into(), s("tiny")),
-            ("llama.context_length".into(), Value::U32(64)),
-            ("llama.embedding_length".into(), Value::U32(32)),
-            ("llama.block_count".into(), Value::U32(1)),
-            ("llama.attention.head_count".into(), Value::U32(2)),
-            ("llama.rope.freq_base".into(), Value::F32(10000.0)),
-            ("llama.some_i64".into(), Value::I64(-3)),
-            ("llama.some_f64".into(), Value::F64(0.5)),
-            ("llama.some_bool".into(), Value::Bool(true)),
-            ("llama.some_u8".into(), Value::U8(7)),
-            ("llama.some_i16".into(), Value::I16(-7)),
-            ("tokenizer.ggml.model".into(), s("gpt2")),
-            (
-                "tokenizer.ggml.tokens".into(),
-                Value::Array(vec![s("a"), s("b"), s("ab"), s("<s>")]),
-            ),
-            ("tokenizer.ggml.merges".into(), Value::Array(vec![s("a b")])),
-            (
-                "tokenizer.ggml.token_type".into(),
-                Value::Array(vec![
-                    Value::I32(1),
-                    Value::I32(1),
-                    Value::I32(1),
-                    Value::I32(3),
-                ]),
-            ),
-            ("tokenizer.ggml.bos_token_id".into(), Value::U32(3)),
-            (
-                "tokenizer.chat_template".into(),
-                s("{{ messages[0]['content'] }}"),
-            ),
-        ],
-        tensors: [
-            ("token_embd.weight", vec![32, 4]),
-            ("output_norm.weight", vec![32]),
-            ("blk.0.attn_norm.weight", vec![32]),
-            ("blk.0.ffn_norm.weight", vec![32]),
-            ("blk.0.attn_q.weight", vec![32, 32]),
-            ("blk.0.attn_k.weight", vec![32, 32]),
-            ("blk.0.attn_v.weight", vec![32, 32]),
-            ("blk.0.attn_output.weight", vec![32, 32]),
-            ("blk.0.ffn_gate.weight", vec![32, 64]),
-            ("blk.0.ffn_up.weight", vec![32, 64]),
-            ("blk.0.ffn_down.weight", vec![64, 32]),
-        ]
-        .into_iter()
-        .map(|(name, dims): (&str, Vec<u64>)| RawTensor {
-            name: name.into(),
-            data: vec![0; 4 * dims.iter().product::<u64>() as usize],
-            dims,
-            type_id: 0,
-        })
-        .collect(),
-        alignment: 32,
     }
 }
 
@@ -124,7 +60,7 @@ fn a_header_whose_head_counts_disagree_with_the_weights_is_refused_at_load() {
 #[test]
 fn an_alignment_of_zero_is_a_damaged_header_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
-    let mut craft = small();
+    let mut craft = gguf_craft::small();
     gguf_craft::set(&mut craft, "general.alignment", Value::U32(0));
     let p = write(dir.path(), "align0.gguf", &craft.bytes());
     let msg = rill_engine::inspect(&p).unwrap_err().to_string();
@@ -146,7 +82,7 @@ fn tensor_dimensions_that_overflow_are_refused() {
         vec![u64::MAX, 2],
         vec![1 << 32, 1 << 32, 4],
     ] {
-        let mut craft = small();
+        let mut craft = gguf_craft::small();
         craft.tensors[1].dims = dims.clone();
         let p = write(dir.path(), "big.gguf", &craft.bytes());
         let msg = rill_engine::inspect(&p).unwrap_err().to_string();
@@ -157,7 +93,7 @@ fn tensor_dimensions_that_overflow_are_refused() {
 #[test]
 fn an_iq_tensor_is_named_and_not_called_damaged() {
     let dir = tempfile::tempdir().unwrap();
-    let mut craft = small();
+    let mut craft = gguf_craft::small();
     // IQ4_XS: ggml type 23, 136 bytes a block of 256.
     craft.tensors.push(RawTensor {
         name: "blk.0.ffn_down.weight".into(),
@@ -179,7 +115,7 @@ fn an_iq_tensor_is_named_and_not_called_damaged() {
 #[test]
 fn a_file_of_a_family_rill_does_not_run_says_what_it_is() {
     let dir = tempfile::tempdir().unwrap();
-    let mut craft = small();
+    let mut craft = gguf_craft::small();
     craft.metadata[0].1 = Value::String("qwen2moe".into());
     let p = write(dir.path(), "moe.gguf", &craft.bytes());
     // Listed (the models list shows it), marked as not run, named for people.
@@ -204,7 +140,7 @@ fn a_file_of_a_family_rill_does_not_run_says_what_it_is() {
         "{msg}"
     );
     // A family Rill runs is named as such.
-    let p = write(dir.path(), "tiny.gguf", &small().bytes());
+    let p = write(dir.path(), "tiny.gguf", &gguf_craft::small().bytes());
     let info = rill_engine::inspect(&p).unwrap();
     assert!(info.runs && info.family == "Llama", "{info:?}");
 }
@@ -286,7 +222,7 @@ fn config(cases: u32) -> ProptestConfig {
 /// (a model description or an error), never a panic. 20,000 cases by default.
 #[test]
 fn mutated_small_headers_never_panic_the_loader() {
-    let base = small().bytes();
+    let base = gguf_craft::small().bytes();
     let len = base.len();
     // It passes every check untouched, so mutations reach the tokenizer and template too.
     let info = rill_engine::model::check(&mut Cursor::new(&base), len as u64, Path::new("x"));

@@ -240,12 +240,24 @@ fn templates_say_how_their_models_think() {
     );
     // gpt-oss's harmony always starts with its analysis channel.
     assert_eq!(thinking("openai-gpt-oss-120b.jinja"), Thinking::Always);
+    // A listing runs no template (issue 40): how a file thinks is known once it loads.
     let info = rill_engine::inspect(&test_model("gpt-oss-test.MXFP4")).unwrap();
-    assert_eq!(info.thinking, Thinking::Always);
-    assert!(info.runs && info.family == "gpt-oss", "{info:?}");
+    assert!(
+        info.runs && info.family == "gpt-oss" && info.thinking.is_none(),
+        "{info:?}"
+    );
+    let loaded = |name: &str| {
+        rill_engine::model::Model::load(&test_model(name), &candle_core::Device::Cpu, Some(256))
+            .unwrap()
+            .info
+            .thinking
+    };
+    assert_eq!(loaded("gpt-oss-test.MXFP4"), Some(Thinking::Always));
     // And the test model's file says so.
-    let info = rill_engine::inspect(&test_model("deepseek-r1-qwen-test.Q8_0")).unwrap();
-    assert_eq!(info.thinking, Thinking::OnRequest);
+    assert_eq!(
+        loaded("deepseek-r1-qwen-test.Q8_0"),
+        Some(Thinking::OnRequest)
+    );
     assert!(Thinking::OnRequest.on(Some(true)) && !Thinking::OnRequest.on(None));
     assert!(Thinking::Optional.on(None) && !Thinking::Optional.on(Some(false)));
 }

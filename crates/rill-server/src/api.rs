@@ -1,5 +1,5 @@
 //! OpenAI's wire types, and their one conversion into engine types ("parse, don't validate":
-//! after [`ChatCompletionRequest::into_generate`], nothing downstream checks a field again).
+//! after [`Sampling::into_generate`], nothing downstream checks a field again).
 
 use rill_engine::{
     GenerateRequest, Grammar, Message, Prompt, Role, SamplingParams, Speculation, StopReason,
@@ -65,6 +65,17 @@ pub struct StreamOptions {
     pub include_usage: bool,
 }
 
+/// `logprobs` as either endpoint sends it.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Logprobs {
+    Flag(bool),
+    Count(i64),
+}
+
+/// The most alternatives the legacy completions give a token (OpenAI's limit).
+pub const MAX_LEGACY_LOGPROBS: i64 = 5;
+
 /// The sampling fields shared by both completion endpoints.
 #[derive(Debug, Default, Deserialize)]
 pub struct Sampling {
@@ -80,7 +91,9 @@ pub struct Sampling {
     pub frequency_penalty: Option<f32>,
     pub repetition_penalty: Option<f32>,
     pub n: Option<u32>,
-    pub logprobs: Option<bool>,
+    /// `true`/`false` on chat completions; a count of alternatives (0–5) on the legacy
+    /// completions, as OpenAI's two endpoints take it.
+    pub logprobs: Option<Logprobs>,
     pub top_logprobs: Option<u32>,
     #[serde(default)]
     pub stream: bool,
@@ -137,12 +150,44 @@ impl Sampling {
             ));
         }
         match self.logprobs {
-            Some(true) => Ok(Some(top as usize)),
+            Some(Logprobs::Flag(true)) => Ok(Some(top as usize)),
+            Some(Logprobs::Count(_)) => Err(ApiError::invalid(
+                "logprobs",
+                "on chat completions `logprobs` is true or false (`top_logprobs` counts \
+                 alternatives)",
+            )),
             _ if top > 0 => Err(ApiError::invalid(
                 "top_logprobs",
                 "top_logprobs needs \"logprobs\": true",
             )),
             _ => Ok(None),
+        }
+    }
+
+    /// The legacy completions' `logprobs`: `Some(n)` alternatives per token (0–5) when the
+    /// client asked for log-probabilities, as OpenAI's integer.
+    pub fn legacy_logprobs(&self) -> Result<Option<usize>, ApiError> {
+        if self.top_logprobs.is_some() {
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                "the legacy completions count alternatives in `logprobs` (0–5)",
+            ));
+        }
+        match self.logprobs {
+            None | Some(Logprobs::Flag(false)) => Ok(None),
+            Some(Logprobs::Count(n)) if (0..=MAX_LEGACY_LOGPROBS).contains(&n) => {
+                Ok(Some(n as usize))
+            }
+            Some(other) => Err(ApiError::invalid(
+                "logprobs",
+                format!(
+                    "an integer from 0 to {MAX_LEGACY_LOGPROBS} on /v1/completions, got {}",
+                    match other {
+                        Logprobs::Count(n) => n.to_string(),
+                        Logprobs::Flag(b) => b.to_string(),
+                    }
+                ),
+            )),
         }
     }
 
@@ -153,6 +198,7 @@ impl Sampling {
         prompt: Prompt,
         defaults: &SamplingParams,
         speculation: Speculation,
+        logprobs: Option<usize>,
     ) -> Result<GenerateRequest, ApiError> {
         if let Some(n) = self.n.filter(|&n| n != 1) {
             return Err(ApiError::invalid(
@@ -160,7 +206,7 @@ impl Sampling {
                 format!("only n = 1 is supported, got {n}"),
             ));
         }
-        let top_candidates = match self.logprobs()? {
+        let top_candidates = match logprobs {
             // The drawn token's own probability needs one candidate; `top_logprobs` more.
             Some(n) => n.max(1),
             None => 0,

@@ -3,9 +3,11 @@
 //! With an API key, a request must carry it (`Authorization: Bearer <key>`, compared in
 //! constant time). Without one (the default, on 127.0.0.1), any program on this machine may,
 //! but no web page: a page the user opens can reach 127.0.0.1 through a domain that resolves
-//! there (DNS rebinding), so without a key only requests naming this machine in `Host` (a
-//! loopback address, `localhost`) and coming from no foreign page (`Origin`, when a browser
-//! sends one) are served (issue 13).
+//! there (DNS rebinding), so only requests naming this machine in `Host` (a loopback address,
+//! `localhost`) and coming from no foreign page (`Origin`, when a browser sends one) are served
+//! (issue 13). That check runs whether a key is set or not: a request naming another host or
+//! from a foreign page passes only by carrying the key (issue 40: a blank key used to switch it
+//! off and let everything in).
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap};
@@ -46,13 +48,13 @@ fn is_loopback_origin(origin: &str) -> bool {
     }
 }
 
-/// Why a request without a key is refused, if it is.
+/// Why a request that does not carry the key is refused, if it is.
 fn foreign(headers: &HeaderMap) -> Option<String> {
     let text = |h| headers.get(h).map(|v| v.to_str().unwrap_or("(not text)"));
     if let Some(host) = text(header::HOST).filter(|h| !is_loopback_host(h)) {
         return Some(format!(
             "`Host: {host}` does not name this machine; without an API key only local requests \
-             are served (start the server with --api-key to serve other names)"
+             are served (start the server with --api-key, and send it, to serve other names)"
         ));
     }
     if let Some(origin) = text(header::ORIGIN).filter(|o| !is_loopback_origin(o)) {
@@ -76,14 +78,14 @@ pub(crate) fn has_key(s: &AppState, headers: &HeaderMap) -> bool {
     bool::from(given.as_bytes().ct_eq(key.as_bytes()))
 }
 
-/// Every route: without a key, refuse requests a web page could have sent.
+/// Every route: refuse requests a web page could have sent, unless they carry the key.
 pub(crate) async fn local_only(
     State(s): State<AppState>,
     request: Request,
     next: Next,
 ) -> Response {
-    if s.api_key.is_none() {
-        if let Some(why) = foreign(request.headers()) {
+    if let Some(why) = foreign(request.headers()) {
+        if s.api_key.is_none() || !has_key(&s, request.headers()) {
             return ApiError::forbidden(why).into_response();
         }
     }

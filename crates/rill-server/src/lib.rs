@@ -6,15 +6,16 @@
 //! `GET /v1/models`, `GET /health`. Errors come in OpenAI's JSON shape ([`error`]).
 //!
 //! Safe by default: it binds 127.0.0.1; an API key (Bearer) is optional there and required on
-//! any other address; without a key only requests naming this machine (`Host`) and from no
-//! foreign web page (`Origin`) are served, against DNS rebinding; request bodies are limited;
-//! no CORS. A client that disconnects mid-stream
+//! any other address, and a blank key is refused; a request that names another machine
+//! (`Host`) or comes from a foreign web page (`Origin`) is served only with the key, so without
+//! one only local requests are, against DNS rebinding; request bodies are limited; no CORS. A client that disconnects mid-stream
 //! drops its generation, which the engine cancels at once.
 //!
 //! [`remote`] is the other direction: a client for OpenAI-compatible servers (vLLM, TGI, Ollama,
 //! llama.cpp, another Rill) that yields the engine's own [`rill_engine::Event`]s.
 
 pub mod api;
+pub mod conn;
 pub mod error;
 mod guard;
 pub mod log;
@@ -96,7 +97,9 @@ pub fn router(handle: Handle, config: ServerConfig) -> Router {
     let state = AppState {
         handle,
         model_id,
-        api_key: config.api_key.map(Arc::from),
+        // A blank key is no key (issue 40): `listen` refuses one; here it leaves the server
+        // keyless, with the local-only checks, rather than open to any request.
+        api_key: usable_key(config.api_key.as_deref()).map(Arc::from),
         slots: Arc::new(Semaphore::new(config.max_concurrent.max(1))),
         defaults: Arc::new(config.defaults),
         speculation: config.speculation,
@@ -107,6 +110,11 @@ pub fn router(handle: Handle, config: ServerConfig) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
+        // The body is read (in time) only once the key is known good.
+        .route_layer(middleware::from_fn_with_state(
+            config.body_limit,
+            conn::body_in_time,
+        ))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             guard::require_key,
@@ -141,12 +149,30 @@ pub async fn serve(handle: Handle, config: ServerConfig, addr: SocketAddr) -> st
     serve_on(listener, handle, config, std::future::pending()).await
 }
 
-/// Binds the API's address (refusing anything beyond loopback without an API key), so a
-/// caller learns of a taken port or a refused address before it reports "listening".
+/// The key, if it is one: a blank or whitespace-only key is none.
+fn usable_key(key: Option<&str>) -> Option<&str> {
+    key.filter(|k| !k.trim().is_empty())
+}
+
+/// Checks an API key given on the command line or in settings: a blank or whitespace-only
+/// key is refused (it would be compared as the empty string, and let any request in).
+pub fn check_api_key(key: Option<&str>) -> std::io::Result<()> {
+    match key {
+        Some(k) if usable_key(Some(k)).is_none() => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the API key is blank: give a real key, or none for a local-only server",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Binds the API's address (refusing a blank key, and anything beyond loopback without an API
+/// key), so a caller learns of a taken port or a refused address before it reports "listening".
 pub async fn listen(
     addr: SocketAddr,
     config: &ServerConfig,
 ) -> std::io::Result<tokio::net::TcpListener> {
+    check_api_key(config.api_key.as_deref())?;
     if !addr.ip().is_loopback() && config.api_key.is_none() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
@@ -158,16 +184,15 @@ pub async fn listen(
     Ok(listener)
 }
 
-/// Serves on `listener` until `shutdown` completes (the app's API toggle).
+/// Serves on `listener` until `shutdown` completes (the app's API toggle), with the
+/// connection limits of [`conn`].
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     handle: Handle,
     config: ServerConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(handle, config))
-        .with_graceful_shutdown(shutdown)
-        .await
+    conn::serve(listener, router(handle, config), shutdown).await
 }
 
 /// A body that failed to parse, in OpenAI's shape: 413 when too large, else 400 with the reason.
@@ -239,6 +264,7 @@ async fn chat_completions(
         Prompt::Messages(messages.clone()),
         &s.defaults,
         s.speculation,
+        logprobs,
     )?;
     let format = s.handle.tool_format();
     if let Some(g) = tools.grammar(&s.handle)? {
@@ -273,20 +299,18 @@ async fn completions(
     let Json(req) = body.map_err(rejected)?;
     check_model(&s, req.model.as_deref())?;
     let (stream, usage) = req.sampling.streaming();
-    if req.sampling.logprobs()?.is_some() {
-        return Err(ApiError::invalid(
-            "logprobs",
-            "log-probabilities are served on /v1/chat/completions, not on the legacy /v1/completions",
-        ));
-    }
-    let generate =
-        req.sampling
-            .into_generate(Prompt::Text(req.prompt), &s.defaults, s.speculation)?;
+    let logprobs = req.sampling.legacy_logprobs()?;
+    let generate = req.sampling.into_generate(
+        Prompt::Text(req.prompt),
+        &s.defaults,
+        s.speculation,
+        logprobs,
+    )?;
     let reply = Reply {
         kind: Kind::Text,
         stream,
         include_usage: usage,
-        logprobs: None,
+        logprobs,
         tools: None,
     };
     reply::respond(s, reply, generate, None).await

@@ -2,8 +2,13 @@
 //! another Rill), for when one machine is not enough. It streams `/v1/chat/completions` and turns
 //! the server-sent chunks into the engine's own [`Event`]s, so the rest of the app (and the
 //! CLI) treats a remote answer like a local one.
+//!
+//! A remote server is not trusted to behave (issue 40): connecting gives up after
+//! [`CONNECT_TIMEOUT`], a stream that sends nothing for [`IDLE_TIMEOUT`] is broken off, and
+//! what is held of it is bounded: one server-sent line at most [`MAX_LINE`] bytes, an error
+//! body at most [`MAX_ERROR_BODY`].
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use rill_engine::{Event, Message, SamplingParams, StopReason, Timings, Usage};
@@ -24,6 +29,15 @@ pub enum RemoteError {
     #[error("{url}: {message}")]
     Protocol { url: String, message: String },
 }
+
+/// How long connecting to a remote server may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a remote stream may stay silent (a model's first token on a busy server included).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest server-sent line held while it arrives.
+pub const MAX_LINE: usize = 4 << 20;
+/// Most of an error body read (its message is shown; the rest is dropped).
+pub const MAX_ERROR_BODY: usize = 64 << 10;
 
 /// A remote server and the model to ask for there.
 #[derive(Clone, Debug)]
@@ -57,7 +71,11 @@ impl RemoteClient {
             base,
             model: model.to_owned(),
             api_key,
-            http: reqwest::Client::new(),
+            http: reqwest::Client::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .read_timeout(IDLE_TIMEOUT)
+                .build()
+                .unwrap_or_default(),
         }
     }
 
@@ -129,7 +147,7 @@ impl RemoteClient {
             return Err(RemoteError::Unauthorized { url });
         }
         if !status.is_success() {
-            let text = response.text().await.unwrap_or_default();
+            let text = bounded_text(response, MAX_ERROR_BODY).await;
             let message = serde_json::from_str::<Value>(&text)
                 .ok()
                 .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
@@ -228,7 +246,27 @@ impl RemoteClient {
                     None => {}
                 }
             }
+            // What is left is one unfinished line.
+            if buf.len() > MAX_LINE {
+                return Err(protocol(format!(
+                    "a line of the stream ran past {} MB without ending",
+                    MAX_LINE >> 20
+                )));
+            }
         }
         Err(protocol("the stream ended without [DONE]".into()))
     }
+}
+
+/// At most `limit` bytes of a response's body, as text.
+async fn bounded_text(response: reqwest::Response, limit: usize) -> String {
+    let mut body = response.bytes_stream();
+    let mut out: Vec<u8> = Vec::new();
+    while let Some(Ok(bytes)) = body.next().await {
+        out.extend_from_slice(&bytes[..bytes.len().min(limit - out.len())]);
+        if out.len() >= limit {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

@@ -46,9 +46,8 @@ impl Kind {
         finish: Option<&str>,
         chunk: bool,
         first: bool,
-        logprobs: Option<Vec<Value>>,
+        logprobs: Value,
     ) -> Value {
-        let logprobs = logprobs.map_or(Value::Null, |content| json!({ "content": content }));
         let last = d.is_none();
         let empty = Delta::default();
         let d = d.unwrap_or(&empty);
@@ -86,9 +85,45 @@ impl Kind {
                 json!({"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs})
             }
             (Kind::Text, _) => {
-                json!({"index": 0, "text": d.content, "finish_reason": finish, "logprobs": null})
+                json!({"index": 0, "text": d.content, "finish_reason": finish, "logprobs": logprobs})
             }
         }
+    }
+
+    /// A choice's `logprobs` from tokens' entries ([`logprob_entry`]; `None` when none were
+    /// asked for): chat's `{"content": [...]}`, or the legacy completions' parallel lists
+    /// (`tokens`, `token_logprobs`, `top_logprobs` as maps of alternative to log-probability,
+    /// `text_offset` in characters from the answer's start, where these tokens begin at
+    /// `offset`), as OpenAI's official client reads them.
+    fn logprobs(self, entries: Option<Vec<Value>>, offset: usize) -> Value {
+        let Some(entries) = entries else {
+            return Value::Null;
+        };
+        if matches!(self, Kind::Chat) {
+            return json!({ "content": entries });
+        }
+        let mut at = offset;
+        let (mut tokens, mut own, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
+        for e in entries {
+            offsets.push(at);
+            let text = e["token"].as_str().unwrap_or_default();
+            at += text.chars().count();
+            tokens.push(json!(text));
+            own.push(e["logprob"].clone());
+            let top: serde_json::Map<String, Value> = e["top_logprobs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|a| {
+                    (
+                        a["token"].as_str().unwrap_or_default().to_owned(),
+                        a["logprob"].clone(),
+                    )
+                })
+                .collect();
+            tops.push(Value::Object(top));
+        }
+        json!({"tokens": tokens, "token_logprobs": own, "top_logprobs": tops, "text_offset": offsets})
     }
 }
 
@@ -218,6 +253,17 @@ async fn begin_saved(
         })
 }
 
+/// Runs `f` on tokio's blocking threads; a panic in it stays a panic.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => Ok(v),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(ApiError::internal(e.to_string())),
+    }
+}
+
 /// Starts the generation (saving it when `save` names a store and the conversation) and
 /// answers in the way `reply` asks.
 pub(crate) async fn respond(
@@ -226,22 +272,27 @@ pub(crate) async fn respond(
     request: GenerateRequest,
     save: Option<(Store, Vec<Message>)>,
 ) -> Result<Response, ApiError> {
-    if let Some(g) = &request.grammar {
-        // Refused before anything is saved or started, naming the field it came from.
-        // The first grammar builds the token trie: off the async threads.
-        let (handle, grammar) = (s.handle.clone(), g.clone());
-        tokio::task::spawn_blocking(move || handle.check_grammar(&grammar))
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))?
-            .map_err(|e| ApiError::invalid(crate::api::grammar_field(g), e.to_string()))?;
-    }
+    // Everything that costs compute runs inside a slot and off the async threads (issue 40):
+    // a flood of requests with huge prompts or grammars waits for slots or gets 503, and never
+    // holds the workers that answer everyone else.
     let permit = s
         .slots
         .clone()
         .try_acquire_owned()
         .map_err(|_| ApiError::busy())?;
+    if let Some(g) = &request.grammar {
+        // Refused before anything is saved or started, naming the field it came from.
+        let (handle, grammar) = (s.handle.clone(), g.clone());
+        blocking(move || handle.check_grammar(&grammar))
+            .await?
+            .map_err(|e| ApiError::invalid(crate::api::grammar_field(g), e.to_string()))?;
+    }
     let mut source = match save {
-        None => Source::Plain(s.handle.generate(request)?),
+        None => {
+            // Rendering the template and tokenising the prompt: off the async threads.
+            let handle = s.handle.clone();
+            Source::Plain(blocking(move || handle.generate(request)).await??)
+        }
         Some((store, messages)) => Source::Saved(Some(Box::new(
             begin_saved(&s.handle, &store, &messages, request).await?,
         ))),
@@ -300,7 +351,7 @@ pub(crate) async fn respond(
                 let finish = finish(reason, &reader);
                 return Ok(Json(json!({
                     "id": id, "object": kind.object(false), "created": now(), "model": s.model_id,
-                    "choices": [kind.choice(Some(&whole), Some(finish), false, false, entries)],
+                    "choices": [kind.choice(Some(&whole), Some(finish), false, false, kind.logprobs(entries, 0))],
                     "usage": Usage::from(usage),
                 }))
                 .into_response());
@@ -343,6 +394,8 @@ fn sse_stream(
         _permit: OwnedSemaphorePermit,
         first: bool,
         tail: Vec<SseEvent>,
+        /// Characters of the answer sent so far (the legacy logprobs' `text_offset`).
+        sent: usize,
     }
     let created = now();
     let chunk = move |choices: Value, usage: Option<Usage>| {
@@ -359,6 +412,7 @@ fn sse_stream(
             _permit: permit,
             first: true,
             tail: Vec::new(),
+            sent: 0,
         },
         move |mut st| {
             let chunk = chunk.clone();
@@ -385,8 +439,10 @@ fn sse_stream(
                             let entry = logprobs.as_ref().map(|(h, top)| {
                                 vec![logprob_entry(h.tokenizer(), id, &candidates, *top)]
                             });
+                            let shaped = kind.logprobs(entry, st.sent);
+                            st.sent += text.chars().count();
                             let ev = chunk(
-                                json!([kind.choice(Some(&delta), None, true, st.first, entry)]),
+                                json!([kind.choice(Some(&delta), None, true, st.first, shaped)]),
                                 None,
                             );
                             st.first = false;
@@ -399,14 +455,26 @@ fn sse_stream(
                             }
                             if !rest.is_empty() {
                                 st.tail.push(chunk(
-                                    json!([kind.choice(Some(&rest), None, true, st.first, None)]),
+                                    json!([kind.choice(
+                                        Some(&rest),
+                                        None,
+                                        true,
+                                        st.first,
+                                        Value::Null
+                                    )]),
                                     None,
                                 ));
                                 st.first = false;
                             }
                             let finish = finish(reason, &st.reader);
                             st.tail.push(chunk(
-                                json!([kind.choice(None, Some(finish), true, st.first, None)]),
+                                json!([kind.choice(
+                                    None,
+                                    Some(finish),
+                                    true,
+                                    st.first,
+                                    Value::Null
+                                )]),
                                 None,
                             ));
                             if include_usage {
@@ -475,27 +543,45 @@ mod tests {
             Some("stop"),
             false,
             false,
-            None,
+            serde_json::Value::Null,
         );
         assert_eq!(whole["message"]["content"], "51.");
         assert_eq!(whole["message"]["reasoning_content"], "17 × 3 is 51.");
-        let plain = Kind::Chat.choice(Some(&d("51.", "")), Some("stop"), false, false, None);
+        let plain = Kind::Chat.choice(
+            Some(&d("51.", "")),
+            Some("stop"),
+            false,
+            false,
+            serde_json::Value::Null,
+        );
         assert!(
             plain["message"].get("reasoning_content").is_none(),
             "{plain}"
         );
 
-        let thinking = Kind::Chat.choice(Some(&d("", "17 × 3")), None, true, true, None);
+        let thinking = Kind::Chat.choice(
+            Some(&d("", "17 × 3")),
+            None,
+            true,
+            true,
+            serde_json::Value::Null,
+        );
         assert_eq!(thinking["delta"]["reasoning_content"], "17 × 3");
         assert_eq!(thinking["delta"]["role"], "assistant");
         assert!(thinking["delta"].get("content").is_none(), "{thinking}");
-        let answer = Kind::Chat.choice(Some(&d("51", "")), None, true, false, None);
+        let answer = Kind::Chat.choice(
+            Some(&d("51", "")),
+            None,
+            true,
+            false,
+            serde_json::Value::Null,
+        );
         assert_eq!(answer["delta"]["content"], "51");
         assert!(
             answer["delta"].get("reasoning_content").is_none(),
             "{answer}"
         );
-        let last = Kind::Chat.choice(None, Some("stop"), true, false, None);
+        let last = Kind::Chat.choice(None, Some("stop"), true, false, serde_json::Value::Null);
         assert_eq!(last["delta"], serde_json::json!({}));
     }
 
@@ -507,10 +593,16 @@ mod tests {
             reasoning: String::new(),
             calls: vec![call.clone()],
         };
-        let whole = Kind::Chat.choice(Some(&d), Some("tool_calls"), false, false, None);
+        let whole = Kind::Chat.choice(
+            Some(&d),
+            Some("tool_calls"),
+            false,
+            false,
+            serde_json::Value::Null,
+        );
         assert_eq!(whole["message"]["content"], serde_json::Value::Null);
         assert_eq!(whole["message"]["tool_calls"][0], call);
-        let chunk = Kind::Chat.choice(Some(&d), None, true, false, None);
+        let chunk = Kind::Chat.choice(Some(&d), None, true, false, serde_json::Value::Null);
         assert!(chunk["delta"].get("content").is_none(), "{chunk}");
         assert_eq!(chunk["delta"]["tool_calls"][0], call);
     }

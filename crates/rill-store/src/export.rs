@@ -5,7 +5,10 @@
 //! bytes, whatever ids the new database hands out). A file from a newer Rill, or a damaged one,
 //! is refused with a clear error and changes nothing (the import is one transaction). Secrets
 //! never leave in an export: any `api_key` in the settings is left out (issue 13; the app keeps
-//! keys apart from settings anyway).
+//! keys apart from settings anyway). Nor does an import bring a server in: a `remote` backend
+//! in an imported conversation's settings is dropped (issue 40), so opening a file someone
+//! sent cannot make the app send the user's next messages to a server of the sender's choice;
+//! the messages are kept, and the conversation answers with the model on this machine.
 //! Markdown is for reading: the current branch, one heading per turn, an answer's reasoning
 //! in a folded `<details>` block above it.
 
@@ -90,6 +93,17 @@ struct ExportMessage {
 }
 
 /// `v` without any `api_key` field, at any depth.
+/// Settings as an import keeps them: no secrets, and no `remote` server (the module's docs).
+fn imported_settings(v: Value) -> Value {
+    let mut v = without_secrets(v);
+    if let Value::Object(map) = &mut v {
+        if map.remove("remote").is_some() {
+            tracing::info!("an imported conversation named a remote server; it was dropped");
+        }
+    }
+    v
+}
+
 fn without_secrets(mut v: Value) -> Value {
     match &mut v {
         Value::Object(map) => {
@@ -219,7 +233,7 @@ impl Store {
         .bind(c.updated_at)
         .bind(&c.model)
         .bind(&c.system_prompt)
-        .bind(c.settings.to_string())
+        .bind(imported_settings(c.settings.clone()).to_string())
         .bind(c.pinned)
         .bind(c.archived)
         .execute(&mut *tx)
@@ -247,7 +261,7 @@ impl Store {
                 s => s,
             })
             .bind(&m.model)
-            .bind(m.settings.as_ref().map(Value::to_string))
+            .bind(m.settings.clone().map(|v| imported_settings(v).to_string()))
             .bind(m.prompt_tokens)
             .bind(m.completion_tokens)
             .bind(m.ttft_ms)

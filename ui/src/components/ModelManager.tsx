@@ -128,6 +128,8 @@ export default function ModelManager({ welcome, loaded, onClose, onLoaded }: Pro
                 </div>
                 {loaded?.path === m.path ? (
                   <span className="badge">in use</span>
+                ) : m.error ? (
+                  <span className="muted small" data-testid="model-error">{m.error}</span>
                 ) : !m.runs ? (
                   <span className="muted small">Rill does not run this file</span>
                 ) : (

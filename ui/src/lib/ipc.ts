@@ -150,6 +150,8 @@ export type Thinking = "none" | "optional" | "on_request" | "always";
 
 export interface LocalModel extends ModelInfo {
   source: "models" | "imported" | "hf-cache";
+  /** Why the file cannot be used (a damaged header, a chat template that fails), if it cannot. */
+  error?: string;
 }
 
 export interface CatalogueEntry {

@@ -15,6 +15,13 @@
 //!
 //! A tensor type Rill does not run (the IQ formats, …) is named as such
 //! ([`HeaderError::UnsupportedType`]): the file is not damaged.
+//!
+//! Metadata costs what it weighs (issue 40): a value held here takes about 32 bytes whatever
+//! the file spent on it (one for a `u8`), so a 16.8 MB file of byte arrays once took 532 MB to
+//! list. One array holds at most [`MAX_ARRAY`] items and all the metadata [`MAX_VALUES`]
+//! values and [`MAX_HELD`] bytes, limits real files stay well under (the largest vocabularies
+//! have about 260,000 tokens). And [`read_summary`], which listing uses, checks every array but
+//! holds none: a listing needs names and numbers, not vocabularies.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
@@ -44,9 +51,16 @@ pub struct Header {
     pub tensor_data_offset: u64,
 }
 
-/// Longest string and longest array a header may hold (llama.cpp's limits).
+/// Longest string a header may hold (llama.cpp's limit).
 const MAX_STRING: u64 = 1 << 30;
-const MAX_ARRAY: u64 = 1 << 30;
+/// Most items in one metadata array: four times the largest real vocabulary.
+pub const MAX_ARRAY: u64 = 1 << 20;
+/// Most values (scalars and array items) in all the metadata held.
+pub const MAX_VALUES: u64 = 1 << 22;
+/// Most bytes the held metadata may take in memory (strings' bytes and every value's slot).
+pub const MAX_HELD: u64 = 512 << 20;
+/// What one held value takes besides a string's bytes (candle's `Value`).
+const VALUE_BYTES: u64 = std::mem::size_of::<Value>() as u64;
 /// Most dimensions a tensor may have (ggml's `GGML_MAX_DIMS`).
 const MAX_DIMS: u32 = 4;
 /// Deepest nesting of arrays in arrays.
@@ -155,9 +169,39 @@ struct Reader<'a, R> {
     /// Bytes left in the file after the reading position.
     left: u64,
     wide: bool,
+    /// Whether arrays are kept (else checked and passed over).
+    hold_arrays: bool,
+    /// Values held so far, and the bytes they take.
+    values: u64,
+    held: u64,
 }
 
-impl<R: Read> Reader<'_, R> {
+impl<R: Read + Seek> Reader<'_, R> {
+    /// Counts a value about to be held, refusing metadata past [`MAX_VALUES`] or [`MAX_HELD`].
+    fn hold(&mut self, extra_bytes: u64, key: &str) -> Result<(), HeaderError> {
+        self.values += 1;
+        self.held = self.held.saturating_add(VALUE_BYTES + extra_bytes);
+        if self.values > MAX_VALUES || self.held > MAX_HELD {
+            return Err(damaged(format!(
+                "`{key}`: the metadata holds more than {MAX_VALUES} values or {} MB, past \
+                 what any real model carries",
+                MAX_HELD >> 20
+            )));
+        }
+        Ok(())
+    }
+
+    /// Passes over `n` bytes of the file.
+    fn skip(&mut self, n: u64, what: &str) -> Result<(), HeaderError> {
+        if n > self.left {
+            return Err(damaged(format!("truncated in {what}")));
+        }
+        self.r
+            .seek(SeekFrom::Current(n as i64))
+            .map_err(|_| damaged(format!("truncated in {what}")))?;
+        self.left -= n;
+        Ok(())
+    }
     fn bytes<const N: usize>(&mut self, what: &str) -> Result<[u8; N], HeaderError> {
         let mut b = [0u8; N];
         if self.left < N as u64 || self.r.read_exact(&mut b).is_err() {
@@ -203,7 +247,77 @@ impl<R: Read> Reader<'_, R> {
         Ok(String::from_utf8_lossy(&v).into_owned())
     }
 
-    fn value(&mut self, ty: u32, key: &str, depth: usize) -> Result<Value, HeaderError> {
+    /// One value, counted as held; `None` for an array passed over (`hold_arrays` off).
+    fn value(&mut self, ty: u32, key: &str, depth: usize) -> Result<Option<Value>, HeaderError> {
+        if ty == 9 {
+            return self.array(key, depth);
+        }
+        let held = depth == 0 || self.hold_arrays;
+        if !held {
+            // An item of an array passed over: checked, not kept.
+            match ty {
+                8 => {
+                    let n = self.len(key)?;
+                    if n > MAX_STRING {
+                        return Err(damaged(format!("`{key}`: a string of {n} bytes")));
+                    }
+                    self.skip(n, key)?;
+                }
+                _ => {
+                    self.scalar(ty, key)?;
+                }
+            }
+            return Ok(None);
+        }
+        let v = self.scalar(ty, key)?;
+        let extra = match &v {
+            Value::String(s) => s.len() as u64,
+            _ => 0,
+        };
+        self.hold(extra, key)?;
+        Ok(Some(v))
+    }
+
+    /// An array: its items checked, and held when `hold_arrays` is on.
+    fn array(&mut self, key: &str, depth: usize) -> Result<Option<Value>, HeaderError> {
+        if depth >= MAX_DEPTH {
+            return Err(damaged(format!("`{key}`: arrays nested too deep")));
+        }
+        let item = self.u32(key)?;
+        let n = self.len(key)?;
+        // Every item takes at least one byte: a count past the file is a lie.
+        if n > self.left {
+            return Err(damaged(format!(
+                "`{key}`: an array of {n} items, with {} bytes left in the file",
+                self.left
+            )));
+        }
+        if n > MAX_ARRAY {
+            return Err(damaged(format!(
+                "`{key}`: an array of {n} items, more than the {MAX_ARRAY} Rill reads (the \
+                 largest real vocabularies have about 260,000)"
+            )));
+        }
+        if !self.hold_arrays {
+            // Fixed-size items are passed over at once; others one by one.
+            if let Some(size) = fixed_size(item) {
+                self.skip(n * size, key)?;
+            } else {
+                for _ in 0..n {
+                    self.value(item, key, depth + 1)?;
+                }
+            }
+            return Ok(None);
+        }
+        self.hold(0, key)?;
+        let mut items = Vec::with_capacity(n.min(1 << 16) as usize);
+        for _ in 0..n {
+            items.extend(self.value(item, key, depth + 1)?);
+        }
+        Ok(Some(Value::Array(items)))
+    }
+
+    fn scalar(&mut self, ty: u32, key: &str) -> Result<Value, HeaderError> {
         Ok(match ty {
             0 => Value::U8(self.bytes::<1>(key)?[0]),
             1 => Value::I8(self.bytes::<1>(key)?[0] as i8),
@@ -218,25 +332,6 @@ impl<R: Read> Reader<'_, R> {
                 b => return Err(damaged(format!("`{key}`: {b} is not a boolean"))),
             },
             8 => Value::String(self.string(key)?),
-            9 => {
-                if depth >= MAX_DEPTH {
-                    return Err(damaged(format!("`{key}`: arrays nested too deep")));
-                }
-                let item = self.u32(key)?;
-                let n = self.len(key)?;
-                // Every item takes at least one byte: a count past the file is a lie.
-                if n > MAX_ARRAY || n > self.left {
-                    return Err(damaged(format!(
-                        "`{key}`: an array of {n} items, with {} bytes left in the file",
-                        self.left
-                    )));
-                }
-                let mut items = Vec::with_capacity(n.min(1 << 16) as usize);
-                for _ in 0..n {
-                    items.push(self.value(item, key, depth + 1)?);
-                }
-                Value::Array(items)
-            }
             10 => Value::U64(self.u64(key)?),
             11 => Value::I64(self.u64(key)? as i64),
             12 => Value::F64(f64::from_bits(self.u64(key)?)),
@@ -245,14 +340,42 @@ impl<R: Read> Reader<'_, R> {
     }
 }
 
+/// Bytes an item of type `ty` takes, when fixed (every type but strings and arrays).
+fn fixed_size(ty: u32) -> Option<u64> {
+    match ty {
+        0 | 1 => Some(1),
+        2 | 3 => Some(2),
+        4..=6 => Some(4),
+        10..=12 => Some(8),
+        _ => None,
+    }
+}
+
 /// Reads and checks the header of a GGUF file of `file_len` bytes from the start of `r`.
 pub fn read<R: Read + Seek>(r: &mut R, file_len: u64) -> Result<Header, HeaderError> {
+    read_with(r, file_len, true)
+}
+
+/// [`read`], with every metadata array checked but none held (each is held empty): what a
+/// listing needs, at the cost of the scalars alone.
+pub fn read_summary<R: Read + Seek>(r: &mut R, file_len: u64) -> Result<Header, HeaderError> {
+    read_with(r, file_len, false)
+}
+
+fn read_with<R: Read + Seek>(
+    r: &mut R,
+    file_len: u64,
+    hold_arrays: bool,
+) -> Result<Header, HeaderError> {
     r.seek(SeekFrom::Start(0))
         .map_err(|e| damaged(e.to_string()))?;
     let mut rd = Reader {
         r,
         left: file_len,
         wide: true,
+        hold_arrays,
+        values: 0,
+        held: 0,
     };
     if &rd.bytes::<4>("the magic")? != b"GGUF" {
         return Err(damaged("not a GGUF file"));
@@ -284,7 +407,8 @@ pub fn read<R: Read + Seek>(r: &mut R, file_len: u64) -> Result<Header, HeaderEr
     for i in 0..n_kv {
         let key = rd.string(&format!("metadata key {i}"))?;
         let ty = rd.u32(&key)?;
-        let value = rd.value(ty, &key, 0)?;
+        // An array passed over is held empty, so a key named twice is caught all the same.
+        let value = rd.value(ty, &key, 0)?.unwrap_or(Value::Array(Vec::new()));
         if metadata.insert(key.clone(), value).is_some() {
             return Err(damaged(format!("metadata `{key}` appears twice")));
         }
@@ -371,4 +495,85 @@ pub fn read<R: Read + Seek>(r: &mut R, file_len: u64) -> Result<Header, HeaderEr
         tensor_infos,
         tensor_data_offset,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    /// A header of `u8` arrays only, `items` each, and no tensors.
+    fn byte_arrays(arrays: &[(&str, u64)]) -> Vec<u8> {
+        let mut out = b"GGUF".to_vec();
+        out.extend(3u32.to_le_bytes());
+        out.extend(0u64.to_le_bytes());
+        out.extend((arrays.len() as u64 + 1).to_le_bytes());
+        let key = |out: &mut Vec<u8>, k: &str| {
+            out.extend((k.len() as u64).to_le_bytes());
+            out.extend(k.as_bytes());
+        };
+        key(&mut out, "general.architecture");
+        out.extend(8u32.to_le_bytes());
+        out.extend(5u64.to_le_bytes());
+        out.extend(b"llama");
+        for (k, n) in arrays {
+            key(&mut out, k);
+            out.extend(9u32.to_le_bytes());
+            out.extend(0u32.to_le_bytes());
+            out.extend(n.to_le_bytes());
+            out.extend(std::iter::repeat_n(7u8, *n as usize));
+        }
+        out
+    }
+
+    fn read_bytes(bytes: &[u8], summary: bool) -> Result<Header, HeaderError> {
+        let len = bytes.len() as u64;
+        match summary {
+            true => read_summary(&mut Cursor::new(bytes), len),
+            false => read(&mut Cursor::new(bytes), len),
+        }
+    }
+
+    #[test]
+    fn an_array_past_the_limit_is_refused_by_name_issue_40() {
+        let bytes = byte_arrays(&[("tokenizer.ggml.token_type", MAX_ARRAY + 1)]);
+        let err = read_bytes(&bytes, false).unwrap_err().to_string();
+        assert!(
+            err.contains("tokenizer.ggml.token_type") && err.contains("260,000"),
+            "{err}"
+        );
+        // Listing refuses it too: the file is not one Rill loads.
+        assert!(read_bytes(&bytes, true).is_err());
+        let ok = byte_arrays(&[("tokenizer.ggml.token_type", MAX_ARRAY)]);
+        let header = read_bytes(&ok, false).unwrap();
+        match &header.metadata["tokenizer.ggml.token_type"] {
+            Value::Array(items) => assert_eq!(items.len() as u64, MAX_ARRAY),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn metadata_past_its_total_is_refused_and_listing_holds_no_array_issue_40() {
+        // Five arrays of a million bytes: a 5 MB file that held would take 160 MB.
+        let arrays: Vec<(String, u64)> = (0..5).map(|i| (format!("x.a{i}"), MAX_ARRAY)).collect();
+        let named: Vec<(&str, u64)> = arrays.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+        let bytes = byte_arrays(&named);
+        let err = read_bytes(&bytes, false).unwrap_err().to_string();
+        assert!(err.contains("more than") && err.contains("values"), "{err}");
+        // A listing checks them and holds none.
+        let header = read_bytes(&bytes, true).unwrap();
+        for (k, _) in &named {
+            assert!(
+                matches!(&header.metadata[*k], Value::Array(a) if a.is_empty()),
+                "{k}"
+            );
+        }
+        assert_eq!(
+            header.metadata["general.architecture"].to_string().unwrap(),
+            "llama"
+        );
+        // A listing still refuses a truncated array.
+        let cut = &bytes[..bytes.len() - 10];
+        assert!(read_bytes(cut, true).is_err());
+    }
 }

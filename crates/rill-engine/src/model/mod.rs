@@ -57,8 +57,32 @@ pub struct ModelInfo {
     /// Trained context length.
     pub context_length: usize,
     pub has_chat_template: bool,
-    /// How its chat template lets it think (a Think switch, always, or not at all).
-    pub thinking: crate::template::Thinking,
+    /// How its chat template lets it think (a Think switch, always, or not at all): known once
+    /// the model is loaded, since finding it out runs the template, which listing never does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<crate::template::Thinking>,
+}
+
+impl ModelInfo {
+    /// What a listing says of a file it cannot read: its name and size, and that it does not run.
+    pub fn unreadable(path: &Path) -> ModelInfo {
+        ModelInfo {
+            path: path.to_owned(),
+            name: path
+                .file_stem()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            architecture: String::new(),
+            family: "unreadable".into(),
+            runs: false,
+            quantization: String::new(),
+            parameters: 0,
+            file_bytes: std::fs::metadata(path).map_or(0, |m| m.len()),
+            context_length: 0,
+            has_chat_template: false,
+            thinking: None,
+        }
+    }
 }
 
 /// Everything the engine needs from a model file.
@@ -86,14 +110,19 @@ fn open(path: &Path) -> Result<(File, u64)> {
 /// Reads and checks the header: magic, metadata, tensor table, and that every tensor's data
 /// lies inside the file (a truncated download is caught here, not when the tensor is read).
 /// Every number in it is checked before use ([`gguf`]), so a crafted file is an error here.
-fn read_header(path: &Path) -> Result<(gguf::Header, BufReader<File>, u64)> {
+/// With `summary`, metadata arrays are checked but not held ([`gguf::read_summary`]).
+fn read_header(path: &Path, summary: bool) -> Result<(gguf::Header, BufReader<File>, u64)> {
     let (file, len) = open(path)?;
     let mut reader = BufReader::new(file);
     let mut magic = [0u8; 4];
     if reader.read_exact(&mut magic).is_err() || &magic != b"GGUF" {
         return Err(Error::model_file(path, "not a GGUF file (Rill loads .gguf models; convert others with llama.cpp's convert_hf_to_gguf.py)"));
     }
-    let content = gguf::read(&mut reader, len).map_err(|e| header_error(path, e))?;
+    let content = match summary {
+        true => gguf::read_summary(&mut reader, len),
+        false => gguf::read(&mut reader, len),
+    }
+    .map_err(|e| header_error(path, e))?;
     Ok((content, reader, len))
 }
 
@@ -151,25 +180,42 @@ fn info_of(path: &Path, content: &gguf::Header, len: u64) -> Result<ModelInfo> {
         file_bytes: len,
         context_length,
         has_chat_template: md.contains_key("tokenizer.chat_template"),
-        thinking: md
-            .get("tokenizer.chat_template")
-            .and_then(|v| v.to_string().ok())
-            .and_then(|t| ChatTemplate::new(Some(t), "", "").ok())
-            .map(|t| t.thinking())
-            .unwrap_or_default(),
+        thinking: None,
     })
 }
 
-/// Describes a model file without loading its weights.
+/// The file's chat template, compiled (never rendered: listing runs no template code).
+fn template_source(content: &gguf::Header) -> Option<&str> {
+    content
+        .metadata
+        .get("tokenizer.chat_template")
+        .and_then(|v| v.to_string().ok())
+        .map(String::as_str)
+}
+
+/// A template failure as the model's error: the file is fine, its template is not (issue 40).
+fn template_error(path: &Path, e: Error) -> Error {
+    let why = match e {
+        Error::Template(m) => m,
+        other => other.to_string(),
+    };
+    Error::model_file(path, format!("its chat template fails: {why}"))
+}
+
+/// Describes a model file without loading its weights. Its chat template is compiled, so a
+/// broken one is named here, but not run.
 pub fn inspect(path: &Path) -> Result<ModelInfo> {
-    let (content, _, len) = read_header(path)?;
-    info_of(path, &content, len)
+    let (content, _, len) = read_header(path, true)?;
+    let info = info_of(path, &content, len)?;
+    ChatTemplate::new(template_source(&content), "", "").map_err(|e| template_error(path, e))?;
+    Ok(info)
 }
 
 /// The text side of a model: its tokenizer and chat template.
 struct TextSide {
     tokenizer: Tokenizer,
     template: ChatTemplate,
+    thinking: crate::template::Thinking,
 }
 
 /// Everything checked before the weights are read: the architecture, the hyper-parameters
@@ -197,18 +243,23 @@ fn check_content(
         ));
     }
     let special = |id: Option<u32>| id.and_then(|i| tokenizer.token_text(i)).unwrap_or_default();
-    let template_src = content
-        .metadata
-        .get("tokenizer.chat_template")
-        .and_then(|v| v.to_string().ok());
     let template = ChatTemplate::new(
-        template_src.map(String::as_str),
+        template_source(content),
         special(tokenizer.bos_id()),
         special(tokenizer.eos_id()),
-    )?;
+    )
+    .map_err(|e| template_error(path, e))?;
+    // One question, rendered as a chat would be: a template that cannot render it (a loop
+    // without end, a value that holds itself) fails here, naming the model, not at the first
+    // message. It is how the template thinks that this learns.
+    template
+        .render(&[crate::template::Message::user("2 + 2?")], true)
+        .map_err(|e| template_error(path, e))?;
+    let thinking = template.thinking();
     Ok(TextSide {
         tokenizer,
         template,
+        thinking,
     })
 }
 
@@ -221,8 +272,8 @@ pub fn check<R: std::io::Read + std::io::Seek>(
     path: &Path,
 ) -> Result<ModelInfo> {
     let content = gguf::read(reader, len).map_err(|e| header_error(path, e))?;
-    let info = info_of(path, &content, len)?;
-    check_content(path, &content, &info, None)?;
+    let mut info = info_of(path, &content, len)?;
+    info.thinking = Some(check_content(path, &content, &info, None)?.thinking);
     Ok(info)
 }
 
@@ -251,8 +302,8 @@ impl Model {
         context_cap: Option<usize>,
         compute: Compute,
     ) -> Result<Model> {
-        let (content, mut reader, len) = read_header(path)?;
-        let info = info_of(path, &content, len)?;
+        let (content, mut reader, len) = read_header(path, false)?;
+        let mut info = info_of(path, &content, len)?;
         let family = family::of(&info.architecture)
             .ok_or_else(|| Error::UnsupportedArchitecture(info.architecture.clone()))?;
         // On Unix the weights come from a map of the file: our kernels' panels are made from
@@ -287,7 +338,9 @@ impl Model {
         let TextSide {
             tokenizer,
             template,
+            thinking,
         } = text?;
+        info.thinking = Some(thinking);
         let weights = weights?;
         tracing::info!(name = %info.name, quant = %info.quantization, ctx = weights.config().context_length, "model loaded");
         Ok(Model {

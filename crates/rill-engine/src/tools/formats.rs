@@ -1,6 +1,6 @@
-//! The parsers of each tool-call format (see [`super`]). Each keeps the text it cannot be
-//! sure of yet (a marker's first half, a call object whose name has not arrived) and gives
-//! the rest at once.
+//! The parsers of the JSON tool-call formats (see [`super`]; harmony's is in `harmony.rs`).
+//! Each keeps the text it cannot be sure of yet (a marker's first half, a call object whose
+//! name has not arrived) and gives the rest at once.
 
 use super::scan::{self, progress};
 use super::{Raw, ToolParser};
@@ -12,7 +12,7 @@ fn find(buf: &str, marker: &str) -> Result<usize, usize> {
 }
 
 /// The first of `markers` in `buf`, with which it is; else the length that is safe to give.
-fn find_any<'m>(buf: &str, markers: &[&'m str]) -> Result<(usize, &'m str), usize> {
+pub(super) fn find_any<'m>(buf: &str, markers: &[&'m str]) -> Result<(usize, &'m str), usize> {
     let first = markers
         .iter()
         .filter_map(|m| buf.find(m).map(|at| (at, *m)))
@@ -40,12 +40,21 @@ enum Followed {
 
 /// Follows one JSON call object (`{"name": …, <arguments key>: …}`), giving the call as soon
 /// as its name and the start of its arguments are known, then the arguments as they come.
+/// Once the call has started only the new text is read ([`scan::ValueEnd`]).
 struct Follower {
     text: String,
     arg_keys: &'static [&'static str],
     /// How much of the arguments was given, once the call started.
     sent: Option<usize>,
+    /// Where the arguments start, once the call started, and where they end once they do.
+    args: Option<(usize, Option<usize>)>,
+    /// Reads the arguments' value as it grows.
+    value: scan::ValueEnd,
 }
+
+/// The most text a call object may hold before its name and arguments start (a model that
+/// writes more is not writing a call): it bounds the reading of its head again at each token.
+pub(super) const MAX_HEAD: usize = 64 << 10;
 
 impl Follower {
     fn new(arg_keys: &'static [&'static str]) -> Self {
@@ -53,20 +62,23 @@ impl Follower {
             text: String::new(),
             arg_keys,
             sent: None,
+            args: None,
+            value: scan::ValueEnd::default(),
         }
     }
 
     fn push(&mut self, s: &str, out: &mut Vec<Raw>) -> Followed {
         self.text.push_str(s);
-        let p = progress(&self.text, self.arg_keys);
         if self.sent.is_none() {
-            if p.bad || (p.end.is_some() && p.name.is_none()) {
+            let p = progress(&self.text, self.arg_keys);
+            if p.bad || (p.end.is_some() && p.name.is_none()) || self.text.len() > MAX_HEAD {
                 return Followed::NotACall(std::mem::take(&mut self.text));
             }
             match (&p.name, p.args, p.end) {
-                (Some(name), Some((start, _)), _) => {
+                (Some(name), Some((start, end)), _) => {
                     out.push(Raw::Call(name.clone()));
                     self.sent = Some(start);
+                    self.args = Some((start, end));
                 }
                 // A call with no arguments at all.
                 (Some(name), None, Some(end)) => {
@@ -77,21 +89,34 @@ impl Follower {
                 _ => return Followed::Going,
             }
         }
-        let Some((start, end)) = p.args else {
+        let Some((start, known_end)) = self.args else {
             return Followed::Going;
         };
+        let b = self.text.as_bytes();
+        let streams = matches!(b[start], b'{' | b'[');
+        let end = match known_end {
+            Some(end) => Some(end),
+            None if matches!(b[start], b'{' | b'[' | b'"') => self.value.find(b, start),
+            // A number or literal: short, read whole.
+            None => scan::value_end(b, start),
+        };
+        self.args = Some((start, end));
         let sent = self.sent.unwrap_or(start);
-        let streams = matches!(self.text.as_bytes()[start], b'{' | b'[');
         match end {
             Some(end) => {
-                if streams {
-                    out.push(Raw::Arguments(self.text[sent..end].to_owned()));
-                } else {
-                    out.push(Raw::Arguments(scan::arguments(&self.text[start..end])));
+                if sent < end {
+                    if streams {
+                        out.push(Raw::Arguments(self.text[sent..end].to_owned()));
+                    } else {
+                        out.push(Raw::Arguments(scan::arguments(&self.text[start..end])));
+                    }
                 }
                 self.sent = Some(end);
+                // What follows the arguments, read as the rest of the object (`{` + it).
+                let tail = format!("{{{}", &self.text[end..]);
+                let p = progress(&tail, &[]);
                 match (p.end, p.bad) {
-                    (Some(close), _) => Followed::Done(self.text[close..].to_owned()),
+                    (Some(close), _) => Followed::Done(self.text[end + close - 1..].to_owned()),
                     // Something other than `}` after the arguments: the call is what it is.
                     (None, true) => Followed::Done(self.text[end..].to_owned()),
                     (None, false) => Followed::Going,
@@ -111,7 +136,7 @@ impl Follower {
         match self.sent {
             None => Some(std::mem::take(&mut self.text)),
             Some(sent) => {
-                if let Some((start, None)) = progress(&self.text, self.arg_keys).args {
+                if let Some((start, None)) = self.args {
                     if sent >= start && sent < self.text.len() {
                         out.push(Raw::Arguments(self.text[sent..].to_owned()));
                     }
@@ -295,8 +320,8 @@ enum MistralState {
     ArrayCall(Follower),
     /// Reading a name up to `[ARGS]`.
     Name,
-    /// The arguments' JSON value after `[ARGS]`: how much of it was given.
-    Args(usize),
+    /// The arguments' JSON value after `[ARGS]`: how much of it was given, and its reader.
+    Args(usize, scan::ValueEnd),
 }
 
 const TOOL_CALLS: &str = "[TOOL_CALLS]";
@@ -370,18 +395,29 @@ impl ToolParser for Mistral {
                         let name = head.split(CALL_ID).next().unwrap_or(head).trim();
                         out.push(Raw::Call(name.to_owned()));
                         self.buf.drain(..at + ARGS.len());
-                        self.state = MistralState::Args(0);
+                        self.state = MistralState::Args(0, scan::ValueEnd::default());
+                    }
+                    // No name is this long: it was text (and is read again at each token
+                    // only up to here).
+                    Err(_) if self.buf.len() > MAX_HEAD => {
+                        out.push(Raw::Content(format!("{TOOL_CALLS}{}", self.buf)));
+                        self.buf.clear();
+                        self.state = MistralState::Content;
                     }
                     Err(_) => return,
                 },
-                MistralState::Args(sent) => {
+                MistralState::Args(sent, value) => {
                     let start = self.buf.len() - self.buf.trim_start().len();
                     let b = self.buf.as_bytes();
                     if start >= b.len() {
                         return;
                     }
                     let streams = matches!(b[start], b'{' | b'[');
-                    match scan::value_end(b, start) {
+                    let end = match b[start] {
+                        b'{' | b'[' | b'"' => value.find(b, start),
+                        _ => scan::value_end(b, start),
+                    };
+                    match end {
                         Some(end) => {
                             let args = if streams {
                                 self.buf[(*sent).max(start)..end].to_owned()
@@ -412,179 +448,19 @@ impl ToolParser for Mistral {
                     out.push(Raw::Content(format!("{TOOL_CALLS}[{text}")));
                 }
             }
-            MistralState::Args(sent) => {
+            MistralState::Args(sent, _) => {
                 let b = self.buf.as_bytes();
                 let start = self.buf.len() - self.buf.trim_start().len();
                 if start < b.len() && matches!(b[start], b'{' | b'[') && sent < b.len() {
                     out.push(Raw::Arguments(self.buf[sent.max(start)..].to_owned()));
                 }
             }
+            // An unfinished name is text the model wrote: shown, not dropped (issue 40).
+            MistralState::Name if !self.buf.trim().is_empty() => {
+                out.push(Raw::Content(format!("{TOOL_CALLS}{}", self.buf)))
+            }
             MistralState::Start | MistralState::Array | MistralState::Name => {}
         }
         self.buf.clear();
-    }
-}
-
-/// gpt-oss's harmony: a run of messages, each a header (`<|channel|>analysis`, maybe
-/// ` to=functions.f`, maybe `<|constrain|>json`) then `<|message|>`, a body, and one of
-/// `<|end|>`, `<|call|>`, `<|return|>`. The analysis channel is reasoning, the final and
-/// commentary channels content, and a message to `functions.f` is a call of `f` whose body is
-/// its arguments. An answer that does not start with a marker is content.
-#[derive(Default)]
-pub(crate) struct Harmony {
-    buf: String,
-    state: HarmonyState,
-}
-
-#[derive(Default)]
-enum HarmonyState {
-    #[default]
-    Header,
-    Body(Channel),
-    Plain,
-}
-
-#[derive(Clone, Copy)]
-enum Channel {
-    Reasoning,
-    Content,
-    Call,
-}
-
-const MESSAGE: &str = "<|message|>";
-/// What ends a message's body, and (the last three) markup that cannot be in one: a header's
-/// tokens a model wrote out of place, dropped, so that no markup reaches the text.
-const BODY_ENDS: &[&str] = &[
-    "<|end|>",
-    "<|call|>",
-    "<|return|>",
-    "<|start|>",
-    "<|channel|>",
-    "<|message|>",
-    "<|constrain|>",
-];
-const OUT_OF_PLACE: &[&str] = &["<|channel|>", "<|message|>", "<|constrain|>"];
-
-impl Harmony {
-    /// A parser inside a message's body already: an answer continued from a partial one, in
-    /// its analysis (`reasoning`) or its final message.
-    pub(crate) fn resumed(reasoning: bool) -> Harmony {
-        Harmony {
-            buf: String::new(),
-            state: HarmonyState::Body(match reasoning {
-                true => Channel::Reasoning,
-                false => Channel::Content,
-            }),
-        }
-    }
-
-    /// True inside an analysis message's body (the reasoning).
-    pub(crate) fn in_analysis(&self) -> bool {
-        matches!(self.state, HarmonyState::Body(Channel::Reasoning))
-    }
-
-    /// True once the answer proper has started: a final (or commentary) message's body, or
-    /// text that is no harmony message at all.
-    pub(crate) fn in_answer(&self) -> bool {
-        matches!(
-            self.state,
-            HarmonyState::Body(Channel::Content) | HarmonyState::Plain
-        )
-    }
-
-    /// The channel a header opens (and the call's name, for a message to a function).
-    fn header(head: &str) -> (Channel, Option<String>) {
-        let word_after = |key: &str| {
-            head.find(key).map(|at| {
-                head[at + key.len()..]
-                    .split(|c: char| c.is_whitespace() || c == '<')
-                    .next()
-                    .unwrap_or("")
-                    .to_owned()
-            })
-        };
-        if let Some(f) =
-            word_after("to=").and_then(|r| r.strip_prefix("functions.").map(str::to_owned))
-        {
-            return (Channel::Call, Some(f));
-        }
-        match word_after("<|channel|>").as_deref() {
-            Some("analysis") => (Channel::Reasoning, None),
-            _ => (Channel::Content, None),
-        }
-    }
-}
-
-impl ToolParser for Harmony {
-    fn push(&mut self, text: &str, out: &mut Vec<Raw>) {
-        self.buf.push_str(text);
-        loop {
-            match self.state {
-                HarmonyState::Header => {
-                    let rest = self.buf.trim_start();
-                    if rest.is_empty() {
-                        return;
-                    }
-                    if !(rest.starts_with("<|") || rest == "<") {
-                        self.state = HarmonyState::Plain;
-                        continue;
-                    }
-                    let Some(at) = self.buf.find(MESSAGE) else {
-                        return;
-                    };
-                    let (channel, name) = Self::header(&self.buf[..at]);
-                    if let Some(name) = name {
-                        out.push(Raw::Call(name));
-                    }
-                    self.buf.drain(..at + MESSAGE.len());
-                    self.state = HarmonyState::Body(channel);
-                }
-                HarmonyState::Body(channel) => {
-                    let (body, end) = match find_any(&self.buf, BODY_ENDS) {
-                        Ok((at, m)) => (at, Some(at + if m == "<|start|>" { 0 } else { m.len() })),
-                        Err(safe) => (safe, None),
-                    };
-                    let text = self.buf[..body].to_owned();
-                    out.push(match channel {
-                        Channel::Reasoning => Raw::Reasoning(text),
-                        Channel::Content => Raw::Content(text),
-                        Channel::Call => Raw::Arguments(text),
-                    });
-                    let out_of_place =
-                        end.is_some_and(|e| OUT_OF_PLACE.contains(&&self.buf[body..e]));
-                    match end {
-                        // Header markup inside a body: dropped, the body goes on.
-                        Some(end) if out_of_place => {
-                            self.buf.drain(..end);
-                        }
-                        Some(end) => {
-                            self.buf.drain(..end);
-                            self.state = HarmonyState::Header;
-                        }
-                        None => {
-                            self.buf.drain(..body);
-                            return;
-                        }
-                    }
-                }
-                HarmonyState::Plain => {
-                    out.push(Raw::Content(std::mem::take(&mut self.buf)));
-                    return;
-                }
-            }
-        }
-    }
-
-    fn finish(&mut self, out: &mut Vec<Raw>) {
-        let rest = std::mem::take(&mut self.buf);
-        match self.state {
-            HarmonyState::Body(Channel::Reasoning) => out.push(Raw::Reasoning(rest)),
-            HarmonyState::Body(Channel::Call) => out.push(Raw::Arguments(rest)),
-            HarmonyState::Body(Channel::Content) | HarmonyState::Plain => {
-                out.push(Raw::Content(rest))
-            }
-            HarmonyState::Header => {}
-        }
-        self.state = HarmonyState::Header;
     }
 }

@@ -16,10 +16,11 @@
 //! gathered ([`Calls`]), so a streamed answer and a whole one never differ.
 
 mod formats;
+mod harmony;
 pub mod prompt;
 mod scan;
 
-pub(crate) use formats::Harmony;
+pub(crate) use harmony::Harmony;
 
 use crate::template::ToolCall;
 
@@ -56,7 +57,7 @@ impl ToolFormat {
             ToolFormat::Hermes => Box::<formats::Hermes>::default(),
             ToolFormat::Llama3 => Box::<formats::Llama3>::default(),
             ToolFormat::Mistral => Box::<formats::Mistral>::default(),
-            ToolFormat::Harmony => Box::<formats::Harmony>::default(),
+            ToolFormat::Harmony => Box::<harmony::Harmony>::default(),
         }
     }
 

@@ -1,7 +1,9 @@
 //! Reading a tool call's JSON object while it streams in: `{"name": "f", "arguments": {…}}`,
 //! known as soon as its name is and followed byte by byte through its arguments, so the
-//! arguments can stream as they are written. Objects are small, so each push reads the
-//! object's text from its start again.
+//! arguments can stream as they are written. Until the call starts (its name and the start of
+//! its arguments known), each push reads the object's short head again; from then on
+//! [`ValueEnd`] reads only the arguments' new bytes, so a long call costs its length once, not
+//! its length per token (issue 40).
 
 /// Where one call object stands, read from its text so far.
 #[derive(Debug, Default, PartialEq)]
@@ -71,6 +73,57 @@ pub(crate) fn value_end(b: &[u8], i: usize) -> Option<usize> {
                 .position(|c| matches!(c, b',' | b'}' | b']') || c.is_ascii_whitespace())?;
             Some(i + stop)
         }
+    }
+}
+
+/// Finds where a JSON object, array or string ends, reading only what is new at each call.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ValueEnd {
+    /// Where reading goes on.
+    at: Option<usize>,
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl ValueEnd {
+    /// Just past the value that starts at `b[start]` (`{`, `[` or `"`); `None` while it is
+    /// unfinished. `b` only ever grows between calls, and `start` stays the same.
+    pub(crate) fn find(&mut self, b: &[u8], start: usize) -> Option<usize> {
+        let mut i = self.at.unwrap_or(start);
+        while i < b.len() {
+            let c = b[i];
+            i += 1;
+            if self.in_string {
+                match (self.escaped, c) {
+                    (true, _) => self.escaped = false,
+                    (false, b'\\') => self.escaped = true,
+                    (false, b'"') => {
+                        self.in_string = false;
+                        if self.depth == 0 {
+                            self.at = Some(i);
+                            return Some(i);
+                        }
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            match c {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        self.at = Some(i);
+                        return Some(i);
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.at = Some(i);
+        None
     }
 }
 
@@ -151,6 +204,17 @@ pub(crate) fn arguments(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn value_end_reads_only_what_is_new_and_agrees_with_value_end() {
+        let text = r#"{"a": [1, "x]}\"", {"b": {}}], "c": "}"} tail"#;
+        for start in [0, 6] {
+            let want = value_end(text.as_bytes(), start);
+            let mut v = ValueEnd::default();
+            let got = (start + 1..=text.len()).find_map(|n| v.find(&text.as_bytes()[..n], start));
+            assert_eq!(got, want, "from {start}");
+        }
+    }
 
     #[test]
     fn a_call_object_is_read_as_it_grows() {

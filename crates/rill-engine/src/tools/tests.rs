@@ -235,3 +235,49 @@ fn call_ids_are_nine_letters_and_digits_and_differ() {
     assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
     assert_ne!(a, call_id(2));
 }
+
+/// Issue 40: a call's arguments are read once, not again at every token: 200 KB of arguments
+/// a character at a time is read in about the time of one pass (reading the object from its
+/// start at every token took minutes).
+#[test]
+fn a_long_call_is_read_in_linear_time() {
+    let big = "x".repeat(200_000);
+    let args = format!(r#"{{"text": "{big}", "n": [1, {{"a": "}}"}}]}}"#);
+    for (format, text) in [
+        (
+            ToolFormat::Hermes,
+            format!("<tool_call>{{\"name\": \"f\", \"arguments\": {args}}}</tool_call>"),
+        ),
+        (ToolFormat::Mistral, format!("[TOOL_CALLS]f[ARGS]{args}")),
+        (
+            ToolFormat::Harmony,
+            format!("<|channel|>commentary to=functions.f <|message|>{args}<|call|>"),
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let chars: Vec<String> = text.chars().map(String::from).collect();
+        let chars: Vec<&str> = chars.iter().map(String::as_str).collect();
+        let got = gather(format, &chars);
+        assert_eq!(got, calls("", "", vec![call("f", &args)]), "{format:?}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{format:?}: {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// Issue 40: an answer that ends inside a header or a call's name shows what the model wrote.
+#[test]
+fn unfinished_header_or_name_text_is_shown_not_dropped() {
+    let got = gather(
+        ToolFormat::Harmony,
+        &[
+            "<|channel|>analysis<|message|>Hm.<|end|>",
+            "<|start|>assistant<|chan",
+        ],
+    );
+    assert_eq!(got, calls("<|start|>assistant<|chan", "Hm.", vec![]));
+    let got = gather(ToolFormat::Mistral, &["Sure. [TOOL_CALLS]get_wea"]);
+    assert_eq!(got, calls("Sure. [TOOL_CALLS]get_wea", "", vec![]));
+}

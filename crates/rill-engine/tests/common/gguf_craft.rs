@@ -163,3 +163,67 @@ pub fn set(craft: &mut Craft, key: &str, v: Value) {
         None => craft.metadata.push((key.to_owned(), v)),
     }
 }
+
+/// A small, valid llama-shaped model (zero weights): metadata of every value type, one layer.
+pub fn small() -> Craft {
+    let s = |v: &str| Value::String(v.into());
+    Craft {
+        metadata: vec![
+            ("general.architecture".into(), s("llama")),
+            ("general.alignment".into(), Value::U32(32)),
+            ("general.name".into(), s("tiny")),
+            ("llama.context_length".into(), Value::U32(64)),
+            ("llama.embedding_length".into(), Value::U32(32)),
+            ("llama.block_count".into(), Value::U32(1)),
+            ("llama.attention.head_count".into(), Value::U32(2)),
+            ("llama.rope.freq_base".into(), Value::F32(10000.0)),
+            ("llama.some_i64".into(), Value::I64(-3)),
+            ("llama.some_f64".into(), Value::F64(0.5)),
+            ("llama.some_bool".into(), Value::Bool(true)),
+            ("llama.some_u8".into(), Value::U8(7)),
+            ("llama.some_i16".into(), Value::I16(-7)),
+            ("tokenizer.ggml.model".into(), s("gpt2")),
+            (
+                "tokenizer.ggml.tokens".into(),
+                Value::Array(vec![s("a"), s("b"), s("ab"), s("<s>")]),
+            ),
+            ("tokenizer.ggml.merges".into(), Value::Array(vec![s("a b")])),
+            (
+                "tokenizer.ggml.token_type".into(),
+                Value::Array(vec![
+                    Value::I32(1),
+                    Value::I32(1),
+                    Value::I32(1),
+                    Value::I32(3),
+                ]),
+            ),
+            ("tokenizer.ggml.bos_token_id".into(), Value::U32(3)),
+            (
+                "tokenizer.chat_template".into(),
+                s("{{ messages[0]['content'] }}"),
+            ),
+        ],
+        tensors: [
+            ("token_embd.weight", vec![32, 4]),
+            ("output_norm.weight", vec![32]),
+            ("blk.0.attn_norm.weight", vec![32]),
+            ("blk.0.ffn_norm.weight", vec![32]),
+            ("blk.0.attn_q.weight", vec![32, 32]),
+            ("blk.0.attn_k.weight", vec![32, 32]),
+            ("blk.0.attn_v.weight", vec![32, 32]),
+            ("blk.0.attn_output.weight", vec![32, 32]),
+            ("blk.0.ffn_gate.weight", vec![32, 64]),
+            ("blk.0.ffn_up.weight", vec![32, 64]),
+            ("blk.0.ffn_down.weight", vec![64, 32]),
+        ]
+        .into_iter()
+        .map(|(name, dims): (&str, Vec<u64>)| RawTensor {
+            name: name.into(),
+            data: vec![0; 4 * dims.iter().product::<u64>() as usize],
+            dims,
+            type_id: 0,
+        })
+        .collect(),
+        alignment: 32,
+    }
+}

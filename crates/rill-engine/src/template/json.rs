@@ -11,6 +11,8 @@
 use minijinja::value::{Kwargs, Value};
 use minijinja::Error;
 
+use super::limits::{too_deep, too_long, MAX_DEPTH, MAX_INDENT, MAX_RENDERED};
+
 /// How Python's `json.dumps` is asked to write.
 struct Style {
     indent: Option<String>,
@@ -25,8 +27,14 @@ pub fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Va
     let indent = match kwargs.get::<Option<Value>>("indent")?.or(indent) {
         Some(v) if v.is_none() || v.is_undefined() => None,
         Some(v) => Some(match v.as_i64() {
+            Some(n) if n > MAX_INDENT as i64 => {
+                return Err(Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    format!("tojson: indent {n} is wider than {MAX_INDENT}"),
+                ))
+            }
             Some(n) => " ".repeat(n.max(0) as usize),
-            None => v.as_str().unwrap_or("").to_owned(),
+            None => v.as_str().unwrap_or("").chars().take(MAX_INDENT).collect(),
         }),
         None => None,
     };
@@ -34,7 +42,8 @@ pub fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Va
         Some(s) if !s.is_none() => {
             let parts: Vec<String> = s
                 .try_iter()?
-                .map(|p| p.as_str().unwrap_or("").to_owned())
+                .take(3)
+                .map(|p| p.as_str().unwrap_or("").chars().take(MAX_INDENT).collect())
                 .collect();
             match parts.as_slice() {
                 [i, k] => (i.clone(), k.clone()),
@@ -93,9 +102,16 @@ fn string(s: &str, style: &Style, out: &mut String) {
     }
 }
 
-/// Writes `v` as JSON, maps in their own order (as Python's dicts keep theirs).
+/// Writes `v` as JSON, maps in their own order (as Python's dicts keep theirs), at most
+/// [`MAX_DEPTH`] deep and [`MAX_RENDERED`] long (issue 40).
 fn write(v: &Value, style: &Style, depth: usize, out: &mut String) -> Result<(), Error> {
     use minijinja::value::ValueKind as K;
+    if depth > MAX_DEPTH {
+        return Err(too_deep("tojson"));
+    }
+    if out.len() > MAX_RENDERED {
+        return Err(too_long("tojson"));
+    }
     match v.kind() {
         K::Seq | K::Iterable => {
             let items: Vec<Value> = v.try_iter()?.collect();
@@ -154,9 +170,16 @@ fn write(v: &Value, style: &Style, depth: usize, out: &mut String) -> Result<(),
     Ok(())
 }
 
-/// Python's `repr` of a value: `{'k': [1, 2.5, True, None]}`.
-fn repr(v: &Value, out: &mut String) {
+/// Python's `repr` of a value: `{'k': [1, 2.5, True, None]}`, at most [`MAX_DEPTH`] deep and
+/// [`MAX_RENDERED`] long.
+fn repr(v: &Value, depth: usize, out: &mut String) -> Result<(), Error> {
     use minijinja::value::ValueKind as K;
+    if depth > MAX_DEPTH {
+        return Err(too_deep("printing"));
+    }
+    if out.len() > MAX_RENDERED {
+        return Err(too_long("printing"));
+    }
     match v.kind() {
         K::Seq | K::Iterable => {
             out.push('[');
@@ -164,7 +187,7 @@ fn repr(v: &Value, out: &mut String) {
                 if i > 0 {
                     out.push_str(", ");
                 }
-                repr(&x, out);
+                repr(&x, depth + 1, out)?;
             }
             out.push(']');
         }
@@ -174,9 +197,9 @@ fn repr(v: &Value, out: &mut String) {
                 if i > 0 {
                     out.push_str(", ");
                 }
-                repr(&k, out);
+                repr(&k, depth + 1, out)?;
                 out.push_str(": ");
-                repr(&v.get_item(&k).unwrap_or_default(), out);
+                repr(&v.get_item(&k).unwrap_or_default(), depth + 1, out)?;
             }
             out.push('}');
         }
@@ -185,6 +208,7 @@ fn repr(v: &Value, out: &mut String) {
         K::Undefined | K::None => out.push_str("None"),
         _ => out.push_str(&serde_json::to_string(v).unwrap_or_else(|_| v.to_string())),
     }
+    Ok(())
 }
 
 /// Python's `repr` of a string: single quotes unless it holds `'` and no `"`.
@@ -227,24 +251,30 @@ pub fn formatter(
 ) -> Result<(), Error> {
     if is_container(value) {
         let mut text = String::new();
-        repr(value, &mut text);
+        repr(value, 0, &mut text)?;
         return out.write_str(&text).map_err(Error::from);
     }
     minijinja::escape_formatter(out, state, value)
 }
 
 /// `x|string`, as Python's `str(x)`: a string as it is, anything else as Python writes it.
-pub fn python_string(value: Value) -> Value {
+pub fn python_string(value: Value) -> Result<Value, Error> {
     if value.as_str().is_some() {
-        return value;
+        return Ok(value);
     }
     use minijinja::value::ValueKind as K;
     if is_container(&value) || matches!(value.kind(), K::Bool | K::None | K::Undefined) {
-        let mut text = String::new();
-        repr(&value, &mut text);
-        return Value::from(text);
+        return pprint(value);
     }
-    Value::from(value.to_string())
+    Ok(Value::from(value.to_string()))
+}
+
+/// `x|pprint`, as Python's `pprint.pformat` for what templates hold (one line): Python's
+/// `repr`, bounded as printing is (minijinja's own walks any depth).
+pub fn pprint(value: Value) -> Result<Value, Error> {
+    let mut text = String::new();
+    repr(&value, 0, &mut text)?;
+    Ok(Value::from(text))
 }
 
 /// The template with `{% generation %}` … `{% endgeneration %}` turned into a block that always
@@ -255,7 +285,8 @@ pub fn generation_as_block(source: &str) -> String {
     while let Some(at) = rest.find("{%") {
         out.push_str(&rest[..at]);
         let tag = &rest[at..];
-        let Some(end) = tag.find("%}") else {
+        // `{%}` is an opening with no tag in it: its `%}` starts after the `{%`.
+        let Some(end) = tag[2..].find("%}").map(|e| e + 2) else {
             out.push_str(tag);
             return out;
         };

@@ -5,7 +5,7 @@
 //! `apply_chat_template` (trim_blocks, lstrip_blocks, Python string methods through
 //! minijinja-contrib's pycompat) with the globals HF templates use: `bos_token`, `eos_token`,
 //! `add_generation_prompt`, `enable_thinking`, `tools`, `raise_exception`, `strftime_now` and a
-//! `tojson` that writes JSON as Python's `json.dumps` does (`template_json.rs`), plus whatever
+//! `tojson` that writes JSON as Python's `json.dumps` does (`json.rs`), plus whatever
 //! the caller adds (OpenAI's `chat_template_kwargs`). Messages reach a template as Hugging
 //! Face's give them: tool calls as `{"id", "type": "function", "function": {"name",
 //! "arguments"}}` with the arguments as a JSON object (templates write them with `tojson`), a
@@ -14,9 +14,17 @@
 //! llama.cpp's folder renders byte for byte as Python's jinja2 renders it, for a fixed set of
 //! conversations (tested). A template that cannot render is an error naming its line, never a
 //! silent fallback. A file without a template gets ChatML, which most small instruct models
-//! understand.
+//! understand. A template is code from an untrusted file: every render runs under the limits of
+//! [`limits`] (fuel, depth, size, a thread of its own), so a hostile one is an error, never a
+//! crash or a hang.
+
+mod json;
+pub(crate) mod limits;
+mod thinking;
 
 use serde::{Deserialize, Serialize};
+
+pub use thinking::Thinking;
 
 use crate::error::{Error, Result};
 
@@ -177,7 +185,16 @@ impl ChatTemplate {
         eos_token: impl Into<String>,
         now: Option<chrono::NaiveDateTime>,
     ) -> Result<Self> {
+        let source = source.unwrap_or(CHATML_TEMPLATE);
+        if source.len() > limits::MAX_SOURCE {
+            return Err(Error::Template(format!(
+                "the template is {} KB, longer than the {} KB a chat template may be",
+                source.len() >> 10,
+                limits::MAX_SOURCE >> 10
+            )));
+        }
         let mut env = minijinja::Environment::new();
+        env.set_fuel(Some(limits::FUEL));
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -192,17 +209,28 @@ impl ChatTemplate {
         );
         env.add_function("strftime_now", move |fmt: String| {
             let now = now.unwrap_or_else(|| chrono::Local::now().naive_local());
-            now.format(&fmt).to_string()
+            // chrono's `to_string` panics on a format it cannot write (`%Z` of a time with no
+            // zone): write it instead, and make that an error.
+            let mut out = String::new();
+            use std::fmt::Write;
+            write!(out, "{}", now.format(&fmt)).map_err(|_| {
+                minijinja::Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    format!("strftime_now: cannot write the format {fmt:?}"),
+                )
+            })?;
+            Ok::<_, minijinja::Error>(out)
         });
-        env.add_filter("tojson", crate::template_json::tojson);
-        env.add_filter("string", crate::template_json::python_string);
-        env.set_formatter(crate::template_json::formatter);
+        env.add_filter("tojson", json::tojson);
+        env.add_filter("string", json::python_string);
+        env.add_filter("pprint", json::pprint);
+        env.set_formatter(json::formatter);
         // Python's `is iterable`: a string, list or mapping; `none` is not (templates guard a
         // `tools | length` with it, and minijinja would otherwise call none iterable).
         env.add_test("iterable", |v: minijinja::Value| {
             !v.is_none() && !v.is_undefined() && v.try_iter().is_ok()
         });
-        let source = crate::template_json::generation_as_block(source.unwrap_or(CHATML_TEMPLATE));
+        let source = json::generation_as_block(source);
         env.add_template_owned("chat", source.clone())
             .map_err(|e| Error::Template(describe(&e)))?;
         Ok(ChatTemplate {
@@ -228,8 +256,12 @@ impl ChatTemplate {
     /// Renders the conversation with the variables Hugging Face's `apply_chat_template` gives a
     /// template: the messages, `tools` (none unless given) and `documents` (none), the
     /// generation prompt switch, the special tokens, `enable_thinking` when set, and the
-    /// caller's extra variables.
+    /// caller's extra variables. Under [`limits`]: whatever the template does, this returns.
     pub fn render_with(&self, messages: &[Message], options: &RenderOptions) -> Result<String> {
+        limits::guarded(|| self.render_unguarded(messages, options))
+    }
+
+    fn render_unguarded(&self, messages: &[Message], options: &RenderOptions) -> Result<String> {
         use minijinja::Value as V;
         let tmpl = self
             .env
@@ -259,8 +291,10 @@ impl ChatTemplate {
         if let Some(on) = options.enable_thinking {
             ctx.insert("enable_thinking".into(), V::from(on));
         }
-        tmpl.render(V::from(ctx))
-            .map_err(|e| Error::Template(describe(&e)))
+        let mut out = limits::Capped::default();
+        tmpl.render_captured_to(V::from(ctx), &mut out)
+            .map_err(|e| Error::Template(describe(&e)))?;
+        String::from_utf8(out.0).map_err(|e| Error::Template(e.to_string()))
     }
 
     /// Whether the template does anything with `tools` (else tools are described in the
@@ -278,8 +312,22 @@ impl ChatTemplate {
 /// A template error as the user should read it: `raise_exception`'s message alone (the
 /// template author's explanation), else the error with the template's line.
 fn describe(e: &minijinja::Error) -> String {
-    if let (minijinja::ErrorKind::InvalidOperation, Some(detail)) = (e.kind(), e.detail()) {
-        return detail.to_owned();
+    use minijinja::ErrorKind as K;
+    match (e.kind(), e.detail()) {
+        (K::InvalidOperation, Some(detail)) => return detail.to_owned(),
+        (K::OutOfFuel, _) => {
+            return format!(
+                "the template ran past {} steps (an endless loop?)",
+                limits::FUEL
+            )
+        }
+        (K::WriteFailure, _) => {
+            return format!(
+                "the rendered prompt grew past {} MB",
+                limits::MAX_RENDERED >> 20
+            )
+        }
+        _ => {}
     }
     match e.line() {
         Some(line) => format!("{e} (template line {line})"),
@@ -341,68 +389,5 @@ mod tests {
             ChatTemplate::new(Some("{% for %}"), "", ""),
             Err(Error::Template(_))
         ));
-    }
-}
-
-/// How a chat template lets its model think: what the window's Think switch and thinking
-/// budget apply to, and whether a request that says nothing gets thinking.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Thinking {
-    /// No thinking block.
-    #[default]
-    None,
-    /// The template reads `enable_thinking` and thinks unless it is false (Qwen3).
-    Optional,
-    /// The template reads `enable_thinking` and thinks only when it is true (llama.cpp's
-    /// DeepSeek-R1-Distill template closes the block it opens otherwise).
-    OnRequest,
-    /// The model thinks whenever it answers, with no switch: in a `<think>` block (QwQ, the
-    /// official DeepSeek-R1 distills' templates), or in harmony's analysis message (gpt-oss,
-    /// whose reasoning effort is low, medium or high, never none).
-    Always,
-}
-
-impl Thinking {
-    /// Whether an answer thinks, given the request's `enable_thinking` (if it set one).
-    pub fn on(self, enable_thinking: Option<bool>) -> bool {
-        match self {
-            Thinking::None => false,
-            Thinking::Always => true,
-            Thinking::Optional => enable_thinking != Some(false),
-            Thinking::OnRequest => enable_thinking == Some(true),
-        }
-    }
-}
-
-impl ChatTemplate {
-    /// How the template thinks, read by rendering a question with `enable_thinking` unset, on
-    /// and off: a template that ignores it and knows `<think>` always thinks, as does
-    /// harmony's (its analysis channel).
-    pub fn thinking(&self) -> Thinking {
-        use crate::reasoning::{CLOSE, OPEN};
-        if crate::tools::ToolFormat::of(&self.source) == crate::tools::ToolFormat::Harmony
-            && self.source.contains("analysis")
-        {
-            return Thinking::Always;
-        }
-        if !self.source.contains(OPEN) && !self.source.contains(CLOSE) {
-            return Thinking::None;
-        }
-        let render = |enable_thinking| {
-            let options = RenderOptions {
-                add_generation_prompt: true,
-                enable_thinking,
-                ..Default::default()
-            };
-            self.render_with(&[Message::user("2 + 2?")], &options).ok()
-        };
-        let (unset, on, off) = (render(None), render(Some(true)), render(Some(false)));
-        match (unset.is_some() && unset == on, unset == off) {
-            (true, true) => Thinking::Always,
-            (true, false) => Thinking::Optional,
-            (false, true) if on.is_some() => Thinking::OnRequest,
-            _ => Thinking::None,
-        }
     }
 }
