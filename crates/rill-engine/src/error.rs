@@ -22,6 +22,11 @@ pub enum Error {
     #[error("chat template: {0}")]
     Template(String),
 
+    /// The chat template ran into a limit that keeps templates from taking the process down
+    /// (fuel, depth, size) or crashed: a hostile or broken template, not a refusal.
+    #[error("chat template: {0}")]
+    TemplateLimit(String),
+
     /// A request or setting is out of range; `field` names it as the user wrote it.
     #[error("invalid {field}: {message}")]
     InvalidParam {

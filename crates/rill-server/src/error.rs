@@ -87,7 +87,9 @@ impl From<rill_engine::Error> for ApiError {
                 code: Some("context_length_exceeded"),
                 ..ApiError::invalid("messages", e.to_string())
             },
-            E::Template(_) | E::Tokenizer(_) => ApiError::invalid("messages", e.to_string()),
+            E::Template(_) | E::TemplateLimit(_) | E::Tokenizer(_) => {
+                ApiError::invalid("messages", e.to_string())
+            }
             E::Grammar(_) => ApiError::invalid("response_format", e.to_string()),
             _ => ApiError::internal(e.to_string()),
         }

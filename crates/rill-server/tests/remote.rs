@@ -66,3 +66,20 @@ async fn characters_split_across_network_chunks_come_out_whole() {
     assert!(done);
     assert_eq!(text, "café 🦀");
 }
+
+/// Issue 40: a remote server that streams a line without end is broken off once the line
+/// passes 4 MB, with an error saying so, instead of being held until memory runs out.
+#[tokio::test]
+async fn a_line_without_end_is_broken_off_not_held() {
+    let mut chunks = vec![br#"data: {"choices":[{"delta":{"content":""#.to_vec()];
+    // 5 MB of one line, in 1 MB chunks.
+    chunks.extend((0..5).map(|_| vec![b'x'; 1 << 20]));
+    let base = stand_in(chunks).await;
+    let client = RemoteClient::new(&base, "m", None);
+    let request = RemoteRequest {
+        messages: vec![Message::user("hi")],
+        ..Default::default()
+    };
+    let err = client.generate(&request, |_| {}).await.unwrap_err();
+    assert!(err.to_string().contains("ran past 4 MB"), "{err}");
+}

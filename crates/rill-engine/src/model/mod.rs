@@ -196,7 +196,7 @@ fn template_source(content: &gguf::Header) -> Option<&str> {
 /// A template failure as the model's error: the file is fine, its template is not (issue 40).
 fn template_error(path: &Path, e: Error) -> Error {
     let why = match e {
-        Error::Template(m) => m,
+        Error::Template(m) | Error::TemplateLimit(m) => m,
         other => other.to_string(),
     };
     Error::model_file(path, format!("its chat template fails: {why}"))
@@ -249,12 +249,16 @@ fn check_content(
         special(tokenizer.eos_id()),
     )
     .map_err(|e| template_error(path, e))?;
-    // One question, rendered as a chat would be: a template that cannot render it (a loop
-    // without end, a value that holds itself) fails here, naming the model, not at the first
-    // message. It is how the template thinks that this learns.
-    template
-        .render(&[crate::template::Message::user("2 + 2?")], true)
-        .map_err(|e| template_error(path, e))?;
+    // One question, rendered as a chat would be: a template that runs into a limit on it (a
+    // loop without end, a value that holds itself) or crashes fails here, naming the model, not
+    // at the first message. One that refuses the question (some need a system message, or
+    // variables a client passes) is a template doing its job, and loads. It is how the
+    // template thinks that this learns.
+    if let Err(e @ Error::TemplateLimit(_)) =
+        template.render(&[crate::template::Message::user("2 + 2?")], true)
+    {
+        return Err(template_error(path, e));
+    }
     let thinking = template.thinking();
     Ok(TextSide {
         tokenizer,

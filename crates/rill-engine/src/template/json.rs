@@ -28,10 +28,11 @@ pub fn tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Va
         Some(v) if v.is_none() || v.is_undefined() => None,
         Some(v) => Some(match v.as_i64() {
             Some(n) if n > MAX_INDENT as i64 => {
+                super::limits::trip();
                 return Err(Error::new(
                     minijinja::ErrorKind::InvalidOperation,
                     format!("tojson: indent {n} is wider than {MAX_INDENT}"),
-                ))
+                ));
             }
             Some(n) => " ".repeat(n.max(0) as usize),
             None => v.as_str().unwrap_or("").chars().take(MAX_INDENT).collect(),

@@ -17,13 +17,19 @@
 //!   `tojson` result and the template itself have a ceiling, and `indent` at most 32.
 //! - **a thread of its own** ([`guarded`]): each render runs on a short-lived thread with a deep
 //!   stack, so minijinja's own recursion (bounded by the fuel) has room, and a panic anywhere in
-//!   it — ours, minijinja's or a library's — is caught and becomes a [`Error::Template`],
-//!   without the panic message on the terminal.
+//!   it — ours, minijinja's or a library's — is caught and becomes an error, without the panic
+//!   message on the terminal.
+//!
+//! A render that runs into one of these is an [`Error::TemplateLimit`], told apart from a
+//! template's own refusals ([`Error::Template`]: `raise_exception`, an undefined value), which
+//! real templates make for conversations they do not take: loading refuses a model whose
+//! template runs into a limit, not one whose template refuses a question.
 //!
 //! What is not bounded: memory a template builds by concatenating strings (`~` in a loop that
 //! doubles), which minijinja does not limit. The fuel bounds the number of doublings, not
 //! their size.
 
+use std::cell::Cell;
 use std::sync::Once;
 
 use crate::error::{Error, Result};
@@ -43,8 +49,25 @@ const RENDER_STACK: usize = 1 << 30;
 /// The render thread's name, by which the panic hook knows to keep quiet.
 const RENDER_THREAD: &str = "rill-template";
 
+thread_local! {
+    /// Whether the render on this thread ran into a limit (rather than failing as templates
+    /// do, with `raise_exception` or an undefined value).
+    static TRIPPED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread's render as having run into a limit.
+pub(crate) fn trip() {
+    TRIPPED.with(|t| t.set(true));
+}
+
+/// Whether this thread's render ran into a limit.
+pub(crate) fn tripped() -> bool {
+    TRIPPED.with(Cell::get)
+}
+
 /// The error for a value nested past [`MAX_DEPTH`].
 pub(crate) fn too_deep(what: &str) -> minijinja::Error {
+    trip();
     minijinja::Error::new(
         minijinja::ErrorKind::InvalidOperation,
         format!("{what}: a value nested deeper than {MAX_DEPTH} levels (or one that holds itself)"),
@@ -53,6 +76,7 @@ pub(crate) fn too_deep(what: &str) -> minijinja::Error {
 
 /// The error for text past [`MAX_RENDERED`].
 pub(crate) fn too_long(what: &str) -> minijinja::Error {
+    trip();
     minijinja::Error::new(
         minijinja::ErrorKind::InvalidOperation,
         format!("{what}: the text grew past {} MB", MAX_RENDERED >> 20),
@@ -89,14 +113,14 @@ pub(crate) fn guarded<T: Send>(f: impl FnOnce() -> Result<T> + Send) -> Result<T
             .name(RENDER_THREAD.into())
             .stack_size(RENDER_STACK)
             .spawn_scoped(scope, f)
-            .map_err(|e| Error::Template(format!("could not start rendering: {e}")))?;
+            .map_err(|e| Error::TemplateLimit(format!("could not start rendering: {e}")))?;
         thread.join().unwrap_or_else(|panic| {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic".into());
-            Err(Error::Template(format!("rendering crashed: {what}")))
+            Err(Error::TemplateLimit(format!("rendering crashed: {what}")))
         })
     })
 }

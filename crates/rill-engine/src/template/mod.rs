@@ -293,7 +293,14 @@ impl ChatTemplate {
         }
         let mut out = limits::Capped::default();
         tmpl.render_captured_to(V::from(ctx), &mut out)
-            .map_err(|e| Error::Template(describe(&e)))?;
+            .map_err(|e| {
+                use minijinja::ErrorKind as K;
+                let limit = limits::tripped() || matches!(e.kind(), K::OutOfFuel | K::WriteFailure);
+                match limit {
+                    true => Error::TemplateLimit(describe(&e)),
+                    false => Error::Template(describe(&e)),
+                }
+            })?;
         String::from_utf8(out.0).map_err(|e| Error::Template(e.to_string()))
     }
 
