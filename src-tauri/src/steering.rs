@@ -246,3 +246,31 @@ pub async fn set_api(state: State<'_, AppState>, settings: ApiSettings) -> Resul
         .await?;
     api_status(state).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 40: the app's own API key lives in the secrets file; one an older Rill kept in
+    /// the database moves there the first time the settings are read.
+    #[tokio::test]
+    async fn the_api_key_moves_from_the_database_to_the_secrets_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = rill_store::Store::open(&dir.path().join("rill.db"))
+            .await
+            .unwrap();
+        let secrets = crate::secrets::Secrets::at(dir.path().join("secrets.json"));
+        let state = AppState::new(store, dir.path().join("models"), secrets);
+        let old = serde_json::json!({"enabled": false, "host": "127.0.0.1", "port": 8080,
+            "api_key": "sk-old", "save": false});
+        state.store.set_setting("api", &old).await.unwrap();
+        let settings = api_settings(&state).await;
+        assert_eq!(settings.api_key.as_deref(), Some("sk-old"));
+        assert_eq!(settings.port, 8080);
+        let kept = state.store.setting("api").await.unwrap().unwrap();
+        assert!(kept["api_key"].is_null(), "{kept}");
+        assert_eq!(state.secrets.app_api_key().as_deref(), Some("sk-old"));
+        let text = std::fs::read_to_string(dir.path().join("secrets.json")).unwrap();
+        assert!(text.contains("sk-old"));
+    }
+}
