@@ -191,14 +191,22 @@ impl<R: Read + Seek> Reader<'_, R> {
         Ok(())
     }
 
-    /// Passes over `n` bytes of the file.
+    /// Passes over `n` bytes of the file: a few (a token's text) read through the reader's
+    /// buffer, more sought past (a seek empties a buffered reader's buffer).
     fn skip(&mut self, n: u64, what: &str) -> Result<(), HeaderError> {
         if n > self.left {
             return Err(damaged(format!("truncated in {what}")));
         }
-        self.r
-            .seek(SeekFrom::Current(n as i64))
-            .map_err(|_| damaged(format!("truncated in {what}")))?;
+        let truncated = |_| damaged(format!("truncated in {what}"));
+        let mut small = [0u8; 256];
+        match usize::try_from(n) {
+            Ok(k) if k <= small.len() => self.r.read_exact(&mut small[..k]).map_err(truncated)?,
+            _ => {
+                self.r
+                    .seek(SeekFrom::Current(n as i64))
+                    .map_err(truncated)?;
+            }
+        }
         self.left -= n;
         Ok(())
     }
