@@ -81,6 +81,15 @@ impl Error {
     }
 }
 
+/// What a caught panic said (its `&str` or `String` payload), for the error that reports it.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}
+
 /// A candle error as one line: without the backtrace candle attaches when `RUST_BACKTRACE` is
 /// set, which would otherwise end up in front of the user.
 pub(crate) fn candle_message(e: &candle_core::Error) -> String {

@@ -60,11 +60,7 @@ pub(crate) fn run_guarded(mut worker: Worker, rx: mpsc::Receiver<Command>) {
         let Err(panic) = outcome else {
             return;
         };
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic".into());
+        let what = crate::error::panic_message(panic.as_ref());
         tracing::error!(panic = %what, "the inference thread panicked; restarting it");
         worker.recover(&what);
         recent.retain(|t| t.elapsed().as_secs() < 60);

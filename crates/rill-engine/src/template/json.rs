@@ -11,7 +11,7 @@
 use minijinja::value::{Kwargs, Value};
 use minijinja::Error;
 
-use super::limits::{too_deep, too_long, MAX_DEPTH, MAX_INDENT, MAX_RENDERED};
+use super::limits::{within, MAX_INDENT};
 
 /// How Python's `json.dumps` is asked to write.
 struct Style {
@@ -103,16 +103,11 @@ fn string(s: &str, style: &Style, out: &mut String) {
     }
 }
 
-/// Writes `v` as JSON, maps in their own order (as Python's dicts keep theirs), at most
-/// [`MAX_DEPTH`] deep and [`MAX_RENDERED`] long (issue 40).
+/// Writes `v` as JSON, maps in their own order (as Python's dicts keep theirs), within the
+/// template limits' depth and length (issue 40).
 fn write(v: &Value, style: &Style, depth: usize, out: &mut String) -> Result<(), Error> {
     use minijinja::value::ValueKind as K;
-    if depth > MAX_DEPTH {
-        return Err(too_deep("tojson"));
-    }
-    if out.len() > MAX_RENDERED {
-        return Err(too_long("tojson"));
-    }
+    within("tojson", depth, out)?;
     match v.kind() {
         K::Seq | K::Iterable => {
             let items: Vec<Value> = v.try_iter()?.collect();
@@ -171,16 +166,11 @@ fn write(v: &Value, style: &Style, depth: usize, out: &mut String) -> Result<(),
     Ok(())
 }
 
-/// Python's `repr` of a value: `{'k': [1, 2.5, True, None]}`, at most [`MAX_DEPTH`] deep and
-/// [`MAX_RENDERED`] long.
+/// Python's `repr` of a value: `{'k': [1, 2.5, True, None]}`, within the template limits'
+/// depth and length.
 fn repr(v: &Value, depth: usize, out: &mut String) -> Result<(), Error> {
     use minijinja::value::ValueKind as K;
-    if depth > MAX_DEPTH {
-        return Err(too_deep("printing"));
-    }
-    if out.len() > MAX_RENDERED {
-        return Err(too_long("printing"));
-    }
+    within("printing", depth, out)?;
     match v.kind() {
         K::Seq | K::Iterable => {
             out.push('[');

@@ -65,8 +65,20 @@ pub(crate) fn tripped() -> bool {
     TRIPPED.with(Cell::get)
 }
 
+/// Refuses to write `what` (`tojson`, printing) deeper than [`MAX_DEPTH`] or past
+/// [`MAX_RENDERED`] in `out`.
+pub(crate) fn within(what: &str, depth: usize, out: &str) -> Result<(), minijinja::Error> {
+    if depth > MAX_DEPTH {
+        return Err(too_deep(what));
+    }
+    if out.len() > MAX_RENDERED {
+        return Err(too_long(what));
+    }
+    Ok(())
+}
+
 /// The error for a value nested past [`MAX_DEPTH`].
-pub(crate) fn too_deep(what: &str) -> minijinja::Error {
+fn too_deep(what: &str) -> minijinja::Error {
     trip();
     minijinja::Error::new(
         minijinja::ErrorKind::InvalidOperation,
@@ -75,7 +87,7 @@ pub(crate) fn too_deep(what: &str) -> minijinja::Error {
 }
 
 /// The error for text past [`MAX_RENDERED`].
-pub(crate) fn too_long(what: &str) -> minijinja::Error {
+fn too_long(what: &str) -> minijinja::Error {
     trip();
     minijinja::Error::new(
         minijinja::ErrorKind::InvalidOperation,
@@ -115,11 +127,7 @@ pub(crate) fn guarded<T: Send>(f: impl FnOnce() -> Result<T> + Send) -> Result<T
             .spawn_scoped(scope, f)
             .map_err(|e| Error::TemplateLimit(format!("could not start rendering: {e}")))?;
         thread.join().unwrap_or_else(|panic| {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
+            let what = crate::error::panic_message(panic.as_ref());
             Err(Error::TemplateLimit(format!("rendering crashed: {what}")))
         })
     })
