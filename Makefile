@@ -10,7 +10,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 RILL := $(TARGET_DIR)/debug/rill
 APP := $(TARGET_DIR)/debug/rill-app
 
-.PHONY: run test deps model fixtures ui build bench fmt lint bundle test-rust test-ui test-e2e test-arm check-cuda
+.PHONY: run test deps model fixtures ui build bench fmt lint bundle test-layers test-rust test-ui test-e2e test-arm check-cuda
 
 deps:
 	@bash scripts/install-deps.sh
@@ -41,7 +41,11 @@ run: build model
 
 # Every test: Rust unit and integration tests (engine on the real model, store, CLI, API),
 # the UI's component tests, the built UI in chromium, and the real app end to end.
-test: deps model fixtures ui test-rust test-ui test-e2e
+test: deps model fixtures ui test-layers test-rust test-ui test-e2e
+
+# Each crate's modules import downward only: no circle (docs/architecture.md, "Layers").
+test-layers:
+	python3 scripts/check-layers.py
 
 test-rust:
 	cargo test --workspace --all-targets

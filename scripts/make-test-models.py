@@ -17,7 +17,7 @@ The same seed gives the same bytes, so the reference logits recorded from llama.
 (`scripts/record-reference-logits.py`) stay tied to each file by its SHA-256.
 
 Random weights give flat distributions, or a model that repeats its input through a tied
-embedding (DESIGN.md, "Test models"): the output projection is untied and scaled so that the
+embedding (docs/architecture.md, "Test models"): the output projection is untied and scaled so that the
 model's top token is far likelier than 1/vocabulary, and the record script checks it.
 """
 

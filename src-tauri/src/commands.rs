@@ -13,49 +13,12 @@ use tauri::{AppHandle, Manager, State};
 
 pub use crate::models::load;
 
+use crate::chat_event::ChatEvent;
 use crate::error::{CommandError, Result};
+use crate::panel::{PanelSettings, RemoteBackend};
 use crate::state::{AppState, LiveAnswer};
 
 // ---- wire types ---------------------------------------------------------------------------
-
-pub use crate::panel::PanelSettings;
-
-/// What an answer's channel carries, in order: maybe `queued`, `started`, `token`s with
-/// `stats` now and then, then `done` (the saved message) or `error`.
-#[derive(Clone, Debug, Serialize)]
-#[serde(tag = "event", content = "data", rename_all = "snake_case")]
-pub enum ChatEvent {
-    Queued {
-        position: usize,
-    },
-    Started {
-        prompt_tokens: usize,
-        reused_tokens: usize,
-        dropped_messages: usize,
-    },
-    Token {
-        text: String,
-        /// A thinking model's reasoning in this token (its `<think>` block), apart from `text`.
-        #[serde(skip_serializing_if = "String::is_empty")]
-        reasoning: String,
-        /// The token's candidates, when the panel keeps token probabilities.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        probs: Option<rill_chat::TokenProbs>,
-        /// A draft proposed it and the model drew it (speculative decoding).
-        #[serde(skip_serializing_if = "std::ops::Not::not")]
-        drafted: bool,
-    },
-    Stats {
-        completion_tokens: usize,
-        tokens_per_second: f64,
-    },
-    Done {
-        message: Box<Message>,
-    },
-    Error {
-        message: String,
-    },
-}
 
 /// A message on the shown branch, with its siblings (for the "2/3" arrows).
 #[derive(Serialize)]
@@ -410,7 +373,7 @@ pub async fn continue_answer(
 /// Where a chat's answers come from, with its panel settings.
 enum Backend {
     Local(rill_engine::Handle),
-    Remote(crate::remote::RemoteBackend),
+    Remote(RemoteBackend),
 }
 
 struct Chat {
@@ -495,44 +458,9 @@ fn stream(
         // A page that went away (reload, closed window) does not stop the answer: it is
         // saved, and shown when the conversation is opened again.
         let forward = |e: &Event, probs: Option<&rill_chat::TokenProbs>| {
-            let event = match e {
-                Event::Queued { position } => ChatEvent::Queued {
-                    position: *position,
-                },
-                Event::Started {
-                    prompt_tokens,
-                    reused_tokens,
-                    dropped_messages,
-                } => ChatEvent::Started {
-                    prompt_tokens: *prompt_tokens,
-                    reused_tokens: *reused_tokens,
-                    dropped_messages: *dropped_messages,
-                },
-                Event::Token {
-                    text,
-                    reasoning,
-                    candidates,
-                    drafted,
-                    ..
-                } if !text.is_empty() || !reasoning.is_empty() || !candidates.is_empty() => {
-                    ChatEvent::Token {
-                        text: text.clone(),
-                        reasoning: reasoning.clone(),
-                        probs: probs.cloned(),
-                        drafted: *drafted,
-                    }
-                }
-                Event::Stats {
-                    completion_tokens,
-                    tokens_per_second,
-                    ..
-                } => ChatEvent::Stats {
-                    completion_tokens: *completion_tokens,
-                    tokens_per_second: *tokens_per_second,
-                },
-                _ => return,
-            };
-            let _ = on_event.send(event);
+            if let Some(event) = ChatEvent::of(e, probs) {
+                let _ = on_event.send(event);
+            }
         };
         let result = answering.finish_with_probs(forward).await;
         let state = app.state::<AppState>();

@@ -9,10 +9,12 @@
 //! `RILL_MODEL`, else the one chosen last time, else the first one found on this machine. With
 //! none, the window offers the recommended download and the import of a file.
 
+pub mod chat_event;
 pub mod commands;
 pub mod dialogs;
 pub mod error;
 pub mod files;
+pub mod local_models;
 pub mod models;
 pub mod panel;
 pub mod remote;

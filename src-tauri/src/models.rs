@@ -14,6 +14,7 @@ use tauri::ipc::Channel;
 use tauri::{AppHandle, Manager, State};
 
 use crate::error::{CommandError, Result};
+use crate::local_models::{blocking, check_on_this_machine};
 use crate::state::AppState;
 use crate::steering::api_settings;
 
@@ -88,26 +89,6 @@ pub async fn select_model(app: AppHandle, path: PathBuf) -> Result<ModelInfo> {
     load(&app, path).await
 }
 
-/// Refuses a path that is not one of the models on this machine (`models`' list), so the
-/// page can make the engine read no file but those (the model, a draft model).
-pub(crate) async fn check_on_this_machine(dir: PathBuf, path: &std::path::Path) -> Result<()> {
-    let wanted = path.to_path_buf();
-    let known = blocking(move || {
-        let same = |a: &std::path::Path| {
-            a == wanted || a.canonicalize().ok() == wanted.canonicalize().ok()
-        };
-        hub::list(&dir).iter().any(|m| same(&m.info.path))
-    })
-    .await?;
-    if !known {
-        return Err(CommandError::Invalid(format!(
-            "{} is not a model on this machine: import it first",
-            path.display()
-        )));
-    }
-    Ok(())
-}
-
 /// Asks the user for a GGUF file, registers it where it lies (never copied) and loads it.
 /// `None` when the user cancelled.
 #[tauri::command]
@@ -139,12 +120,6 @@ pub async fn load(app: &AppHandle, path: PathBuf) -> Result<ModelInfo> {
         }
     }
     Ok(info)
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-    tauri::async_runtime::spawn_blocking(f)
-        .await
-        .map_err(|e| CommandError::Invalid(e.to_string()))
 }
 
 struct ChannelProgress {

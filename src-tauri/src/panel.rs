@@ -21,7 +21,7 @@ pub struct PanelSettings {
     pub token_probs: bool,
     /// Answer with a remote OpenAI-compatible server instead of this machine's engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote: Option<crate::remote::RemoteBackend>,
+    pub remote: Option<RemoteBackend>,
     /// The Think switch, for a model whose template reads `enable_thinking` (Qwen3); `None`
     /// leaves the template's own default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -114,7 +114,7 @@ impl PanelSettings {
         if handle.draft_model().is_some_and(|d| d.path == path) {
             return Ok(());
         }
-        crate::models::check_on_this_machine(models_dir.to_path_buf(), &path).await?;
+        crate::local_models::check_on_this_machine(models_dir.to_path_buf(), &path).await?;
         let handle = handle.clone();
         tauri::async_runtime::spawn_blocking(move || handle.set_draft_model(Some(&path)))
             .await
@@ -142,6 +142,40 @@ impl PanelSettings {
                     .check_grammar(&Grammar::JsonSchema(schema.clone()))
                     .map_err(|e| CommandError::Invalid(format!("the JSON schema: {e}")))?;
             }
+        }
+        Ok(())
+    }
+}
+
+/// Where a conversation's answers come from when not from this machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RemoteBackend {
+    /// The server's address, e.g. `http://gpu-box:8000` (with or without `/v1`).
+    pub url: String,
+    /// The model name the server knows.
+    pub model: String,
+    /// Only on the way in, from the page: a key to keep for this server (`""` forgets the kept
+    /// one). It is never written into the conversation's settings nor sent back to the page: it
+    /// lives in the secrets file (`secrets.rs`) and is filled in here only to make a request.
+    #[serde(default, skip_serializing)]
+    pub api_key: Option<String>,
+    /// Whether a key is kept for this server (what the page shows instead of the key).
+    #[serde(default)]
+    pub has_key: bool,
+}
+
+impl RemoteBackend {
+    pub fn validate(&self) -> Result<()> {
+        let url = self.url.trim();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(CommandError::Invalid(format!(
+                "the remote server's address must start with http:// or https:// (got `{url}`)"
+            )));
+        }
+        if self.model.trim().is_empty() {
+            return Err(CommandError::Invalid(
+                "name the model to use on the remote server".into(),
+            ));
         }
         Ok(())
     }

@@ -9,47 +9,13 @@ use std::sync::Arc;
 use rill_engine::Event;
 use rill_server::remote::{RemoteClient, RemoteRequest};
 use rill_store::{MessageStats, Status};
-use serde::{Deserialize, Serialize};
 use tauri::ipc::Channel;
 use tauri::{AppHandle, Manager};
 
-use crate::commands::{ChatEvent, PanelSettings};
-use crate::error::{CommandError, Result};
+use crate::chat_event::ChatEvent;
+use crate::error::Result;
+use crate::panel::{PanelSettings, RemoteBackend};
 use crate::state::{AppState, LiveAnswer, Steer};
-
-/// Where a conversation's answers come from when not from this machine.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RemoteBackend {
-    /// The server's address, e.g. `http://gpu-box:8000` (with or without `/v1`).
-    pub url: String,
-    /// The model name the server knows.
-    pub model: String,
-    /// Only on the way in, from the page: a key to keep for this server (`""` forgets the kept
-    /// one). It is never written into the conversation's settings nor sent back to the page: it
-    /// lives in the secrets file (`secrets.rs`) and is filled in here only to make a request.
-    #[serde(default, skip_serializing)]
-    pub api_key: Option<String>,
-    /// Whether a key is kept for this server (what the page shows instead of the key).
-    #[serde(default)]
-    pub has_key: bool,
-}
-
-impl RemoteBackend {
-    pub fn validate(&self) -> Result<()> {
-        let url = self.url.trim();
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(CommandError::Invalid(format!(
-                "the remote server's address must start with http:// or https:// (got `{url}`)"
-            )));
-        }
-        if self.model.trim().is_empty() {
-            return Err(CommandError::Invalid(
-                "name the model to use on the remote server".into(),
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// Starts an answer under `parent` from `backend`; returns its message id at once and streams
 /// the rest in the background, like a local answer.

@@ -1,4 +1,4 @@
-//! `rill`: the command line of the Rill engine (DESIGN.md, "The CLI contract").
+//! `rill`: the command line of the Rill engine (docs/architecture.md, "The CLI's contract").
 //!
 //! `run` answers one prompt, streamed; `chat` is a multi-turn REPL over stdin; `bench` measures
 //! prefill, decode, TTFT, inter-token gaps and peak memory; `tokenize` prints a text's token

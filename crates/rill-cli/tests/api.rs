@@ -139,7 +139,7 @@ fn eight_concurrent_streams_equal_their_solo_runs_exactly() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    // Every row's arithmetic is independent of the rows beside it (README, "CPU kernels"):
+    // Every row's arithmetic is independent of the rows beside it (docs/kernels.md):
     // answers decoded together are the answers alone, exactly (issue 13).
     for (i, (a, b)) in together.iter().zip(&solo).enumerate() {
         assert_eq!(a, b, "concurrent answer {i} differs from its solo run");

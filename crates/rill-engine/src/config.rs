@@ -53,7 +53,7 @@ pub struct EngineConfig {
     pub kv_cache: KvType,
     /// A smaller model of the same vocabulary to propose tokens for answers that ask for
     /// [`Speculation::Draft`](crate::Speculation::Draft) (`draft.rs`); it can be changed
-    /// later with [`Handle::set_draft_model`](crate::engine::Handle::set_draft_model).
+    /// later with [`Handle::set_draft_model`](crate::Handle::set_draft_model).
     pub draft_model: Option<PathBuf>,
     /// Weigh what speculation costs, pass by pass (`weigh.rs`): drafts pause where they lower
     /// the machine's throughput or slow an answer that does not speculate. On by default;
@@ -64,7 +64,7 @@ pub struct EngineConfig {
     /// them out nor drops them from the page cache. Loading then reads them all (and makes
     /// every panel) before the first answer. Where the system refuses (a small `ulimit -l`), a
     /// warning says how much was locked and the model runs on
-    /// ([`Handle::locked_weight_bytes`](crate::engine::Handle::locked_weight_bytes)).
+    /// ([`Handle::locked_weight_bytes`](crate::Handle::locked_weight_bytes)).
     pub lock_weights: bool,
 }
 
@@ -83,21 +83,6 @@ impl EngineConfig {
             lock_weights: false,
         }
     }
-}
-
-/// Memory the system can give us (`MemAvailable`), or 4 GiB where that cannot be read.
-pub(crate) fn available_memory() -> usize {
-    proc_kb_field("/proc/meminfo", "MemAvailable").unwrap_or(4 << 30)
-}
-
-/// A `kB` figure of a `/proc` file (`/proc/meminfo`, `/proc/self/status`: lines of
-/// `Field:   1234 kB`) in bytes; `None` where there is no such file or field.
-pub(crate) fn proc_kb_field(path: &str, field: &str) -> Option<usize> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let rest = text
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
-    Some(rest.split_whitespace().next()?.parse::<usize>().ok()? * 1024)
 }
 
 /// Default context cap: enough for long chats, small enough that a 128k-context model does not

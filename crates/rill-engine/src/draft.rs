@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use candle_core::Device;
 
 use crate::error::{Error, Result};
-use crate::model::{Llama, Model};
+use crate::model::{Decoder, Model};
 use crate::sequence::Sequence;
 use crate::tokenizer::Tokenizer;
 
@@ -27,7 +27,7 @@ const MAX_EXTRA_IDS: usize = 128;
 
 /// A loaded draft model.
 pub(crate) struct DraftModel {
-    weights: Llama,
+    weights: Decoder,
     /// Ids both vocabularies spell alike: proposals and inputs stay below it.
     shared_vocab: usize,
     pub(crate) path: PathBuf,
@@ -223,34 +223,6 @@ pub(crate) fn check_vocabulary(
         }
     }
     Ok(n)
-}
-
-impl crate::engine::Handle {
-    /// The draft model answers can ask for ([`crate::Speculation::Draft`]), if one is loaded.
-    pub fn draft_model(&self) -> Option<DraftInfo> {
-        self.shared.draft.lock().ok().and_then(|d| d.clone())
-    }
-
-    /// Loads `path` as the draft model (on the caller's thread: seconds for a large file),
-    /// or drops the draft model with `None`. A file of another vocabulary is refused, and the
-    /// draft model before stays. Answers drafting now go on with the new one.
-    pub fn set_draft_model(&self, path: Option<&Path>) -> Result<Option<DraftInfo>> {
-        let loaded = match path {
-            Some(p) => Some(DraftModel::load(
-                p,
-                &self.shared.device,
-                &self.shared.tokenizer,
-                self.shared.context_length,
-            )?),
-            None => None,
-        };
-        let (model, info) = loaded.map_or((None, None), |(m, i)| (Some(Box::new(m)), Some(i)));
-        self.send(crate::engine::Command::SetDraft(model))?;
-        if let Ok(mut d) = self.shared.draft.lock() {
-            d.clone_from(&info);
-        }
-        Ok(info)
-    }
 }
 
 /// This pass's drafts, for the answers whose step draws a token (a decode step, or the chunk

@@ -11,8 +11,13 @@ pub enum Error {
     ModelFile { path: PathBuf, message: String },
 
     /// The file is a valid GGUF of a model family this engine does not run.
-    #[error("unsupported architecture `{0}` ({what}): Rill runs {families}", what = crate::model::family::not_run(.0), families = crate::model::family::names())]
-    UnsupportedArchitecture(String),
+    /// `what` says what the file holds, `families` what Rill runs (`model::family::unsupported`).
+    #[error("unsupported architecture `{architecture}` ({what}): Rill runs {families}")]
+    UnsupportedArchitecture {
+        architecture: String,
+        what: &'static str,
+        families: String,
+    },
 
     /// The tokenizer could not be built or could not encode the prompt.
     #[error("tokenizer: {0}")]

@@ -1,14 +1,16 @@
 //! A generation as its caller holds it: the [`Generation`] (its events, in order, and dropping
 //! it cancels), the [`Control`] that steers it from any thread (pause, resume, cancel, priority,
 //! live sampling settings, the answer-length cap), and [`Collected`], a whole answer drained at
-//! once. Every control is a message to the inference thread (`engine.rs`).
+//! once. Every control is a message to the inference thread (`command.rs`).
 
 use std::sync::mpsc;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::engine::{Command, Event, Timings, Usage, MAX_PRIORITY};
+use crate::command::Command;
 use crate::error::{Error, Result};
+use crate::event::{Event, Timings, Usage};
+use crate::request::MAX_PRIORITY;
 use crate::sampler::SamplingParams;
 use crate::stop::StopReason;
 
@@ -17,12 +19,6 @@ use crate::stop::StopReason;
 pub struct Control {
     pub(crate) id: u64,
     pub(crate) tx: mpsc::Sender<Command>,
-}
-
-impl std::fmt::Debug for Command {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Command")
-    }
 }
 
 impl Control {

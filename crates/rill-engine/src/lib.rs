@@ -3,8 +3,8 @@
 //! Everything between "messages + sampling settings" and "a stream of tokens".
 //!
 //! ```text
-//! Handle::generate(GenerateRequest)          caller's thread: validate, template, tokenize
-//!        │ Command::Add(Sequence)
+//! Handle::generate(GenerateRequest)          caller's thread (handle.rs): validate, template,
+//!        │ Command::Add(Sequence)            tokenize (prompting.rs); command.rs
 //!        ▼
 //! inference thread (worker.rs)               owns the weights (model/) once
 //!   loop { plan_round(views) → Work }        scheduler.rs: a decode step for every running
@@ -28,41 +28,60 @@
 //! ```
 //!
 //! The crate knows nothing of SQLite, HTTP or Tauri; those wire it up from outside.
+//!
+//! ## Layers
+//!
+//! Modules import downward only (`scripts/check-layers.py` fails `make test` on a circle). From
+//! the ground up: `error`, `message` (a conversation's words), `system`, `stop`, `scheduler`,
+//! `weigh`; `kernels`, `sampler`, `tools`; `gguf`, `event`, `reasoning`; `template`,
+//! `tokenizer`; `model`, `constraint`; `request`, `config`, `hub`, `prefix_cache`;
+//! `prompting`, `sequence`; `draft`; `command`; `generation`, `worker`; `handle`; `engine`.
+//! Inside `model/`, the block (`decoder.rs`) is written once over a backend (`backend.rs`:
+//! `host.rs` on our kernels, `device.rs` on candle's tensors). docs/architecture.md says what
+//! each layer holds.
 
+mod command;
 mod config;
 pub mod constraint;
 mod draft;
 pub mod engine;
 pub mod error;
+pub mod event;
 pub mod generation;
+pub mod gguf;
+pub mod handle;
 pub mod hub;
 pub mod kernels;
+pub mod message;
 pub mod model;
 pub(crate) mod prefix_cache;
-mod preview;
 mod prompting;
 pub mod reasoning;
+pub mod request;
 pub mod sampler;
 pub mod scheduler;
 pub(crate) mod sequence;
 pub mod stop;
+mod system;
 pub mod template;
 pub mod tokenizer;
 pub mod tools;
 mod weigh;
 mod worker;
 
+pub use config::{DeviceKind, EngineConfig};
 pub use constraint::Grammar;
 pub use draft::DraftInfo;
-pub use engine::{
-    Activity, ChatArgs, Collected, Control, DeviceKind, Engine, EngineConfig, Event,
-    GenerateRequest, Generation, Handle, Overflow, PreviewRequest, Prompt, Timings, Usage,
-    MAX_PRIORITY,
-};
+pub use engine::Engine;
 pub use error::{Error, Result};
+pub use event::{Activity, Event, Timings, Usage};
+pub use generation::{Collected, Control, Generation};
+pub use handle::Handle;
 pub use model::{inspect, KvType, ModelInfo};
+pub use request::{
+    ChatArgs, GenerateRequest, Overflow, PreviewRequest, Prompt, Speculation, MAX_PRIORITY,
+};
 pub use sampler::{Candidate, Distribution, SamplingParams, Shaped};
 pub use scheduler::SequenceState;
-pub use sequence::Speculation;
 pub use stop::StopReason;
 pub use template::{Message, Role, Thinking, ToolCall};

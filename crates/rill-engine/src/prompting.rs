@@ -4,34 +4,29 @@
 //! of a long conversation into the context; and where a thinking model's answer starts (in a
 //! block its template opened, or one opened for a grammar).
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::engine::{GenerateRequest, Handle, Overflow, Prompt};
 use crate::error::{Error, Result};
-use crate::template::{Message, RenderOptions, Role};
+use crate::request::{ChatArgs, GenerateRequest, Overflow, Prompt};
+use crate::template::{ChatTemplate, Message, RenderOptions, Role, Thinking};
+use crate::tokenizer::Tokenizer;
 use crate::tools::{self, ToolFormat};
 
-/// What a conversation's chat template is given besides the messages.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ChatArgs {
-    /// Tools the model may call, as OpenAI's API lists them; empty for none.
-    pub tools: Vec<Value>,
-    /// More template variables (OpenAI's `chat_template_kwargs`: `enable_thinking`,
-    /// `reasoning_effort`, …).
-    pub kwargs: Map<String, Value>,
+/// What rendering and tokenising a prompt needs of the model: its chat template, tokenizer,
+/// context and how it thinks. [`crate::Handle`] makes one for each request.
+pub(crate) struct Prompter<'a> {
+    pub(crate) template: &'a ChatTemplate,
+    pub(crate) tokenizer: &'a Tokenizer,
+    pub(crate) context_length: usize,
+    pub(crate) thinking: Option<Thinking>,
 }
 
-impl Handle {
-    /// Renders a conversation with the model's chat template, ready for the answer.
-    pub fn render(&self, messages: &[Message]) -> Result<String> {
-        self.render_chat(messages, &ChatArgs::default())
-    }
-
-    /// [`render`](Self::render) with tools and template variables. A template that does not
+impl Prompter<'_> {
+    /// The conversation rendered with tools and template variables. A template that does not
     /// read `tools` gets them described in the system message, and past calls and results
     /// written out, in the Hermes format.
-    pub fn render_chat(&self, messages: &[Message], args: &ChatArgs) -> Result<String> {
-        let template = &self.shared.template;
+    pub(crate) fn render_chat(&self, messages: &[Message], args: &ChatArgs) -> Result<String> {
+        let template = &self.template;
         let described;
         let history = messages
             .iter()
@@ -55,14 +50,14 @@ impl Handle {
     }
 
     /// How this model writes tool calls (from its chat template).
-    pub fn tool_format(&self) -> ToolFormat {
-        ToolFormat::of(self.shared.template.source())
+    pub(crate) fn tool_format(&self) -> ToolFormat {
+        ToolFormat::of(self.template.source())
     }
 
     /// The grammar that makes the model call `tools` (name, parameter schema) in its own
     /// format, one call or several (`parallel`); `None` where the format cannot be forced
     /// yet (harmony) or the model's vocabulary lacks the format's control tokens.
-    pub fn tool_grammar(&self, tools: &[(String, Value)], parallel: bool) -> Option<String> {
+    pub(crate) fn tool_grammar(&self, tools: &[(String, Value)], parallel: bool) -> Option<String> {
         let format = self.tool_format();
         let control = |text: &str| self.control_token(text);
         let tokens = match format {
@@ -70,7 +65,6 @@ impl Handle {
                 tool_calls: control("[TOOL_CALLS]"),
                 // Only where the template writes calls as `name[ARGS]{…}`.
                 args: self
-                    .shared
                     .template
                     .source()
                     .contains("[ARGS]")
@@ -93,20 +87,15 @@ impl Handle {
 
     /// The id of the control token whose text is `text`, if the vocabulary has one.
     fn control_token(&self, text: &str) -> Option<u32> {
-        let tok = &self.shared.tokenizer;
+        let tok = &self.tokenizer;
         match tok.encode_with(text, false).ok()?.as_slice() {
             [id] if tok.piece_bytes(*id).is_empty() => Some(*id),
             _ => None,
         }
     }
 
-    /// The prompt's token ids, as the engine will run them.
-    pub fn tokenize_prompt(&self, prompt: &Prompt) -> Result<Vec<u32>> {
-        self.tokenize_chat(prompt, &ChatArgs::default())
-    }
-
-    /// [`tokenize_prompt`](Self::tokenize_prompt), a conversation rendered with `args`.
-    pub fn tokenize_chat(&self, prompt: &Prompt, args: &ChatArgs) -> Result<Vec<u32>> {
+    /// The prompt's token ids, as the engine will run them, a conversation rendered with `args`.
+    pub(crate) fn tokenize_chat(&self, prompt: &Prompt, args: &ChatArgs) -> Result<Vec<u32>> {
         let empty = || Error::param("prompt", "is empty");
         let ids = match prompt {
             Prompt::Messages(m) => {
@@ -114,12 +103,12 @@ impl Handle {
                 if !m.iter().any(said) {
                     return Err(empty());
                 }
-                self.shared.tokenizer.encode(&self.render_chat(m, args)?)?
+                self.tokenizer.encode(&self.render_chat(m, args)?)?
             }
             Prompt::Text(t) if t.is_empty() => return Err(empty()),
-            Prompt::Text(t) => self.shared.tokenizer.encode(t)?,
+            Prompt::Text(t) => self.tokenizer.encode(t)?,
             Prompt::Tokens(ids) => {
-                let vocab = self.shared.tokenizer.vocab_size() as u32;
+                let vocab = self.tokenizer.vocab_size() as u32;
                 if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {
                     return Err(Error::param(
                         "prompt",
@@ -153,7 +142,7 @@ impl Handle {
         max_tokens: Option<usize>,
         policy: Overflow,
     ) -> Result<(Vec<u32>, usize)> {
-        let context = self.shared.context_length;
+        let context = self.context_length;
         let ids = self.tokenize_chat(prompt, args)?;
         // Room to answer: what was asked for, at most a quarter of the window.
         let room = max_tokens.unwrap_or(usize::MAX).min(context / 4).max(1);
@@ -198,7 +187,7 @@ impl Handle {
             |k: usize| -> Result<Vec<u32>> { self.tokenize_chat(&Prompt::Messages(kept(k)), args) };
         // What each step weighs: its messages' text in tokens, plus each message's share of
         // what the template adds around them.
-        let tok = &self.shared.tokenizer;
+        let tok = &self.tokenizer;
         let text_tokens = |m: &Message| -> usize {
             tok.encode_with(&m.content, false)
                 .map_or(0, |ids| ids.len())
@@ -286,12 +275,12 @@ fn drop_steps(all: &[Message]) -> Vec<usize> {
 
 /// Where a thinking model's answer starts: inside a block its template opened, or one the
 /// engine opens for a grammar.
-impl Handle {
+impl Prompter<'_> {
     /// True when the prompt's ids end inside a thinking block that its template opened (the
     /// DeepSeek-R1 distills' `<think>\n`), so the answer starts in its reasoning.
     pub(crate) fn opens_thinking(&self, prompt: &[u32]) -> bool {
         let tail = &prompt[prompt.len().saturating_sub(8)..];
-        let text = self.shared.tokenizer.decode(tail);
+        let text = self.tokenizer.decode(tail);
         text.trim_end().ends_with(crate::reasoning::OPEN)
     }
 
@@ -308,12 +297,12 @@ impl Handle {
             .enumerate()
             .map(|(i, t)| match i % 2 {
                 0 => self.control_token(t).map(|id| vec![id]),
-                _ => self.shared.tokenizer.encode_with(t, false).ok(),
+                _ => self.tokenizer.encode_with(t, false).ok(),
             })
             .collect::<Option<Vec<_>>>()
             .map(|parts| parts.concat());
         match ids {
-            Some(ids) if prompt.len() + ids.len() + 1 < self.shared.context_length => {
+            Some(ids) if prompt.len() + ids.len() + 1 < self.context_length => {
                 prompt.extend(ids);
                 true
             }
@@ -334,18 +323,17 @@ impl Handle {
             .and_then(|v| v.as_bool());
         if req.grammar.is_none()
             || !matches!(req.prompt, Prompt::Messages(_))
-            || !self.shared.info.thinking.unwrap_or_default().on(asked)
+            || !self.thinking.unwrap_or_default().on(asked)
         {
             return false;
         }
         let Ok(open) = self
-            .shared
             .tokenizer
             .encode_with(&format!("{}\n", crate::reasoning::OPEN), false)
         else {
             return false;
         };
-        if prompt.len() + open.len() + 1 >= self.shared.context_length {
+        if prompt.len() + open.len() + 1 >= self.context_length {
             return false;
         }
         prompt.extend(open);

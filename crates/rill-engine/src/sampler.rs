@@ -3,7 +3,7 @@
 //! [`SamplingParams`] is what a user sets (the sliders, the CLI flags, the API fields); it is
 //! checked once by [`SamplingParams::validate`], at the edge, and then trusted. A [`Sampler`]
 //! owns the validated parameters and a seeded random generator for one sequence. The pipeline
-//! follows DESIGN.md: penalties → temperature → top-k → top-p → min-p → draw. Temperature 0 is
+//! runs in this order: penalties → temperature → top-k → top-p → min-p → draw. Temperature 0 is
 //! greedy (the highest logit after penalties; the lowest id wins a tie, as in llama.cpp).
 //! Parameters can be replaced between two tokens ([`Sampler::set_params`]): the next draw uses
 //! them, which is what makes the sliders live.

@@ -1,11 +1,11 @@
 //! The flow's policy: which sequences do what in the next round, and how much prompt a round
 //! may carry.
 //!
-//! Pure code over views of the live sequences and measured pass times (DESIGN.md, style rule
-//! 8), so it is tested without a model. Each round, every decoding sequence gets `priority`
+//! Pure code over views of the live sequences and measured pass times (docs/architecture.md, style
+//! rule 8), so it is tested without a model. Each round, every decoding sequence gets `priority`
 //! decode steps (1 by default, so all answers move together), and the prompts waiting to be
-//! prefilled share a budget of tokens, oldest first. Paused and finished sequences get nothing,
-//! and so do queued ones (admission, which needs memory accounting, is the engine's).
+//! prefilled share a budget of tokens, oldest first. Paused and finished sequences get nothing, and
+//! so do queued ones (admission, which needs memory accounting, is the engine's).
 //!
 //! The budget comes from a [`Pacer`]: with no answer streaming it is the whole configured
 //! chunk; while answers stream it is what fits so that a round carrying prompt tokens takes at

@@ -16,10 +16,11 @@ use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::constraint::Constraint;
-use crate::engine::{Event, Timings, Usage};
 use crate::error::Result;
+use crate::event::{Event, Timings, Usage};
 use crate::model::KvCache;
 use crate::reasoning::ReasoningSplit;
+use crate::request::Speculation;
 use crate::sampler::Sampler;
 use crate::scheduler::{SeqView, SequenceState};
 use crate::stop::{StopReason, StopStrings};
@@ -28,7 +29,6 @@ use crate::tokenizer::{StreamDecoder, Tokenizer};
 mod emit;
 mod speculation;
 use speculation::Drafter;
-pub use speculation::Speculation;
 
 /// Answer tokens between two `Stats` events.
 const STATS_EVERY: usize = 16;
@@ -184,8 +184,8 @@ impl Sequence {
     }
 
     /// What it is doing, for the activity view.
-    pub fn activity(&self) -> crate::engine::Activity {
-        crate::engine::Activity {
+    pub fn activity(&self) -> crate::event::Activity {
+        crate::event::Activity {
             id: self.id,
             state: self.state(),
             priority: self.priority,

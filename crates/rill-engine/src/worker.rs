@@ -12,10 +12,10 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use crate::command::{Command, PreviewJob, Shared};
 use crate::draft::{propose, DraftModel};
-use crate::engine::{Command, PreviewJob, Shared};
 use crate::error::{Error, Result};
-use crate::model::llama::KV_MIN_CAPACITY;
+use crate::model::decoder::KV_MIN_CAPACITY;
 use crate::prefix_cache::PrefixCache;
 use crate::sampler::Distribution;
 use crate::scheduler::{plan_round, Pacer, SequenceState, Work};
@@ -26,7 +26,7 @@ use crate::weigh::{Verdict, Weigher};
 /// The inference thread's state: the weights, the live sequences in admission order, the
 /// kept prefixes, and the memory they may use.
 pub(crate) struct Worker {
-    model: crate::model::Llama,
+    model: crate::model::Decoder,
     shared: Arc<Shared>,
     seqs: Vec<Sequence>,
     prefixes: PrefixCache,
@@ -179,7 +179,7 @@ impl Worker {
 
     /// `prefill_chunk`: the most prompt tokens one pass takes; `budget`: KV-cache bytes.
     pub(crate) fn new(
-        model: crate::model::Llama,
+        model: crate::model::Decoder,
         shared: Arc<Shared>,
         budget: usize,
         prefill_chunk: usize,

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::engine::Command;
+use crate::command::Command;
 use crate::{Engine, EngineConfig, Event, GenerateRequest, Message, SamplingParams};
 
 fn model() -> PathBuf {

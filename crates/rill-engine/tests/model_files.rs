@@ -3,7 +3,7 @@
 //! and headers mutated at random. Each is refused at load with a clear error; none panics.
 //!
 //! The fuzz test's case counts come from `RILL_FUZZ_CASES` (mutated small headers) and
-//! `RILL_FUZZ_REAL_CASES` (mutated headers of the real test model); README gives the command
+//! `RILL_FUZZ_REAL_CASES` (mutated headers of the real test model); docs/tests.md gives the command
 //! that runs 100,000 of each.
 
 mod common;

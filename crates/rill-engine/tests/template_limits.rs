@@ -5,8 +5,8 @@
 //! and templates made from llama.cpp's real ones by mutation go through listing, loading and
 //! rendering with no crash and no hang.
 //!
-//! The fuzz run's case count comes from `RILL_TEMPLATE_FUZZ_CASES` (2,000 by default); README gives
-//! the command for a long run.
+//! The fuzz run's case count comes from `RILL_TEMPLATE_FUZZ_CASES` (2,000 by default); docs/tests.md
+//! gives the command for a long run.
 
 mod common;
 

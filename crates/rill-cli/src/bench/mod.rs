@@ -1,5 +1,5 @@
 //! `rill bench`: prefill and decode speed, time to first token, inter-token gaps and peak
-//! memory, for one stream or several at once (DESIGN.md's `bench --json` shape).
+//! memory, for one stream or several at once (docs/architecture.md, "The CLI's contract").
 //!
 //! The prompt is real text tokenized and repeated to the asked length, run as raw tokens (no
 //! template), greedy, ignoring end-of-generation so every stream makes exactly `--gen-tokens`;

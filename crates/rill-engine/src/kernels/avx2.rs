@@ -276,44 +276,10 @@ unsafe fn tile_nibbles<B: Nibbles4, const R: usize, const C: usize, const VNNI: 
     out
 }
 
-/// [`tile_nibbles`] for Q4_1.
-///
-/// # Safety
-/// As [`tile_nibbles`].
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_q4_1<const R: usize, const C: usize, const VNNI: bool>(
-    w: *const BlockQ4_1,
-    kb: usize,
-    a: *const BlockQ8_1,
-    ad: *const f32,
-    s: *const f32,
-    stride: usize,
-) -> [[f32; C]; R] {
-    tile_nibbles::<BlockQ4_1, R, C, VNNI>(w, kb, a, ad, s, stride)
-}
-
-/// [`tile_nibbles`] for Q4_0 as the file holds it.
-///
-/// # Safety
-/// As [`tile_nibbles`].
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_q4_0<const R: usize, const C: usize, const VNNI: bool>(
-    w: *const BlockQ4_0,
-    kb: usize,
-    a: *const BlockQ8_1,
-    ad: *const f32,
-    s: *const f32,
-    stride: usize,
-) -> [[f32; C]; R] {
-    tile_nibbles::<BlockQ4_0, R, C, VNNI>(w, kb, a, ad, s, stride)
-}
-
 /// One tile for Q8_0 × Q8_0, as [`tile_nibbles`] (no offsets: `s` and `stride` unused).
 ///
 /// # Safety
-/// As [`tile_q4_1`].
+/// As [`tile_nibbles`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_q8_0<const R: usize, const C: usize, const VNNI: bool>(
@@ -428,31 +394,7 @@ unsafe fn nibble_tile<P: Nibbles<8>, const C: usize, const VNNI: bool>(
     acc
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel_tile<const C: usize, const VNNI: bool>(
-    w: *const PanelQ4_1<8>,
-    kb: usize,
-    a: *const BlockQ8_1,
-    ad: *const f32,
-    s: *const f32,
-) -> [__m256; C] {
-    nibble_tile::<_, C, VNNI>(w, kb, a, ad, s)
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel_tile_q4_0<const C: usize, const VNNI: bool>(
-    w: *const PanelQ4_0<8>,
-    kb: usize,
-    a: *const BlockQ8_1,
-    ad: *const f32,
-    s: *const f32,
-) -> [__m256; C] {
-    nibble_tile::<_, C, VNNI>(w, kb, a, ad, s)
-}
-
-/// One panel of Q8_0 (eight weight rows) × `C` activation rows (as [`panel_tile`]; the
+/// One panel of Q8_0 (eight weight rows) × `C` activation rows (as [`nibble_tile`]; the
 /// activations' bytes offset by 128, see `Panel::prepare`; AVX-VNNI only, since `maddubs`
 /// pairs of 255·127 would saturate i16): lane k sums `(a + 128)·w` over the block with
 /// `vpdpbusd`, takes `128·Σw` back out (exact integers), then `acc += (d_w·d_a) · sum`.
@@ -496,7 +438,7 @@ panels!(
     panels_q4_1,
     [VNNI],
     "avx2,fma,f16c",
-    panel_tile,
+    nibble_tile[PanelQ4_1<8>],
     PanelQ4_1<8>,
     BlockQ8_1,
     _mm256_storeu_ps
@@ -505,7 +447,7 @@ panels!(
     panels_q4_0,
     [VNNI],
     "avx2,fma,f16c",
-    panel_tile_q4_0,
+    nibble_tile[PanelQ4_0<8>],
     PanelQ4_0<8>,
     BlockQ8_1,
     _mm256_storeu_ps
@@ -514,16 +456,18 @@ panels!(
     panels_q8_0,
     [],
     "avx2,fma,f16c",
-    panel_tile_q8_0,
+    panel_tile_q8_0[],
     PanelQ8_0<8>,
     BlockQ8_0,
     _mm256_storeu_ps
 );
 
-/// The tiles of [`Format::rows`] for one format: weight rows `R` at a time (its tile's
-/// height), activation rows [`TILE_A`] at a time, the last tiles of each smaller.
+/// The tiles of [`Format::rows`] for one format (`row_tiles!`): weight rows `R` at a time
+/// (its tile's height), activation rows [`TILE_A`] at a time, the last tiles of each smaller.
+/// `$tile[$g…]` is the generic tile function and the types it is given before `R`, `C` and
+/// `VNNI`.
 macro_rules! rows {
-    ($name:ident, $tile:ident, $w:ty, $a:ty, $r:literal) => {
+    ($name:ident, $tile:ident [$($g:ty),*], $w:ty, $a:ty, $r:literal) => {
         /// # Safety
         /// AVX2, FMA and F16C; the bounds [`Format::rows`] asserts.
         #[target_feature(enable = "avx2,fma,f16c")]
@@ -537,43 +481,28 @@ macro_rules! rows {
             si: usize,
         ) {
             let kb = acts.kb;
-            let n = w.len() / kb;
-            let o = out.as_mut_ptr();
-            for j in (0..n).step_by($r) {
-                let wp = w.as_ptr().add(j * kb);
-                for i in is.clone().step_by(TILE_A) {
-                    let (a, ad) = (acts.q.as_ptr().add(i * kb), acts.d.as_ptr().add(i * kb));
-                    let s = acts.s.as_ptr().add(i);
-                    let at = (j * sj + (i - is.start) * si) as isize;
-                    macro_rules! go {
-                        ($rr:literal, $cc:literal) => {{
-                            let t = $tile::<$rr, $cc, VNNI>(wp, kb, a, ad, s, acts.stride);
-                            for (r, row) in t.iter().enumerate() {
-                                for (c, v) in row.iter().enumerate() {
-                                    *o.offset(at + (r * sj + c * si) as isize) = *v;
-                                }
-                            }
-                        }};
-                    }
-                    match ($r.min(n - j), TILE_A.min(is.end - i)) {
-                        (2, 4) => go!(2, 4),
-                        (2, 3) => go!(2, 3),
-                        (2, 2) => go!(2, 2),
-                        (2, _) => go!(2, 1),
-                        (_, 4) => go!(1, 4),
-                        (_, 3) => go!(1, 3),
-                        (_, 2) => go!(1, 2),
-                        _ => go!(1, 1),
-                    }
-                }
-            }
+            row_tiles!(
+                0..w.len() / kb,
+                is,
+                $r,
+                [(2, 4) (2, 3) (2, 2) (2, 1) (1, 4) (1, 3) (1, 2) (1, 1)],
+                (out.as_mut_ptr(), sj, si),
+                |R, C, j, i| $tile::<$($g,)* R, C, VNNI>(
+                    w.as_ptr().add(j * kb),
+                    kb,
+                    acts.q.as_ptr().add(i * kb),
+                    acts.d.as_ptr().add(i * kb),
+                    acts.s.as_ptr().add(i),
+                    acts.stride,
+                )
+            );
         }
     };
 }
 // Two Q4_1 rows per tile; one Q8_0 row (two spill registers and measured slower).
-rows!(rows_q4_1, tile_q4_1, BlockQ4_1, BlockQ8_1, 2);
-rows!(rows_q4_0, tile_q4_0, BlockQ4_0, BlockQ8_1, 2);
-rows!(rows_q8_0, tile_q8_0, BlockQ8_0, BlockQ8_0, 1);
+rows!(rows_q4_1, tile_nibbles[BlockQ4_1], BlockQ4_1, BlockQ8_1, 2);
+rows!(rows_q4_0, tile_nibbles[BlockQ4_0], BlockQ4_0, BlockQ8_1, 2);
+rows!(rows_q8_0, tile_q8_0[], BlockQ8_0, BlockQ8_0, 1);
 
 // The K-quants' tiles, in a file of their own (after the macros above, which they use).
 mod kquants;

@@ -77,30 +77,6 @@ unsafe fn nibble_tile<P: Nibbles<16>, const C: usize>(
     acc
 }
 
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile_q4_1<const C: usize>(
-    w: *const PanelQ4_1<16>,
-    kb: usize,
-    a: *const BlockQ8_1,
-    ad: *const f32,
-    s: *const f32,
-) -> [__m512; C] {
-    nibble_tile::<_, C>(w, kb, a, ad, s)
-}
-
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile_q4_0<const C: usize>(
-    w: *const PanelQ4_0<16>,
-    kb: usize,
-    a: *const BlockQ8_1,
-    ad: *const f32,
-    s: *const f32,
-) -> [__m512; C] {
-    nibble_tile::<_, C>(w, kb, a, ad, s)
-}
-
 /// Sixteen row bytes (one per row) as unsigned i32 lanes.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -327,7 +303,7 @@ panels!(
     panels_q4_1,
     wider,
     "avx512f,avx512bw,avx512vnni",
-    tile_q4_1,
+    nibble_tile[PanelQ4_1<16>],
     PanelQ4_1<16>,
     BlockQ8_1,
     _mm512_storeu_ps
@@ -336,7 +312,7 @@ panels!(
     panels_q4_0,
     wider,
     "avx512f,avx512bw,avx512vnni",
-    tile_q4_0,
+    nibble_tile[PanelQ4_0<16>],
     PanelQ4_0<16>,
     BlockQ8_1,
     _mm512_storeu_ps
@@ -345,7 +321,7 @@ panels!(
     panels_q4_k,
     wider,
     "avx512f,avx512bw,avx512vnni",
-    tile_q4_k,
+    tile_q4_k[],
     PanelQ4K<16>,
     BlockQ8K,
     _mm512_storeu_ps
@@ -354,7 +330,7 @@ panels!(
     panels_q5_k,
     wider,
     "avx512f,avx512bw,avx512vnni",
-    tile_q5_k,
+    tile_q5_k[],
     PanelQ5K<16>,
     BlockQ8K,
     _mm512_storeu_ps
@@ -363,7 +339,7 @@ panels!(
     panels_q6_k,
     wider,
     "avx512f,avx512bw,avx512vnni",
-    tile_q6_k,
+    tile_q6_k[],
     PanelQ6K<16>,
     BlockQ8K,
     _mm512_storeu_ps
@@ -372,7 +348,7 @@ panels!(
     panels_q8_0,
     wider,
     "avx512f,avx512bw,avx512vnni",
-    tile_q8_0,
+    tile_q8_0[],
     PanelQ8_0<16>,
     BlockQ8_0,
     _mm512_storeu_ps

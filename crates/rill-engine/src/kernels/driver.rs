@@ -15,19 +15,19 @@ use super::*;
 pub(crate) type RowsFn<F, A> =
     unsafe fn(Isa, &[F], &Acts<A>, std::ops::Range<usize>, &mut [f32], usize, usize);
 
-/// How activation rows are quantised for a weight format: the blocks they become, and their
-/// scales.
-pub(crate) trait Quantise: Copy + Sync {
-    type Act: Copy + Default + Send + Sync;
+/// An activation block format: how a row of activations is quantised into it (ggml's
+/// quantisation, bit for bit), and its scales. The weight formats name theirs
+/// ([`Format::Act`], [`Panel::Act`]).
+pub(crate) trait Quantise: Copy + Default + Send + Sync {
     /// Activations per block: 32, or 256 for the K-quants' Q8_K.
     const ACT_QK: usize = QK;
     /// ggml's quantisation of an activation row, the scalar reference.
-    const QUANTIZE: fn(&[f32], &mut [Self::Act]);
+    const QUANTIZE: fn(&[f32], &mut [Self]);
     /// The same with AVX2, bit for bit (needs AVX2, FMA and F16C).
     #[cfg(target_arch = "x86_64")]
-    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [Self::Act]);
+    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [Self]);
     /// An activation row quantised with the best of `isa`.
-    fn quantize(isa: Isa, x: &[f32], out: &mut [Self::Act]) {
+    fn quantize(isa: Isa, x: &[f32], out: &mut [Self]) {
         #[cfg(target_arch = "x86_64")]
         if isa.avx2() {
             // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C.
@@ -36,14 +36,45 @@ pub(crate) trait Quantise: Copy + Sync {
         let _ = isa;
         (Self::QUANTIZE)(x, out)
     }
-    /// `(d, s)` of an activation block (`s` = d·Σq, or 0 when the format needs none).
-    fn act_scales(a: &Self::Act, t: &[f32]) -> (f32, f32);
+    /// `(d, s)` of the block (`s` = d·Σq, or 0 when the format has none), `t` the f16 table.
+    fn scales(&self, t: &[f32]) -> (f32, f32);
+}
+
+impl Quantise for BlockQ8_1 {
+    const QUANTIZE: fn(&[f32], &mut [BlockQ8_1]) = quantize_q8_1;
+    #[cfg(target_arch = "x86_64")]
+    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8_1]) = avx2::quantize_q8_1;
+    fn scales(&self, t: &[f32]) -> (f32, f32) {
+        (h(t, self.d), h(t, self.s))
+    }
+}
+
+impl Quantise for BlockQ8_0 {
+    const QUANTIZE: fn(&[f32], &mut [BlockQ8_0]) = quantize_q8_0;
+    #[cfg(target_arch = "x86_64")]
+    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8_0]) = avx2::quantize_q8_0;
+    fn scales(&self, t: &[f32]) -> (f32, f32) {
+        (h(t, self.d), 0.0)
+    }
+}
+
+/// The K-quants' activations: Q8_K, one scale per 256 (its `d`, which the K-quant tiles read
+/// from the driver's `d`; they take no `s`).
+impl Quantise for BlockQ8K {
+    const ACT_QK: usize = QK_K;
+    const QUANTIZE: fn(&[f32], &mut [BlockQ8K]) = quantize_q8_k;
+    #[cfg(target_arch = "x86_64")]
+    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8K]) = quantize_q8_k_avx2;
+    fn scales(&self, _: &[f32]) -> (f32, f32) {
+        (self.d, 0.0)
+    }
 }
 
 /// A weight block format the kernels run row by row (Q4_1, Q8_0, Q4_0, MXFP4, and the
-/// K-quants' super-blocks in `krows.rs`), dotted with the activation
-/// blocks of [`Quantise`].
-pub(crate) trait Format: Quantise {
+/// K-quants' super-blocks in `krows.rs`), dotted with activation blocks of its [`Act`](Self::Act).
+pub(crate) trait Format: Copy + Sync {
+    /// The activation blocks it is dotted with.
+    type Act: Quantise;
     /// The tiles of [`rows`](Self::rows) on AVX2: without AVX-VNNI, and with it (the same
     /// function twice for a format that picks by the `Isa` it is given).
     #[cfg(target_arch = "x86_64")]
@@ -96,17 +127,8 @@ pub(crate) trait Format: Quantise {
     }
 }
 
-impl Quantise for BlockQ4_1 {
-    type Act = BlockQ8_1;
-    const QUANTIZE: fn(&[f32], &mut [BlockQ8_1]) = quantize_q8_1;
-    #[cfg(target_arch = "x86_64")]
-    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8_1]) = avx2::quantize_q8_1;
-    fn act_scales(a: &BlockQ8_1, t: &[f32]) -> (f32, f32) {
-        (h(t, a.d), h(t, a.s))
-    }
-}
-
 impl Format for BlockQ4_1 {
+    type Act = BlockQ8_1;
     #[cfg(target_arch = "x86_64")]
     const ROWS_AVX2: [RowsFn<Self, BlockQ8_1>; 2] =
         [avx2::rows_q4_1::<false>, avx2::rows_q4_1::<true>];
@@ -116,17 +138,8 @@ impl Format for BlockQ4_1 {
 }
 
 /// Q4_0 as the file holds it: Q4_1's arithmetic with `m = −8·d`.
-impl Quantise for BlockQ4_0 {
-    type Act = BlockQ8_1;
-    const QUANTIZE: fn(&[f32], &mut [BlockQ8_1]) = quantize_q8_1;
-    #[cfg(target_arch = "x86_64")]
-    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8_1]) = avx2::quantize_q8_1;
-    fn act_scales(a: &BlockQ8_1, t: &[f32]) -> (f32, f32) {
-        (h(t, a.d), h(t, a.s))
-    }
-}
-
 impl Format for BlockQ4_0 {
+    type Act = BlockQ8_1;
     #[cfg(target_arch = "x86_64")]
     const ROWS_AVX2: [RowsFn<Self, BlockQ8_1>; 2] = [avx2::rows_q4_0_file, avx2::rows_q4_0_file];
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_1]) -> f32 {
@@ -146,35 +159,13 @@ impl Format for BlockQ4_0 {
     }
 }
 
-impl Quantise for BlockQ8_0 {
-    type Act = BlockQ8_0;
-    const QUANTIZE: fn(&[f32], &mut [BlockQ8_0]) = quantize_q8_0;
-    #[cfg(target_arch = "x86_64")]
-    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8_0]) = avx2::quantize_q8_0;
-    fn act_scales(a: &BlockQ8_0, t: &[f32]) -> (f32, f32) {
-        (h(t, a.d), 0.0)
-    }
-}
-
 impl Format for BlockQ8_0 {
+    type Act = BlockQ8_0;
     #[cfg(target_arch = "x86_64")]
     const ROWS_AVX2: [RowsFn<Self, BlockQ8_0>; 2] =
         [avx2::rows_q8_0::<false>, avx2::rows_q8_0::<true>];
     fn dot(isa: Isa, w: &[Self], a: &[BlockQ8_0]) -> f32 {
         isa.dot_q8_0_q8_0_checked(w, a)
-    }
-}
-
-/// The K-quants' activations: Q8_K, one scale per 256 (its `d`, which the K-quant tiles read
-/// from the driver's `d`; they take no `s`).
-impl Quantise for BlockQ8K {
-    type Act = BlockQ8K;
-    const ACT_QK: usize = QK_K;
-    const QUANTIZE: fn(&[f32], &mut [BlockQ8K]) = quantize_q8_k;
-    #[cfg(target_arch = "x86_64")]
-    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8K]) = quantize_q8_k_avx2;
-    fn act_scales(a: &BlockQ8K, _: &[f32]) -> (f32, f32) {
-        (a.d, 0.0)
     }
 }
 
@@ -202,18 +193,18 @@ pub(crate) const ACT_ROWS_PER_TASK: usize = 32;
 
 /// The `m` rows of `x` (`k` wide) quantised for format `F`; across the threads when there are
 /// many.
-pub(crate) fn quantize_rows<F: Quantise>(isa: Isa, x: &[f32], m: usize, k: usize) -> Vec<F::Act> {
-    let kb = k / F::ACT_QK;
-    let mut q = vec![F::Act::default(); m * kb];
+pub(crate) fn quantize_rows<A: Quantise>(isa: Isa, x: &[f32], m: usize, k: usize) -> Vec<A> {
+    let kb = k / A::ACT_QK;
+    let mut q = vec![A::default(); m * kb];
     if m < ACT_ROWS_PER_TASK {
         for (row, q) in x.chunks_exact(k).zip(q.chunks_exact_mut(kb)) {
-            F::quantize(isa, row, q);
+            A::quantize(isa, row, q);
         }
     } else {
         x.par_chunks_exact(k)
             .zip(q.par_chunks_exact_mut(kb))
             .with_min_len(ACT_ROWS_PER_TASK / 2)
-            .for_each(|(row, q)| F::quantize(isa, row, q));
+            .for_each(|(row, q)| A::quantize(isa, row, q));
     }
     q
 }
@@ -237,11 +228,11 @@ pub(crate) fn panels_times<P: Kernel>(
     out: &mut [f32],
 ) {
     // A panel's block is as wide as an activation block (32, or 256 for the K-quants).
-    let kb = k / P::Acts::ACT_QK;
+    let kb = k / P::Act::ACT_QK;
     let n_out = w.len() / kb * P::ROWS;
-    let q = quantize_rows::<P::Acts>(isa, x, m, k);
+    let q = quantize_rows::<P::Act>(isa, x, m, k);
     let t = f16_table();
-    let (d, s): (Vec<f32>, Vec<f32>) = q.iter().map(|a| P::Acts::act_scales(a, t)).unzip();
+    let (d, s): (Vec<f32>, Vec<f32>) = q.iter().map(|a| a.scales(t)).unzip();
     let mut acts = PanelActs { q, d, s, kb };
     let panels = n_out / P::ROWS;
     // Panels per task when a call splits the weight rows: `ROWS_PER_TASK` rows.
@@ -315,9 +306,9 @@ pub(crate) fn rows_times<F: Format>(
     k: usize,
     out: &mut [f32],
 ) {
-    let kb = k / F::ACT_QK;
+    let kb = k / F::Act::ACT_QK;
     let n_out = w.len() / kb;
-    let q = quantize_rows::<F>(isa, x, m, k);
+    let q = quantize_rows::<F::Act>(isa, x, m, k);
     if m == 1 {
         out.par_chunks_mut(ROWS_PER_TASK)
             .enumerate()
@@ -333,7 +324,7 @@ pub(crate) fn rows_times<F: Format>(
     let mut s = vec![0f32; stride * kb];
     for (n, a) in q.iter().enumerate() {
         let (i, b) = (n / kb, n % kb);
-        (d[n], s[b * stride + i]) = F::act_scales(a, t);
+        (d[n], s[b * stride + i]) = a.scales(t);
     }
     let acts = Acts {
         q,

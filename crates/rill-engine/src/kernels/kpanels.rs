@@ -188,7 +188,7 @@ fn pack_scales_k4(scale_min: impl Fn(usize) -> (u8, u8)) -> [u8; 12] {
 
 impl<const R: usize> Panel for PanelQ4K<R> {
     type Block = BlockQ4K;
-    type Acts = BlockQ8K;
+    type Act = BlockQ8K;
     const ROWS: usize = R;
 
     fn new(rows: &[&BlockQ4K]) -> Self {
@@ -226,7 +226,7 @@ impl<const R: usize> Panel for PanelQ4K<R> {
 
 impl<const R: usize> Panel for PanelQ5K<R> {
     type Block = BlockQ5K;
-    type Acts = BlockQ8K;
+    type Act = BlockQ8K;
     const ROWS: usize = R;
 
     fn new(rows: &[&BlockQ5K]) -> Self {
@@ -268,7 +268,7 @@ impl<const R: usize> Panel for PanelQ5K<R> {
 
 impl<const R: usize> Panel for PanelQ6K<R> {
     type Block = BlockQ6K;
-    type Acts = BlockQ8K;
+    type Act = BlockQ8K;
     const ROWS: usize = R;
 
     fn new(rows: &[&BlockQ6K]) -> Self {

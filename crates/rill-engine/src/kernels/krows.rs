@@ -60,18 +60,8 @@ impl KBlock for BlockQ6K {
 /// The row-kernel [`Format`] of a K-quant block.
 macro_rules! k_format {
     ($b:ty) => {
-        impl Quantise for $b {
-            type Act = BlockQ8K;
-            const ACT_QK: usize = QK_K;
-            const QUANTIZE: fn(&[f32], &mut [BlockQ8K]) = quantize_q8_k;
-            #[cfg(target_arch = "x86_64")]
-            const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8K]) = quantize_q8_k_avx2;
-            fn act_scales(a: &BlockQ8K, _: &[f32]) -> (f32, f32) {
-                (a.d, 0.0)
-            }
-        }
-
         impl Format for $b {
+            type Act = BlockQ8K;
             #[cfg(target_arch = "x86_64")]
             const ROWS_AVX2: [RowsFn<Self, BlockQ8K>; 2] = [simd::rows::<$b>, simd::rows::<$b>];
 
@@ -79,12 +69,10 @@ macro_rules! k_format {
                 assert_eq!(w.len(), a.len());
                 #[cfg(target_arch = "x86_64")]
                 if isa.avx2() {
-                    let mut out = [0f32];
                     // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and
                     // F16C; one weight row of `w.len()` super-blocks against one activation
                     // row of as many.
-                    unsafe { simd::tile::<$b, 1>(w.as_ptr(), w.len(), a.as_ptr(), &mut out, 1) };
-                    return out[0];
+                    return unsafe { simd::tile::<$b, 1>(w.as_ptr(), w.len(), a.as_ptr()) }[0][0];
                 }
                 let _ = isa;
                 <$b as KBlock>::scalar(w, a)
@@ -280,21 +268,19 @@ mod simd {
         }
     }
 
-    /// One weight row (`kb` super-blocks at `w`) × `C` activation rows (row c at `a + c·kb`)
-    /// into `out[c·si]`, each super-block unpacked once for the `C` rows; the reference's
-    /// fused multiply-adds in its order, so each output is the reference's bits.
+    /// One weight row (`kb` super-blocks at `w`) × `C` activation rows (row c at `a + c·kb`),
+    /// each super-block unpacked once for the `C` rows; the reference's fused multiply-adds in
+    /// its order, so each output is the reference's bits.
     ///
     /// # Safety
-    /// AVX2, FMA and F16C; `kb` blocks readable at `w`, `C·kb` at `a`, `out[c·si]` writable.
+    /// AVX2, FMA and F16C; `kb` blocks readable at `w`, `C·kb` at `a`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn tile<B: KSums, const C: usize>(
         w: *const B,
         kb: usize,
         a: *const BlockQ8K,
-        out: &mut [f32],
-        si: usize,
-    ) {
+    ) -> [[f32; C]; 1] {
         let t = f16_table();
         let mut sum = [0f32; C];
         for b in 0..kb {
@@ -310,9 +296,7 @@ mod simd {
                 }
             }
         }
-        for c in 0..C {
-            out[c * si] = sum[c];
-        }
+        [sum]
     }
 
     /// [`Format::rows`] for a K-quant: each weight row against the activation rows four at a
@@ -331,19 +315,13 @@ mod simd {
         si: usize,
     ) {
         let kb = acts.kb;
-        let n = w.len() / kb;
-        for j in 0..n {
-            let wp = w.as_ptr().add(j * kb);
-            for i in is.clone().step_by(TILE_A) {
-                let a = acts.q.as_ptr().add(i * kb);
-                let o = &mut out[j * sj + (i - is.start) * si..];
-                match TILE_A.min(is.end - i) {
-                    4 => tile::<B, 4>(wp, kb, a, o, si),
-                    3 => tile::<B, 3>(wp, kb, a, o, si),
-                    2 => tile::<B, 2>(wp, kb, a, o, si),
-                    _ => tile::<B, 1>(wp, kb, a, o, si),
-                }
-            }
-        }
+        row_tiles!(
+            0..w.len() / kb,
+            is,
+            1,
+            [(1, 4)(1, 3)(1, 2)(1, 1)],
+            (out.as_mut_ptr(), sj, si),
+            |R, C, j, i| tile::<B, C>(w.as_ptr().add(j * kb), kb, acts.q.as_ptr().add(i * kb))
+        );
     }
 }

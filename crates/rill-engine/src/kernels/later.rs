@@ -3,7 +3,7 @@
 //! kernels that run a mixture's experts (`krows.rs`), so loading copies nothing and the first
 //! token comes at once. Its panels (`kpanels.rs`: the same bits, much faster for a prompt's
 //! many rows) are made when the engine is idle, one matrix at a time
-//! (`Llama::make_next_panels`), or by the first product of many rows (a long prompt's
+//! (`Decoder::make_next_panels`), or by the first product of many rows (a long prompt's
 //! chunk), whichever comes first.
 //! Then the matrix's pages leave the process's map (they stay in the page cache), so the
 //! memory held is about the file's size throughout, not the file plus its repacked copy.
@@ -19,7 +19,7 @@ use super::*;
 /// prompt's chunk, which they repay. Fewer (a decode step, a draft's check, a short question)
 /// run on the file's rows meanwhile: a decode step at the same speed per byte, a few prompt
 /// rows slower than on panels but far sooner than after making them (a 25-token question to
-/// an 8B model right after loading: see README).
+/// an 8B model right after loading: see docs/kernels.md).
 pub(crate) const PANELS_NOW_ROWS: usize = 64;
 
 /// Whether a dense matrix of this format and shape is read in the map at load and its panels

@@ -175,7 +175,7 @@ impl<B: PlainBlock + Format> Rows<B> {
         if let [one] = self.stretches.as_slice() {
             return rows_times(isa, one.blocks(), x, m, k, out);
         }
-        let (kb, n_out) = (k / B::ACT_QK, out.len() / m.max(1));
+        let (kb, n_out) = (k / B::Act::ACT_QK, out.len() / m.max(1));
         let mut col = 0;
         let mut part = Vec::new();
         for s in &self.stretches {

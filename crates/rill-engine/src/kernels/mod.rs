@@ -76,6 +76,53 @@ use candle_core::{Device, Tensor};
 use half::f16;
 use rayon::prelude::*;
 
+/// The row kernels' loop, written once (every format run row by row, and the F16/BF16
+/// rows): weight rows `$js` (a range) `$h` at a time, or one at a time for the last few, ×
+/// activation rows `$is` [`TILE_A`] at a time, fewer for the last. Each tile is `$tile`, an
+/// expression of the weight row `$j` and activation row `$i` it starts at and of the constants
+/// `$R` × `$C` of its shape, giving `[[f32; C]; R]`; the loop stores it at
+/// `$o + (j + r)·sj + (i − is.start + c)·si`. `[($r, $c) …]` lists the shapes the loop may
+/// ask for, so that only those are compiled: every `($h, c)`, and `(1, c)` where `$js` may
+/// end on fewer than `$h` rows, for `c` up to [`TILE_A`] (up to `$is`'s length where that is
+/// less).
+///
+/// Safety: the caller's `unsafe` block answers for `$tile`'s reads, and for `$o` being valid
+/// for every output of `$js` × `$is`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! row_tiles {
+    (
+        $js:expr, $is:expr, $h:expr, [$(($r:literal, $c:literal))+],
+        ($o:expr, $sj:expr, $si:expr),
+        |$R:ident, $C:ident, $j:ident, $i:ident| $tile:expr
+    ) => {{
+        let (js, is): (std::ops::Range<usize>, std::ops::Range<usize>) = ($js, $is);
+        let (h, o, sj, si): (usize, *mut f32, usize, usize) = ($h, $o, $sj, $si);
+        let mut $j = js.start;
+        while $j < js.end {
+            let r = if js.end - $j >= h { h } else { 1 };
+            for $i in is.clone().step_by(TILE_A) {
+                let at = o.add($j * sj + ($i - is.start) * si);
+                match (r, TILE_A.min(is.end - $i)) {
+                    $(
+                        ($r, $c) => {
+                            const $R: usize = $r;
+                            const $C: usize = $c;
+                            let t: [[f32; $C]; $R] = $tile;
+                            for (dr, row) in t.iter().enumerate() {
+                                for (dc, v) in row.iter().enumerate() {
+                                    *at.add(dr * sj + dc * si) = *v;
+                                }
+                            }
+                        }
+                    )+
+                    (r, c) => unreachable!("no {r} × {c} tile listed"),
+                }
+            }
+            $j += r;
+        }
+    }};
+}
+
 mod blocks;
 mod driver;
 mod halves;
@@ -114,22 +161,26 @@ pub(crate) use weights::*;
 
 /// A panel kernel's driver: `$name` runs panels `ps` of `w` × activation rows `is` into
 /// `o[(i − is.start)·n_out + ROWS·p + k]`, in tiles of one panel × up to [`TILE_A`] activation
-/// rows computed by `$tile` (with the const generic `VNNI` where named) and stored by `$store`;
+/// rows computed by `$tile` (given the types `$g` first, and the const generic `VNNI` where
+/// named) and stored by `$store`;
 /// with `wider` (every AVX-512 kernel), up to [`TILE_A_WIDER`] rows a tile (32 registers hold
 /// their sums for twelve rows), so a weight block is unpacked a third as often for a prompt's
 /// rows, and once for a draft's check. A row's arithmetic is the same in a tile of any height,
 /// so are its bits.
 #[cfg(target_arch = "x86_64")]
 macro_rules! panels {
-    ($name:ident, [$($vnni:ident)?], $features:literal, $tile:ident, $p:ty, $a:ty, $store:ident) => {
-        panels!(@driver $name, [$($vnni)?], $features, $tile, $p, $a, $store, TILE_A, [4 3 2]);
+    ($name:ident, [$($vnni:ident)?], $features:literal, $tile:ident [$($g:ty),*], $p:ty, $a:ty,
+     $store:ident) => {
+        panels!(@driver $name, [$($vnni)?], $features, $tile [$($g),*], $p, $a, $store, TILE_A,
+                [4 3 2]);
     };
-    ($name:ident, wider, $features:literal, $tile:ident, $p:ty, $a:ty, $store:ident) => {
-        panels!(@driver $name, [], $features, $tile, $p, $a, $store, TILE_A_WIDER,
+    ($name:ident, wider, $features:literal, $tile:ident [$($g:ty),*], $p:ty, $a:ty,
+     $store:ident) => {
+        panels!(@driver $name, [], $features, $tile [$($g),*], $p, $a, $store, TILE_A_WIDER,
                 [12 11 10 9 8 7 6 5 4 3 2]);
     };
-    (@driver $name:ident, [$($vnni:ident)?], $features:literal, $tile:ident, $p:ty, $a:ty,
-     $store:ident, $height:ident, [$($c:literal)*]) => {
+    (@driver $name:ident, [$($vnni:ident)?], $features:literal, $tile:ident [$($g:ty),*],
+     $p:ty, $a:ty, $store:ident, $height:ident, [$($c:literal)*]) => {
         /// # Safety
         /// The instructions of its target features and its tile's (AVX-VNNI with `VNNI`, and
         /// for the 256-bit Q8_0 tile); `ps` within `w`'s panels, `is` within `acts`' rows, and
@@ -158,7 +209,7 @@ macro_rules! panels {
                     let at = o.add((i - is.start) * n_out + <$p as Panel>::ROWS * p);
                     macro_rules! go {
                         ($rows:literal) => {{
-                            let t = $tile::<$rows $(, $vnni)?>(wp, kb, a, ad, s);
+                            let t = $tile::<$($g,)* $rows $(, $vnni)?>(wp, kb, a, ad, s);
                             for (c, v) in t.iter().enumerate() {
                                 $store(at.add(c * n_out), *v);
                             }

@@ -102,30 +102,19 @@ impl Isa {
     /// As [`dot_mxfp4_q8_0`](Self::dot_mxfp4_q8_0), for an `Isa` already checked.
     pub(crate) fn dot_mxfp4_q8_0_checked(self, x: &[BlockMxfp4], y: &[BlockQ8_0]) -> f32 {
         assert_eq!(x.len(), y.len());
-        let mut out = [0f32];
         #[cfg(target_arch = "x86_64")]
         if self.avx2() {
             // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2, FMA and F16C (and
             // AVX-512 F/BW/VL/VNNI or AVX-VNNI where `simd::tile` picks them); one weight row
             // of `x.len()` blocks against one activation row of as many.
-            unsafe { simd::tile::<1>(self, x.as_ptr(), x.len(), y.as_ptr(), &mut out, 1) };
-            return out[0];
+            return unsafe { simd::tile::<1, 1>(self, x.as_ptr(), x.len(), y.as_ptr()) }[0][0];
         }
         dot_mxfp4_q8_0_scalar(x, y)
     }
 }
 
-impl Quantise for BlockMxfp4 {
-    type Act = BlockQ8_0;
-    const QUANTIZE: fn(&[f32], &mut [BlockQ8_0]) = quantize_q8_0;
-    #[cfg(target_arch = "x86_64")]
-    const QUANTIZE_AVX2: unsafe fn(&[f32], &mut [BlockQ8_0]) = avx2::quantize_q8_0;
-    fn act_scales(a: &BlockQ8_0, t: &[f32]) -> (f32, f32) {
-        (h(t, a.d), 0.0)
-    }
-}
-
 impl Format for BlockMxfp4 {
+    type Act = BlockQ8_0;
     // The tiles pick among three instruction sets by the `Isa` they are given.
     #[cfg(target_arch = "x86_64")]
     const ROWS_AVX2: [RowsFn<Self, BlockQ8_0>; 2] = [simd::rows_for, simd::rows_for];
@@ -160,24 +149,20 @@ mod simd {
     macro_rules! kernels {
         ($wtile:ident, $features:literal, |$u:ident, $s:ident| $dot4:expr) => {
             /// `R` MXFP4 weight rows (row r at `w + r·kb`) × `C` Q8_0 activation rows (row c
-            /// at `a + c·kb`), into `out[r·sj + c·si]`. Each weight block is decoded once for
-            /// the `C` rows and each activation block loaded once for the `R`, and the `R·C`
-            /// independent sums keep the FMA units busy; each pair's arithmetic is the same
-            /// for every `R` and `C`, so its bits are those of the pair alone.
+            /// at `a + c·kb`). Each weight block is decoded once for the `C` rows and each
+            /// activation block loaded once for the `R`, and the `R·C` independent sums keep
+            /// the FMA units busy; each pair's arithmetic is the same for every `R` and `C`,
+            /// so its bits are those of the pair alone.
             ///
             /// # Safety
-            /// The target features; `R·kb` blocks readable at `w`, `C·kb` at `a`, and
-            /// `out[r·sj + c·si]` writable for every `r < R`, `c < C`.
+            /// The target features; `R·kb` blocks readable at `w`, `C·kb` at `a`.
             #[inline]
             #[target_feature(enable = $features)]
             pub(super) unsafe fn $wtile<const R: usize, const C: usize>(
                 w: *const BlockMxfp4,
                 kb: usize,
                 a: *const BlockQ8_0,
-                out: &mut [f32],
-                sj: usize,
-                si: usize,
-            ) {
+            ) -> [[f32; C]; R] {
                 let t = f16_table();
                 let table = _mm_loadu_si128(KVALUES_MXFP4.as_ptr() as *const __m128i);
                 let low = _mm_set1_epi8(0x0F);
@@ -210,6 +195,7 @@ mod simd {
                         }
                     }
                 }
+                let mut out = [[0f32; C]; R];
                 for r in 0..R {
                     for c in 0..C {
                         // `lanes_sum`'s tree.
@@ -217,9 +203,10 @@ mod simd {
                         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
                         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
                         let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-                        out[r * sj + c * si] = _mm_cvtss_f32(s);
+                        out[r][c] = _mm_cvtss_f32(s);
                     }
                 }
+                out
             }
         };
     }
@@ -245,23 +232,6 @@ mod simd {
         |u, s| _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
     );
 
-    /// One weight row × `C` activation rows (into `out[c·si]`) on the best instruction set
-    /// `isa` allows.
-    ///
-    /// # Safety
-    /// `isa` checked and [`avx2`](Isa::avx2); the bounds of the tiles.
-    #[inline]
-    pub(super) unsafe fn tile<const C: usize>(
-        isa: Isa,
-        w: *const BlockMxfp4,
-        kb: usize,
-        a: *const BlockQ8_0,
-        out: &mut [f32],
-        si: usize,
-    ) {
-        wtile::<1, C>(isa, w, kb, a, out, 0, si)
-    }
-
     /// Weight rows per one-row tile.
     const W_ROWS: usize = 4;
 
@@ -275,12 +245,14 @@ mod simd {
         for (n, o) in out.chunks_mut(W_ROWS).enumerate() {
             let (wp, ap) = (w.as_ptr().add(n * W_ROWS * kb), a.as_ptr());
             match o.len() {
-                4 => wtile::<4, 1>(isa, wp, kb, ap, o, 1, 1),
+                4 => {
+                    let t = tile::<4, 1>(isa, wp, kb, ap);
+                    o.iter_mut().zip(t).for_each(|(o, [v])| *o = v);
+                }
                 // The last few rows one at a time.
                 _ => {
                     for (r, o) in o.iter_mut().enumerate() {
-                        let wr = wp.add(r * kb);
-                        tile::<1>(isa, wr, kb, ap, std::slice::from_mut(o), 1);
+                        *o = tile::<1, 1>(isa, wp.add(r * kb), kb, ap)[0][0];
                     }
                 }
             }
@@ -292,19 +264,16 @@ mod simd {
     /// # Safety
     /// `isa` checked and [`avx2`](Isa::avx2); the bounds of the tiles.
     #[inline]
-    unsafe fn wtile<const R: usize, const C: usize>(
+    pub(super) unsafe fn tile<const R: usize, const C: usize>(
         isa: Isa,
         w: *const BlockMxfp4,
         kb: usize,
         a: *const BlockQ8_0,
-        out: &mut [f32],
-        sj: usize,
-        si: usize,
-    ) {
+    ) -> [[f32; C]; R] {
         match isa {
-            Isa::Avx512Vnni if has_avx512_vl() => wtile_avx512::<R, C>(w, kb, a, out, sj, si),
-            _ if isa.avx_vnni() => wtile_avx_vnni::<R, C>(w, kb, a, out, sj, si),
-            _ => wtile_avx2::<R, C>(w, kb, a, out, sj, si),
+            Isa::Avx512Vnni if has_avx512_vl() => wtile_avx512::<R, C>(w, kb, a),
+            _ if isa.avx_vnni() => wtile_avx_vnni::<R, C>(w, kb, a),
+            _ => wtile_avx2::<R, C>(w, kb, a),
         }
     }
 
@@ -324,24 +293,14 @@ mod simd {
         si: usize,
     ) {
         let kb = acts.kb;
-        let n = w.len() / kb;
-        for j in (0..n).step_by(2) {
-            let wp = w.as_ptr().add(j * kb);
-            for i in is.clone().step_by(TILE_A) {
-                let a = acts.q.as_ptr().add(i * kb);
-                let o = &mut out[j * sj + (i - is.start) * si..];
-                match (n - j >= 2, TILE_A.min(is.end - i)) {
-                    (true, 4) => wtile::<2, 4>(isa, wp, kb, a, o, sj, si),
-                    (true, 3) => wtile::<2, 3>(isa, wp, kb, a, o, sj, si),
-                    (true, 2) => wtile::<2, 2>(isa, wp, kb, a, o, sj, si),
-                    (true, _) => wtile::<2, 1>(isa, wp, kb, a, o, sj, si),
-                    (false, 4) => tile::<4>(isa, wp, kb, a, o, si),
-                    (false, 3) => tile::<3>(isa, wp, kb, a, o, si),
-                    (false, 2) => tile::<2>(isa, wp, kb, a, o, si),
-                    (false, _) => tile::<1>(isa, wp, kb, a, o, si),
-                }
-            }
-        }
+        row_tiles!(
+            0..w.len() / kb,
+            is,
+            2,
+            [(2, 4)(2, 3)(2, 2)(2, 1)(1, 4)(1, 3)(1, 2)(1, 1)],
+            (out.as_mut_ptr(), sj, si),
+            |R, C, j, i| tile::<R, C>(isa, w.as_ptr().add(j * kb), kb, acts.q.as_ptr().add(i * kb))
+        );
     }
 }
 

@@ -60,8 +60,8 @@ const _: () = assert!(std::mem::size_of::<PanelQ4_0<8>>() == 8 * std::mem::size_
 pub(crate) trait Panel: Copy + Send + Sync + Sized {
     /// The format of one row's block.
     type Block: Copy + Sync;
-    /// The format whose activations the panel is dotted with, a block of them per block.
-    type Acts: Quantise;
+    /// The activation blocks the panel is dotted with, one per block.
+    type Act: Quantise;
     /// Weight rows per panel.
     const ROWS: usize;
     /// A panel of `rows` (`ROWS` of them).
@@ -75,7 +75,7 @@ pub(crate) trait Panel: Copy + Send + Sync + Sized {
 }
 
 /// The activation blocks a panel is dotted with.
-pub(crate) type Act<P> = <<P as Panel>::Acts as Quantise>::Act;
+pub(crate) type Act<P> = <P as Panel>::Act;
 
 /// The 4-bit panels of 32-weight blocks, read by the same kernels: Q4_1's, and Q4_0's, whose
 /// offset `m` is `−8·d`.
@@ -136,7 +136,7 @@ pub(crate) trait Kernel: Panel {
 
 impl<const R: usize> Panel for PanelQ4_1<R> {
     type Block = BlockQ4_1;
-    type Acts = BlockQ4_1;
+    type Act = BlockQ8_1;
     const ROWS: usize = R;
 
     fn new(rows: &[&BlockQ4_1]) -> Self {
@@ -195,7 +195,7 @@ pub(crate) fn deinterleave<const R: usize>(qs: &[[[u8; 4]; R]; 4], k: usize) -> 
 
 impl<const R: usize> Panel for PanelQ4_0<R> {
     type Block = BlockQ4_0;
-    type Acts = BlockQ4_1;
+    type Act = BlockQ8_1;
     const ROWS: usize = R;
 
     fn new(rows: &[&BlockQ4_0]) -> Self {
@@ -220,7 +220,7 @@ impl<const R: usize> Panel for PanelQ4_0<R> {
 
 impl<const R: usize> Panel for PanelQ8_0<R> {
     type Block = BlockQ8_0;
-    type Acts = BlockQ8_0;
+    type Act = BlockQ8_0;
     const ROWS: usize = R;
 
     fn new(rows: &[&BlockQ8_0]) -> Self {

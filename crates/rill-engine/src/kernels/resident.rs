@@ -68,7 +68,7 @@ pub(crate) fn unlock_pages(Region { at, len }: Region) {
 /// One of this process's memory figures in bytes: `field` (`VmLck`, `VmHWM`, `RssAnon`, …) of
 /// `/proc/self/status`; `None` where there is no such file or field.
 pub fn process_status_bytes(field: &str) -> Option<usize> {
-    crate::config::proc_kb_field("/proc/self/status", field)
+    crate::system::proc_kb_field("/proc/self/status", field)
 }
 
 /// This process's locked memory in bytes (`VmLck`).

@@ -1,6 +1,6 @@
 //! A tensor's storage format as a GGUF file names it: one of candle's [`GgmlDType`]s, or a
 //! format candle has no type for, which only Rill's kernels read (MXFP4, gpt-oss's experts).
-//! The header reader (`model/gguf.rs`) turns ggml's type ids into these once; the rest of the
+//! The header reader (`gguf.rs`) turns ggml's type ids into these once; the rest of the
 //! engine never sees a type id.
 
 use candle_core::quantized::GgmlDType;

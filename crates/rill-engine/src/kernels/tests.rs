@@ -175,7 +175,7 @@ fn the_vector_quantisers_equal_the_scalar_ones() {
         let mut a1 = vec![BlockQ8_1::default(); blocks];
         let mut b1 = vec![BlockQ8_1::default(); blocks];
         quantize_q8_1(&x, &mut a1);
-        BlockQ4_1::quantize(isa, &x, &mut b1);
+        BlockQ8_1::quantize(isa, &x, &mut b1);
         assert_eq!(a1, b1, "{isa:?} q8_1");
     }
 }

@@ -5,14 +5,14 @@
 
 use std::path::Path;
 
-use super::gguf::Header;
+use crate::gguf::Header;
 
 use super::family::{Family, QueryScale};
 use crate::error::{candle_message, Error, Result};
 
 /// Hyper-parameters read from the GGUF metadata (`<arch>.*`), and the family's description.
 #[derive(Clone, Debug)]
-pub struct LlamaConfig {
+pub struct DecoderConfig {
     pub family: Family,
     pub n_layer: usize,
     pub n_head: usize,
@@ -140,7 +140,7 @@ pub struct ExpertsConfig {
 /// The most experts a mixture may have (llama.cpp's `LLAMA_MAX_EXPERTS`).
 const MAX_EXPERTS: usize = 512;
 
-impl LlamaConfig {
+impl DecoderConfig {
     /// The hyper-parameters of a llama-family GGUF and its RoPE width, checked against each
     /// other and against every weight's shape (nothing is loaded).
     pub(crate) fn read(
@@ -148,7 +148,7 @@ impl LlamaConfig {
         family: Family,
         context_cap: Option<usize>,
         path: &Path,
-    ) -> Result<(LlamaConfig, usize)> {
+    ) -> Result<(DecoderConfig, usize)> {
         let arch = family.arch;
         let md = |key: &str| {
             ct.metadata.get(&format!("{arch}.{key}")).ok_or_else(|| {
@@ -225,12 +225,12 @@ impl LlamaConfig {
                 })
             }
         };
-        check_shapes(
+        super::table::check_shapes(
             ct,
             path,
             family,
             n_layer,
-            Widths {
+            super::table::Widths {
                 hidden,
                 q: n_head * head_dim,
                 kv: n_kv_head * head_dim,
@@ -282,7 +282,7 @@ impl LlamaConfig {
             }
             QueryScale::Gemma { .. } => Some(1.0 / (head_dim as f32).sqrt()),
         };
-        let cfg = LlamaConfig {
+        let cfg = DecoderConfig {
             family,
             n_layer,
             n_head,
@@ -372,150 +372,6 @@ fn windows(ct: &Header, family: Family, n_layer: usize, path: &Path) -> Result<V
         }
     };
     Ok(flags.into_iter().map(|w| w.then_some(window)).collect())
-}
-
-/// The widths a layer's tensors follow.
-#[derive(Clone, Copy)]
-struct Widths {
-    hidden: usize,
-    /// Of all query heads (`n_head · head_dim`).
-    q: usize,
-    /// Of all key (or value) heads.
-    kv: usize,
-    head: usize,
-}
-
-/// Checks every weight's shape against the metadata before anything is loaded, so a file whose
-/// header disagrees with its tensors (a wrong head count, a truncated layer) fails here with a
-/// message, not with an index out of bounds on the first forward pass (issue 13). Shapes are
-/// candle's: `[rows, columns]`, a linear layer being `[out, in]`.
-fn check_shapes(
-    ct: &Header,
-    path: &Path,
-    family: Family,
-    n_layer: usize,
-    widths: Widths,
-    rope_dim: usize,
-    experts: Option<ExpertsConfig>,
-) -> Result<()> {
-    let Widths {
-        hidden,
-        q: q_width,
-        kv: kv_width,
-        head,
-    } = widths;
-    let dims = |name: &str| -> Result<&[usize]> {
-        ct.tensor_infos
-            .get(name)
-            .map(|t| t.shape.dims())
-            .ok_or_else(|| Error::model_file(path, format!("tensor `{name}` is missing")))
-    };
-    let expect = |name: &str, want: &[usize]| -> Result<()> {
-        let got = dims(name)?;
-        if got == want {
-            return Ok(());
-        }
-        Err(Error::model_file(
-            path,
-            format!(
-                "tensor `{name}` has shape {got:?}, but the metadata (width {hidden}, \
-                 query width {q_width}, key/value width {kv_width}) needs {want:?}"
-            ),
-        ))
-    };
-    let vocab = match dims("token_embd.weight")? {
-        [v, h] if *v > 0 && *h == hidden => *v,
-        other => {
-            return Err(Error::model_file(
-                path,
-                format!("tensor `token_embd.weight` has shape {other:?}; the width is {hidden}"),
-            ))
-        }
-    };
-    if ct.tensor_infos.contains_key("output.weight") {
-        expect("output.weight", &[vocab, hidden])?;
-    }
-    expect("output_norm.weight", &[hidden])?;
-    if n_layer == 0 {
-        return Err(Error::model_file(path, "the model has no layers"));
-    }
-    for factors in ["rope_freqs", "rope_factors_long", "rope_factors_short"] {
-        let name = format!("{factors}.weight");
-        if ct.tensor_infos.contains_key(&name) {
-            expect(&name, &[rope_dim / 2])?;
-        }
-    }
-    for i in 0..n_layer {
-        let name = |n: &str| format!("blk.{i}.{n}.weight");
-        expect(&name("attn_norm"), &[hidden])?;
-        expect(&name(family.ffn_norm), &[hidden])?;
-        let bias = |n: &str| format!("blk.{i}.{n}.bias");
-        if family.out_bias {
-            expect(&bias("attn_output"), &[hidden])?;
-        }
-        if family.attn_sinks {
-            expect(&name("attn_sinks"), &[q_width / head])?;
-        }
-        if ct.tensor_infos.contains_key(&name("attn_qkv")) {
-            expect(&name("attn_qkv"), &[q_width + 2 * kv_width, hidden])?;
-        } else {
-            expect(&name("attn_q"), &[q_width, hidden])?;
-            expect(&name("attn_k"), &[kv_width, hidden])?;
-            expect(&name("attn_v"), &[kv_width, hidden])?;
-        }
-        expect(&name("attn_output"), &[hidden, q_width])?;
-        if family.qkv_bias {
-            expect(&bias("attn_q"), &[q_width])?;
-            expect(&bias("attn_k"), &[kv_width])?;
-            expect(&bias("attn_v"), &[kv_width])?;
-        }
-        if family.qk_norm {
-            expect(&name("attn_q_norm"), &[head])?;
-            expect(&name("attn_k_norm"), &[head])?;
-        }
-        if family.post_norms {
-            expect(&name("post_attention_norm"), &[hidden])?;
-            expect(&name("post_ffw_norm"), &[hidden])?;
-        }
-        if let Some(e) = experts {
-            // The router, then each expert's gate, up and down as slabs of one tensor each.
-            expect(&name("ffn_gate_inp"), &[e.count, hidden])?;
-            expect(&name("ffn_gate_exps"), &[e.count, e.ff, hidden])?;
-            expect(&name("ffn_up_exps"), &[e.count, e.ff, hidden])?;
-            expect(&name("ffn_down_exps"), &[e.count, hidden, e.ff])?;
-            if family.expert_biases {
-                expect(&bias("ffn_gate_inp"), &[e.count])?;
-                expect(&bias("ffn_gate_exps"), &[e.count, e.ff])?;
-                expect(&bias("ffn_up_exps"), &[e.count, e.ff])?;
-                expect(&bias("ffn_down_exps"), &[e.count, hidden])?;
-            }
-            continue;
-        }
-        // The feed-forward width: from the gate, or with a fused gate-up from the down
-        // projection.
-        let first = match family.fused_gate_up {
-            true => "ffn_down",
-            false => "ffn_gate",
-        };
-        let ff = match (dims(&name(first))?, family.fused_gate_up) {
-            ([ff, h], false) | ([h, ff], true) if *ff > 0 && *h == hidden => *ff,
-            (other, _) => {
-                return Err(Error::model_file(
-                    path,
-                    format!(
-                        "tensor `{}` has shape {other:?}; the width is {hidden}",
-                        name(first)
-                    ),
-                ))
-            }
-        };
-        match family.fused_gate_up {
-            true => expect(&name("ffn_up"), &[2 * ff, hidden])?,
-            false => expect(&name("ffn_up"), &[ff, hidden])?,
-        }
-        expect(&name("ffn_down"), &[hidden, ff])?;
-    }
-    Ok(())
 }
 
 /// Longest context a model is loaded with when the caller sets no cap: the RoPE tables cover

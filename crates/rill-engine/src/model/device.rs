@@ -1,12 +1,15 @@
-//! The forward pass's attention on candle's tensors (what runs on GPUs, and on candle's CPU
-//! device when asked, to test that path): RoPE and mask tables per sequence, grouped-query
-//! attention without copying K and V, soft-caps and windows as masks.
+//! The decoder's block on candle's tensors: what runs on GPUs, and on candle's CPU device when
+//! asked (`Compute::Candle`), to test that path against ours. RoPE and mask tables per
+//! sequence, made once per step; grouped-query attention without copying K and V; soft-caps
+//! and windows as masks.
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 
-use super::family::RopeStyle;
-use super::llama::{Layer, Llama};
-use super::KvCache;
+use super::backend::{Attention, Backend, Parts};
+use super::experts::Experts;
+use super::family::{Activation, RopeStyle};
+use super::kv::KvCache;
+use super::parts::{Bias, Group, Linear, Norm};
 use crate::error::{Error, Result};
 
 /// Additive causal mask for a chunk of `t` queries at positions `pos..pos+t` over the keys
@@ -35,79 +38,144 @@ fn causal_mask(
     Ok(Tensor::from_vec(m, (n_rep * t, total - start), device)?)
 }
 
-impl Llama {
-    /// For candle's attention, a sequence's `t` new rows after the positions its `cache`
-    /// holds: the cos/sin rows of each RoPE table, and the mask of each layer's window and
-    /// first kept key (`None` where a single query that sees every kept key needs none).
-    pub(super) fn device_tables(&self, t: usize, cache: &KvCache) -> Result<DeviceTables> {
-        let n_rep = self.cfg.n_head / self.cfg.n_kv_head;
-        let pos = cache.len();
-        let mut masks = Vec::new();
-        for (li, w) in self.cfg.windows.iter().enumerate() {
-            let key = (*w, cache.first_kept(li));
-            if masks.iter().any(|(have, _)| *have == key) {
-                continue;
-            }
-            let needed = t > 1 || w.is_some_and(|w| pos + 1 - key.1 > w);
-            let mask = match needed {
-                true => Some(causal_mask(t, (pos, key.1), n_rep, *w, &self.device)?),
-                false => None,
-            };
-            masks.push((key, mask));
-        }
-        let ropes = self
-            .ropes
+/// One forward pass on candle's tensors, with each sequence's tables for this step.
+pub(super) struct OnDevice<'a> {
+    d: Parts<'a>,
+    tables: Vec<DeviceTables>,
+}
+
+impl<'a> OnDevice<'a> {
+    pub(super) fn new(d: Parts<'a>, batch: &[(&[u32], &mut KvCache)]) -> Result<Self> {
+        let tables = batch
             .iter()
-            .map(|r| Ok((r.cos.narrow(0, pos, t)?, r.sin.narrow(0, pos, t)?)))
-            .collect::<Result<_>>()?;
-        Ok(DeviceTables { ropes, masks })
+            .map(|(tokens, cache)| device_tables(&d, tokens.len(), cache))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(OnDevice { d, tables })
+    }
+}
+
+/// For candle's attention, a sequence's `t` new rows after the positions its `cache` holds:
+/// the cos/sin rows of each RoPE table, and the mask of each layer's window and first kept key
+/// (`None` where a single query that sees every kept key needs none).
+fn device_tables(d: &Parts<'_>, t: usize, cache: &KvCache) -> Result<DeviceTables> {
+    let n_rep = d.cfg.n_head / d.cfg.n_kv_head;
+    let pos = cache.len();
+    let mut masks = Vec::new();
+    for (li, w) in d.cfg.windows.iter().enumerate() {
+        let key = (*w, cache.first_kept(li));
+        if masks.iter().any(|(have, _)| *have == key) {
+            continue;
+        }
+        let needed = t > 1 || w.is_some_and(|w| pos + 1 - key.1 > w);
+        let mask = match needed {
+            true => Some(causal_mask(t, (pos, key.1), n_rep, *w, d.device)?),
+            false => None,
+        };
+        masks.push((key, mask));
+    }
+    let ropes = d
+        .ropes
+        .iter()
+        .map(|r| Ok((r.cos.narrow(0, pos, t)?, r.sin.narrow(0, pos, t)?)))
+        .collect::<Result<_>>()?;
+    Ok(DeviceTables { ropes, masks })
+}
+
+fn parts<const N: usize>(v: Vec<Tensor>, what: &str) -> Result<[Tensor; N]> {
+    v.try_into()
+        .map_err(|_| Error::Candle(candle_core::Error::Msg(what.into())))
+}
+
+impl Backend for OnDevice<'_> {
+    type Rows = Tensor;
+    type Qkv = [Tensor; 3];
+
+    fn embed(&mut self, x: Tensor, scale: Option<f32>) -> Result<Tensor> {
+        Ok(match scale {
+            Some(s) => (x * s as f64)?,
+            None => x,
+        })
     }
 
-    /// Attention through candle's tensors (GPU models): one layer, each sequence against its
-    /// cache. Returns `[rows, n_head·head_dim]`.
-    pub(super) fn attend_device(
-        &self,
-        li: usize,
-        layer: &Layer,
-        h: &Tensor,
+    fn norm(&mut self, norm: &Norm, x: &Tensor) -> Result<Tensor> {
+        norm.forward(x)
+    }
+
+    fn renorm(&mut self, norm: &Norm, y: &mut Tensor) -> Result<()> {
+        *y = norm.forward(y)?;
+        Ok(())
+    }
+
+    fn linear(&mut self, w: &Linear, x: Tensor) -> Result<Tensor> {
+        w.forward(&x)
+    }
+
+    fn add_bias(&mut self, y: &mut Tensor, bias: &[f32]) -> Result<()> {
+        let b = Tensor::from_slice(bias, (1, bias.len()), y.device())?.to_dtype(y.dtype())?;
+        *y = y.broadcast_add(&b)?;
+        Ok(())
+    }
+
+    fn residual(&mut self, x: &mut Tensor, y: Tensor) -> Result<()> {
+        *x = (&*x + y)?;
+        Ok(())
+    }
+
+    fn qkv(&mut self, w: &Group, h: Tensor) -> Result<[Tensor; 3]> {
+        parts(w.forward(&h)?, "q, k, v")
+    }
+
+    fn qkv_bias(&mut self, [q, k, v]: &mut [Tensor; 3], bias: &Bias) -> Result<()> {
+        *q = q.broadcast_add(&bias.q)?;
+        *k = k.broadcast_add(&bias.k)?;
+        *v = v.broadcast_add(&bias.v)?;
+        Ok(())
+    }
+
+    fn qk_norm(&mut self, [q, k, _]: &mut [Tensor; 3], qn: &Norm, kn: &Norm) -> Result<()> {
+        let cfg = &self.d.cfg;
+        let (n_head, n_kv, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim);
+        let rows = q.dim(0)?;
+        *q = qn
+            .forward(&q.reshape((rows, n_head, hd))?)?
+            .reshape((rows, n_head * hd))?;
+        *k = kn
+            .forward(&k.reshape((rows, n_kv, hd))?)?
+            .reshape((rows, n_kv * hd))?;
+        Ok(())
+    }
+
+    /// Each sequence against its cache; `how.f16_weights` has no step here (candle's
+    /// arithmetic is f32 throughout).
+    fn attend(
+        &mut self,
+        how: &Attention<'_>,
+        [q, k, v]: [Tensor; 3],
         batch: &mut [(&[u32], &mut KvCache)],
         spans: &[(usize, usize)],
-        tables: &[DeviceTables],
     ) -> Result<Tensor> {
-        let cfg = &self.cfg;
+        if how.sinks.is_some() {
+            // `family::Family::host_only` refuses such a model off the CPU when it loads.
+            return Err(Error::param(
+                "device",
+                "attention sinks run on the CPU only",
+            ));
+        }
+        let cfg = &self.d.cfg;
         let (n_head, n_kv, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim);
         let n_rep = n_head / n_kv;
-        let scale = match cfg.query_prescale {
+        let scale = match how.prescale {
             Some(s) => s as f64,
             None => 1.0 / (hd as f64).sqrt(),
         };
-        let [mut q, mut k, mut v]: [Tensor; 3] = layer
-            .qkv
-            .forward(h)?
-            .try_into()
-            .map_err(|_| Error::Candle(candle_core::Error::Msg("q, k, v".into())))?;
-        if let Some(b) = &layer.bias {
-            q = q.broadcast_add(&b.q)?;
-            k = k.broadcast_add(&b.k)?;
-            v = v.broadcast_add(&b.v)?;
-        }
-        if let Some((qn, kn)) = &layer.qk_norm {
-            let rows = q.dim(0)?;
-            q = qn
-                .forward(&q.reshape((rows, n_head, hd))?)?
-                .reshape((rows, n_head * hd))?;
-            k = kn
-                .forward(&k.reshape((rows, n_kv, hd))?)?
-                .reshape((rows, n_kv * hd))?;
-        }
         let rotate = match cfg.family.rope {
             RopeStyle::Normal => candle_nn::rotary_emb::rope_i,
             RopeStyle::Neox => candle_nn::rotary_emb::rope,
         };
         let mut ys = Vec::with_capacity(batch.len());
-        for (((_, cache), &(row, t)), tables) in batch.iter_mut().zip(spans).zip(tables) {
-            let (cos, sin) = &tables.ropes[layer.rope];
-            let key = (layer.window, cache.first_kept(li));
+        for (((_, cache), &(row, t)), tables) in batch.iter_mut().zip(spans).zip(&self.tables) {
+            let (cos, sin) = &tables.ropes[how.rope];
+            let key = (how.window, cache.first_kept(how.layer));
             let mask = tables
                 .masks
                 .iter()
@@ -122,21 +190,21 @@ impl Llama {
             // RoPE on the first `rope_dim` dimensions of each head (all but in partial
             // rotary), the rest as they are.
             let rope = |x: Tensor| -> Result<Tensor> {
-                if self.rope_dim == hd {
+                if how.rope_dim == hd {
                     return Ok(rotate(&x, cos, sin)?);
                 }
-                let turned = rotate(&x.narrow(3, 0, self.rope_dim)?.contiguous()?, cos, sin)?;
-                let kept = x.narrow(3, self.rope_dim, hd - self.rope_dim)?;
+                let turned = rotate(&x.narrow(3, 0, how.rope_dim)?.contiguous()?, cos, sin)?;
+                let kept = x.narrow(3, how.rope_dim, hd - how.rope_dim)?;
                 Ok(Tensor::cat(&[&turned, &kept], 3)?.contiguous()?)
             };
             let qs = rope(heads(&q, n_head)?)?;
             let ks = rope(heads(&k, n_kv)?)?;
-            let (ks, vs) = cache.append(li, &ks, &heads(&v, n_kv)?)?;
+            let (ks, vs) = cache.append(how.layer, &ks, &heads(&v, n_kv)?)?;
             // Grouped-query attention without copying K/V: the n_rep query heads that share
             // a KV head are consecutive, so [1, n_head, t, hd] is [1, n_kv, n_rep·t, hd].
             let qs = qs.reshape((1, n_kv, n_rep * t, hd))?;
             let mut att = (qs.matmul(&ks.t()?)? * scale)?;
-            if let Some(c) = cfg.attn_softcap {
+            if let Some(c) = how.softcap {
                 att = ((att * (1.0 / c) as f64)?.tanh()? * c as f64)?;
             }
             let att = match mask {
@@ -152,6 +220,52 @@ impl Llama {
             );
         }
         Ok(Tensor::cat(&ys, 0)?)
+    }
+
+    fn dense(
+        &mut self,
+        gate_up: &Group,
+        down: &Linear,
+        act: Activation,
+        h: Tensor,
+    ) -> Result<Tensor> {
+        let [gate, up] = parts(gate_up.forward(&h)?, "gate, up")?;
+        let gate = match act {
+            Activation::Silu => gate.silu()?,
+            // candle's `gelu` is the tanh approximation.
+            Activation::GeluTanh => gate.gelu()?,
+            // `family::Family::host_only` refuses such a model off the CPU when it loads.
+            Activation::SwigluOai => {
+                return Err(Error::param(
+                    "device",
+                    "the clamped SwiGLU runs on the CPU only",
+                ))
+            }
+        };
+        down.forward(&(gate * up)?)
+    }
+
+    fn experts(&mut self, experts: &Experts, h: Tensor) -> Result<Tensor> {
+        experts.forward(&h)
+    }
+
+    fn logits(
+        &mut self,
+        x: Tensor,
+        rows: &[usize],
+        norm: &Norm,
+        output: &Linear,
+        softcap: Option<f32>,
+    ) -> Result<Vec<f32>> {
+        let rows: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        let last = x.index_select(&Tensor::new(rows.as_slice(), x.device())?, 0)?;
+        let mut logits = output
+            .forward(&norm.forward(&last)?)?
+            .to_dtype(DType::F32)?;
+        if let Some(c) = softcap {
+            logits = ((logits * (1.0 / c) as f64)?.tanh()? * c as f64)?;
+        }
+        Ok(logits.flatten_all()?.to_vec1()?)
     }
 }
 

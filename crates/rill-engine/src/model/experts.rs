@@ -216,7 +216,7 @@ pub fn route(logits: &[f32], k: usize, gating: Gating, scale: f32, out: &mut Vec
     }
 }
 
-/// gpt-oss's mixture (biases, the clamped SwiGLU) runs on our kernels only; `Llama::from_gguf`
+/// gpt-oss's mixture (biases, the clamped SwiGLU) runs on our kernels only; `Decoder::from_gguf`
 /// refuses the family on candle's path, so this is never reached from a loaded model.
 fn cpu_only() -> Error {
     Error::param("device", "this mixture of experts runs on the CPU only")

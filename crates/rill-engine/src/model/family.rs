@@ -1,7 +1,7 @@
 //! Model families as descriptions of how their transformer block differs from llama's (issue
 //! 14): RoPE pairing, biases, q/k norms, the gate's activation, post-norms, the embedding
 //! scale, soft-caps, sliding windows, the query scale and fused projections. One block
-//! (`llama.rs`) executes every description, on our kernels (CPU) and on candle's tensors (GPU);
+//! (`decoder.rs`) executes every description, on our kernels (CPU) and on candle's tensors (GPU);
 //! a family is not a copy of the block. llama.cpp's `src/models/<family>.cpp` show each graph;
 //! the fields below are what separates them.
 
@@ -246,6 +246,21 @@ pub const FAMILIES: &[Family] = &[
     },
 ];
 
+impl Family {
+    /// Why the family runs on the CPU only (candle's path lacks a step of its block), or
+    /// `None`: the one place that decides, read when a model loads off the CPU.
+    pub fn host_only(&self) -> Option<&'static str> {
+        match (
+            self.attn_sinks,
+            self.expert_biases || self.activation == Activation::SwigluOai,
+        ) {
+            (_, true) => Some("its clamped SwiGLU and MXFP4 experts are on Rill's own kernels"),
+            (true, false) => Some("its attention sinks are on Rill's own attention"),
+            (false, false) => None,
+        }
+    }
+}
+
 /// The family of `general.architecture = arch`, if Rill runs it.
 pub fn of(arch: &str) -> Option<Family> {
     FAMILIES.iter().find(|f| f.arch == arch).copied()
@@ -267,6 +282,15 @@ pub fn label(arch: &str) -> String {
         _ => return format!("{arch} (not run: {})", not_run(arch)),
     };
     known.to_string()
+}
+
+/// The error for a file of architecture `arch`, which no family here runs.
+pub fn unsupported(arch: &str) -> crate::error::Error {
+    crate::error::Error::UnsupportedArchitecture {
+        architecture: arch.to_string(),
+        what: not_run(arch),
+        families: names(),
+    }
 }
 
 /// What a file of an architecture Rill does not run is, for its error and its line in the

@@ -17,7 +17,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::attention::LayerKv;
-use super::config::LlamaConfig;
+use super::config::DecoderConfig;
 use super::kv_rows::KvType;
 use crate::error::{Error, Result};
 
@@ -371,7 +371,7 @@ impl KvCache {
     /// type; `None`: candle's tensors on `device`.
     pub(super) fn reserve(
         &mut self,
-        cfg: &LlamaConfig,
+        cfg: &DecoderConfig,
         extra: usize,
         device: &Device,
         host: Option<KvType>,

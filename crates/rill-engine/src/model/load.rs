@@ -1,4 +1,4 @@
-//! Reading a model's weights from its GGUF file into a [`Llama`]: the configuration, the
+//! Reading a model's weights from its GGUF file into a [`Decoder`]: the configuration, the
 //! RoPE tables (each rope base's, YaRN's where the file has it), the embeddings, every layer's
 //! matrices (grouped where they read the same input), norms and biases, and the output.
 
@@ -7,10 +7,12 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 
 use super::attention::Rope;
+use super::backend::RopeTable;
+use super::decoder::{Decoder, DecoderConfig, Ffn, Layer};
 use super::experts::Experts;
 use super::kv_rows::KvType;
-use super::llama::{Ffn, Layer, Llama, LlamaConfig, RopeTable};
 use super::parts::{Bias, Embedding, Group, Linear, Norm};
+use super::table::{self, Part};
 use super::tensors::{raw_tensor, RawTensor, TensorSource};
 use crate::error::{candle_message, Error, Result};
 
@@ -19,7 +21,7 @@ use crate::error::{candle_message, Error, Result};
 /// file's attention factor, or YaRN's angles and factor where it has `yarn`; on `device` and,
 /// when `host`, as our attention's table.
 fn rope_table(
-    cfg: &LlamaConfig,
+    cfg: &DecoderConfig,
     rope_dim: usize,
     (base, scale): (f32, f32),
     factors: Option<&[f32]>,
@@ -86,11 +88,11 @@ fn rope_table(
     Ok(RopeTable { cos, sin, host })
 }
 
-impl Llama {
+impl Decoder {
     /// Reads the weights of a llama-family GGUF. `context_length` caps the positions (and so
     /// the RoPE tables and the largest cache).
     pub(crate) fn from_gguf<R: std::io::Read + std::io::Seek>(
-        ct: &super::gguf::Header,
+        ct: &crate::gguf::Header,
         source: TensorSource<'_, R>,
         device: &Device,
         family: super::family::Family,
@@ -98,20 +100,18 @@ impl Llama {
         path: &Path,
         compute: super::Compute,
     ) -> Result<Self> {
-        let (cfg, rope_dim) = LlamaConfig::read(ct, family, context_cap, path)?;
+        let (cfg, rope_dim) = DecoderConfig::read(ct, family, context_cap, path)?;
         // Rill's own forward pass (plain buffers, our kernels and attention) on the CPU; else
         // candle's tensors (GPUs, and the CPU when asked, to test that path).
         let host = device.is_cpu()
             && compute == super::Compute::Ours
             && rope_dim <= cfg.head_dim
             && rope_dim % 2 == 0;
-        // gpt-oss's sinks, biases, clamped SwiGLU and MXFP4 experts are on our path only.
-        if !host && (family.attn_sinks || family.expert_biases || family.out_bias) {
+        if let Some(why) = family.host_only().filter(|_| !host) {
             return Err(Error::model_file(
                 path,
                 format!(
-                    "{} runs on the CPU only for now (its attention sinks and MXFP4 experts \
-                     are on Rill's own kernels); load it on the CPU",
+                    "{} runs on the CPU only for now ({why}); load it on the CPU",
                     super::family::label(family.arch)
                 ),
             ));
@@ -204,128 +204,11 @@ impl Llama {
 
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
-            let fused_qkv = ct
-                .tensor_infos
-                .contains_key(&format!("blk.{i}.attn_qkv.weight"));
-            let mut weight = |n: &str| raw(&format!("blk.{i}.{n}.weight"));
-            let (qw, kw) = (cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim);
-            let qkv = match fused_qkv {
-                true => Group::fused(weight("attn_qkv")?, vec![qw, kw, kw], host)?,
-                false => Group::new(
-                    vec![weight("attn_q")?, weight("attn_k")?, weight("attn_v")?],
-                    host,
-                )?,
+            let rope = match cfg.windows[i] {
+                Some(_) => ropes.len() - 1,
+                None => 0,
             };
-            let wo = Linear::new(weight("attn_output")?, host)?;
-            // A vector of the file (a bias, sinks) as f32.
-            let mut floats = |n: &str| -> Result<Vec<f32>> {
-                let t = raw(&format!("blk.{i}.{n}"))?.qtensor()?;
-                Ok(t.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1()?)
-            };
-            let biases = match cfg.family.expert_biases {
-                false => None,
-                true => Some(super::experts::ExpertBiases {
-                    router: floats("ffn_gate_inp.bias")?,
-                    gate: floats("ffn_gate_exps.bias")?,
-                    up: floats("ffn_up_exps.bias")?,
-                    down: floats("ffn_down_exps.bias")?,
-                }),
-            };
-            let wo_bias = match cfg.family.out_bias {
-                true => Some(floats("attn_output.bias")?),
-                false => None,
-            };
-            let sinks = match cfg.family.attn_sinks {
-                true => Some(floats("attn_sinks.weight")?),
-                false => None,
-            };
-            let mut weight = |n: &str| raw(&format!("blk.{i}.{n}.weight"));
-            let ffn = match (cfg.experts, cfg.family.experts) {
-                (Some(e), Some(gating)) => Ffn::Experts(Box::new(Experts::new(
-                    weight("ffn_gate_inp")?,
-                    [
-                        weight("ffn_gate_exps")?,
-                        weight("ffn_up_exps")?,
-                        weight("ffn_down_exps")?,
-                    ],
-                    biases,
-                    e,
-                    gating,
-                    cfg.family.activation,
-                    host,
-                )?)),
-                _ => {
-                    let gate_up = match cfg.family.fused_gate_up {
-                        true => {
-                            let up = weight("ffn_up")?;
-                            // `check_shapes` proved it `[2·ff, hidden]`.
-                            let ff = up.dims[0] / 2;
-                            Group::fused(up, vec![ff, ff], host)?
-                        }
-                        false => Group::new(vec![weight("ffn_gate")?, weight("ffn_up")?], host)?,
-                    };
-                    Ffn::Dense {
-                        gate_up,
-                        down: Linear::new(weight("ffn_down")?, host)?,
-                    }
-                }
-            };
-            let bias = match cfg.family.qkv_bias {
-                false => None,
-                true => {
-                    let mut b = |n: &str| -> Result<Tensor> {
-                        let t = raw(&format!("blk.{i}.{n}.bias"))?.qtensor()?;
-                        Ok(t.dequantize(device)?)
-                    };
-                    let (q, k, v) = (b("attn_q")?, b("attn_k")?, b("attn_v")?);
-                    let on_host = match host {
-                        true => Tensor::cat(&[&q, &k, &v], 0)?.to_vec1()?,
-                        false => Vec::new(),
-                    };
-                    Some(Bias {
-                        host: on_host,
-                        q,
-                        k,
-                        v,
-                    })
-                }
-            };
-            // Every norm of the layer, by its tensor's name.
-            let mut norm = |n: &str| -> Result<Norm> {
-                Norm::new(
-                    raw(&format!("blk.{i}.{n}.weight"))?.qtensor()?,
-                    cfg.rms_eps,
-                    host,
-                    cfg.family.llama_cpp_rounding,
-                )
-            };
-            let (attn_norm, ffn_norm) = (norm("attn_norm")?, norm(cfg.family.ffn_norm)?);
-            let qk_norm = match cfg.family.qk_norm {
-                false => None,
-                true => Some((norm("attn_q_norm")?, norm("attn_k_norm")?)),
-            };
-            let post_norms = match cfg.family.post_norms {
-                false => None,
-                true => Some((norm("post_attention_norm")?, norm("post_ffw_norm")?)),
-            };
-            let window = cfg.windows[i];
-            layers.push(Layer {
-                qkv,
-                bias,
-                qk_norm,
-                wo,
-                wo_bias,
-                sinks,
-                ffn,
-                post_norms,
-                rope: match window {
-                    Some(_) => ropes.len() - 1,
-                    None => 0,
-                },
-                window,
-                attn_norm,
-                ffn_norm,
-            });
+            layers.push(read_layer(&cfg, ct, i, &mut raw, host, device, rope)?);
         }
         // Layer by layer, the output last: popped from the end, the first layer's come first.
         let mut pending_panels: Vec<_> = output.later().into_iter().collect();
@@ -337,7 +220,7 @@ impl Llama {
             pending_panels.extend(l.wo.later());
             pending_panels.extend(l.qkv.later());
         }
-        Ok(Llama {
+        Ok(Decoder {
             cfg,
             embed,
             layers,
@@ -353,4 +236,131 @@ impl Llama {
             locked: Vec::new(),
         })
     }
+}
+
+/// A vector of the file (a bias, sinks) as f32.
+fn floats(t: RawTensor) -> Result<Vec<f32>> {
+    Ok(t.qtensor()?
+        .dequantize(&Device::Cpu)?
+        .flatten_all()?
+        .to_vec1()?)
+}
+
+/// Layer `i`'s weights: the tensors its family's settings name (`table.rs`), read through
+/// `raw`; `rope` is the layer's RoPE table.
+fn read_layer<'a>(
+    cfg: &DecoderConfig,
+    ct: &crate::gguf::Header,
+    i: usize,
+    raw: &mut impl FnMut(&str) -> Result<RawTensor<'a>>,
+    host: bool,
+    device: &Device,
+    rope: usize,
+) -> Result<Layer> {
+    let family = &cfg.family;
+    let experts = cfg.experts.zip(family.experts);
+    let parts = table::parts(family, table::fused_qkv(ct, family, i), experts.is_some());
+    let has = |p: Part| parts.contains(&p);
+    let mut get = |p: Part| raw(&p.tensor(family, i));
+    let norm = |t: RawTensor| -> Result<Norm> {
+        Norm::new(t.qtensor()?, cfg.rms_eps, host, family.llama_cpp_rounding)
+    };
+    let (qw, kw) = (cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim);
+    let qkv = match has(Part::Qkv) {
+        true => Group::fused(get(Part::Qkv)?, vec![qw, kw, kw], host)?,
+        false => Group::new(vec![get(Part::Q)?, get(Part::K)?, get(Part::V)?], host)?,
+    };
+    let wo = Linear::new(get(Part::Out)?, host)?;
+    let wo_bias = match has(Part::OutBias) {
+        true => Some(floats(get(Part::OutBias)?)?),
+        false => None,
+    };
+    let sinks = match has(Part::Sinks) {
+        true => Some(floats(get(Part::Sinks)?)?),
+        false => None,
+    };
+    let ffn = match experts {
+        Some((e, gating)) => {
+            let biases = match has(Part::RouterBias) {
+                false => None,
+                true => Some(super::experts::ExpertBiases {
+                    router: floats(get(Part::RouterBias)?)?,
+                    gate: floats(get(Part::GateExpsBias)?)?,
+                    up: floats(get(Part::UpExpsBias)?)?,
+                    down: floats(get(Part::DownExpsBias)?)?,
+                }),
+            };
+            Ffn::Experts(Box::new(Experts::new(
+                get(Part::Router)?,
+                [
+                    get(Part::GateExps)?,
+                    get(Part::UpExps)?,
+                    get(Part::DownExps)?,
+                ],
+                biases,
+                e,
+                gating,
+                family.activation,
+                host,
+            )?))
+        }
+        None => {
+            let gate_up = match has(Part::Gate) {
+                false => {
+                    let up = get(Part::Up)?;
+                    // `check_shapes` proved it `[2·ff, hidden]`.
+                    let ff = up.dims[0] / 2;
+                    Group::fused(up, vec![ff, ff], host)?
+                }
+                true => Group::new(vec![get(Part::Gate)?, get(Part::Up)?], host)?,
+            };
+            Ffn::Dense {
+                gate_up,
+                down: Linear::new(get(Part::Down)?, host)?,
+            }
+        }
+    };
+    let bias = match has(Part::QBias) {
+        false => None,
+        true => {
+            let mut b = |p: Part| -> Result<Tensor> { Ok(get(p)?.qtensor()?.dequantize(device)?) };
+            let (q, k, v) = (b(Part::QBias)?, b(Part::KBias)?, b(Part::VBias)?);
+            let on_host = match host {
+                true => Tensor::cat(&[&q, &k, &v], 0)?.to_vec1()?,
+                false => Vec::new(),
+            };
+            Some(Bias {
+                host: on_host,
+                q,
+                k,
+                v,
+            })
+        }
+    };
+    let (attn_norm, ffn_norm) = (norm(get(Part::AttnNorm)?)?, norm(get(Part::FfnNorm)?)?);
+    let qk_norm = match has(Part::QNorm) {
+        false => None,
+        true => Some((norm(get(Part::QNorm)?)?, norm(get(Part::KNorm)?)?)),
+    };
+    let post_norms = match has(Part::PostAttnNorm) {
+        false => None,
+        true => Some((
+            norm(get(Part::PostAttnNorm)?)?,
+            norm(get(Part::PostFfnNorm)?)?,
+        )),
+    };
+    Ok(Layer {
+        qkv,
+        bias,
+        qk_norm,
+        wo,
+        wo_bias,
+        sinks,
+        ffn,
+        post_norms,
+        rope,
+        window: cfg.windows[i],
+        attn_norm,
+        ffn_norm,
+    })
 }

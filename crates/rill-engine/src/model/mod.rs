@@ -2,26 +2,29 @@
 //! chat template, all at once, so that a bad file fails here with a clear message instead of
 //! halfway through an answer.
 //!
-//! One block ([`llama`]) runs every family; [`family`] describes how each differs from llama's
+//! One block ([`decoder`]) runs every family; [`family`] describes how each differs from llama's
 //! (RoPE pairing, q/k/v biases, q/k norms, a mixture of experts, …): llama and mistral (Llama
 //! 2/3, SmolLM, TinyLlama, Mistral), qwen2 (Qwen2/2.5, DeepSeek-R1-Distill-Qwen), qwen3 and
 //! qwen3moe (Qwen3-30B-A3B, [`experts`]), gemma2, gemma3 and phi3.
 
 pub mod attention;
+mod backend;
 mod config;
+pub mod decoder;
 mod device;
 pub mod experts;
 pub mod family;
-pub mod gguf;
+pub use crate::gguf;
 mod host;
 mod kv;
 pub mod kv_rows;
-pub mod llama;
 mod load;
 mod ops;
 mod parts;
 mod resident;
+mod table;
 mod tensors;
+mod workspace;
 
 use std::fs::File;
 use std::io::{BufReader, Read};
@@ -33,9 +36,9 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::template::ChatTemplate;
 use crate::tokenizer::Tokenizer;
+pub use decoder::{Decoder, KvCache};
 pub use kv::KV_ROLLBACK;
 pub use kv_rows::KvType;
-pub use llama::{KvCache, Llama};
 pub(crate) use resident::lock_weights;
 pub use resident::LockRefused;
 
@@ -88,7 +91,7 @@ impl ModelInfo {
 /// Everything the engine needs from a model file.
 pub struct Model {
     pub info: ModelInfo,
-    pub weights: Llama,
+    pub weights: Decoder,
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
 }
@@ -227,9 +230,9 @@ fn check_content(
     beside: Option<&Path>,
 ) -> Result<TextSide> {
     let Some(family) = family::of(&info.architecture) else {
-        return Err(Error::UnsupportedArchitecture(info.architecture.clone()));
+        return Err(family::unsupported(&info.architecture));
     };
-    llama::LlamaConfig::read(content, family, Some(1), path)?;
+    decoder::DecoderConfig::read(content, family, Some(1), path)?;
     let tokenizer = Tokenizer::from_gguf(&content.metadata, beside)?;
     let vocab = weights_vocab(content);
     if vocab.is_some_and(|v| v != tokenizer.vocab_size()) {
@@ -309,7 +312,7 @@ impl Model {
         let (content, mut reader, len) = read_header(path, false)?;
         let mut info = info_of(path, &content, len)?;
         let family = family::of(&info.architecture)
-            .ok_or_else(|| Error::UnsupportedArchitecture(info.architecture.clone()))?;
+            .ok_or_else(|| family::unsupported(&info.architecture))?;
         // On Unix the weights come from a map of the file: our kernels' panels are made from
         // its bytes, and what candle runs is copied out of it (elsewhere, or where mapping
         // fails, the file is read); each copied tensor's pages leave the map once it is made.
@@ -332,7 +335,7 @@ impl Model {
                 None => tensors::TensorSource::Read(&mut reader),
             };
             let weights =
-                Llama::from_gguf(&content, source, device, family, context_cap, path, compute);
+                Decoder::from_gguf(&content, source, device, family, context_cap, path, compute);
             let text = text
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));

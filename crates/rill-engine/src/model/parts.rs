@@ -60,6 +60,14 @@ impl Linear {
         }
     }
 
+    /// Its output's width.
+    pub(super) fn n_out(&self) -> usize {
+        match self {
+            Linear::Ours(l) => l.n_out(),
+            Linear::Candle(m) => matmul_rows(m),
+        }
+    }
+
     /// Its matrix, when our kernels run it.
     pub(super) fn ours(&self) -> Option<&crate::kernels::QLinear> {
         match self {
@@ -106,6 +114,14 @@ fn matmul_bytes(m: &QMatMul) -> usize {
     match m {
         QMatMul::QTensor(t) => t.storage_size_in_bytes(),
         QMatMul::Tensor(t) | QMatMul::TensorF16(t) => t.elem_count() * t.dtype().size_in_bytes(),
+    }
+}
+
+/// Rows of a candle matrix (its output's width).
+fn matmul_rows(m: &QMatMul) -> usize {
+    match m {
+        QMatMul::QTensor(t) => t.shape().dims().first().copied().unwrap_or(0),
+        QMatMul::Tensor(t) | QMatMul::TensorF16(t) => t.dims().first().copied().unwrap_or(0),
     }
 }
 
@@ -280,6 +296,14 @@ impl Group {
             Group::Stacked(l, _) => l.mapped_bytes(),
             Group::Apart(ls) => ls.iter().map(Linear::mapped_bytes).sum(),
             Group::Fused(..) => 0,
+        }
+    }
+
+    /// The outputs' widths together.
+    pub(super) fn n_out(&self) -> usize {
+        match self {
+            Group::Stacked(_, widths) | Group::Fused(_, widths) => widths.iter().sum(),
+            Group::Apart(ls) => ls.iter().map(Linear::n_out).sum(),
         }
     }
 

@@ -3,7 +3,7 @@
 //! the model is dropped. The norms and biases (a few KB a layer), and the matrices candle runs
 //! (a GPU's, or the rare format ours do not read), are not locked.
 
-use super::llama::{Ffn, Llama};
+use super::decoder::{Decoder, Ffn};
 use crate::kernels::{lock_pages, unlock_pages, QLinear, Region};
 
 /// The system refused to lock all of a model's weights: how far it got, and why.
@@ -23,7 +23,7 @@ pub struct LockRefused {
     pub source: std::io::Error,
 }
 
-impl Llama {
+impl Decoder {
     /// Every matrix our kernels run: the embedding table (when not the output's), each
     /// layer's, the output's.
     fn matrices(&self) -> Vec<&QLinear> {
@@ -75,7 +75,7 @@ impl Llama {
 /// makes their panels first); the bytes locked. A refusal is logged, not fatal: the model
 /// runs on, with what the system did lock.
 pub(crate) fn lock_weights(
-    weights: &mut Llama,
+    weights: &mut Decoder,
     draft: Option<&mut crate::draft::DraftModel>,
 ) -> usize {
     let started = std::time::Instant::now();
@@ -101,7 +101,7 @@ pub(crate) fn lock_weights(
     locked
 }
 
-impl Drop for Llama {
+impl Drop for Decoder {
     fn drop(&mut self) {
         // Before the fields (and the memory) go.
         for &region in &self.locked {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use candle_core::quantized::QTensor;
 use candle_core::Device;
 
-use super::gguf::Header;
+use crate::gguf::Header;
 use crate::kernels::TensorType;
 
 /// Where the weights' bytes come from: a map of the whole file, or the file read.

@@ -6,8 +6,8 @@
 use std::time::Instant;
 
 use super::{Sequence, STATS_EVERY};
-use crate::engine::Event;
 use crate::error::Result;
+use crate::event::Event;
 use crate::reasoning::ReasoningSplit;
 use crate::stop::{StopCheck, StopReason};
 use crate::tokenizer::Tokenizer;

@@ -22,31 +22,12 @@
 //! drafts cost the machine is weighed per pass, for all answers together (`weigh.rs`): the
 //! worker tells each answer how many tokens it may propose this step.
 
-use serde::{Deserialize, Serialize};
-
 use super::Sequence;
 use crate::error::Result;
 use crate::model::KvCache;
+use crate::request::Speculation;
 use crate::tokenizer::Tokenizer;
 use crate::weigh::Verdict;
-
-/// How an answer's next tokens are proposed for the model to check.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Speculation {
-    /// One token per pass.
-    #[default]
-    Off,
-    /// Prompt lookup: the continuation of an earlier occurrence of the last few tokens.
-    Lookup,
-    /// The engine's draft model (`--draft-model`) proposes: its greedy continuation.
-    Draft,
-    /// For tests and benchmarks: drafts the model rejects (the prompt's first token, a turn
-    /// marker no answer writes), to show that checking costs little when drafts fail. Never
-    /// read from settings or requests.
-    #[serde(skip)]
-    Contrary,
-}
 
 /// The longest suffix matched, and the shortest worth a proposal.
 const MAX_NGRAM: usize = 4;

@@ -22,117 +22,38 @@ mod json;
 pub(crate) mod limits;
 mod thinking;
 
-use serde::{Deserialize, Serialize};
-
 pub use thinking::Thinking;
 
 use crate::error::{Error, Result};
+pub use crate::message::{Message, Role, ToolCall};
 
-/// Who said a message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    System,
-    User,
-    Assistant,
-    /// A tool's result, answering the call named by the message's `tool_call_id`.
-    Tool,
-}
-
-impl Role {
-    /// The role's name in templates and in OpenAI's API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::System => "system",
-            Role::User => "user",
-            Role::Assistant => "assistant",
-            Role::Tool => "tool",
-        }
-    }
-}
-
-/// A function call that an assistant message made.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolCall {
-    pub id: String,
-    pub name: String,
-    /// The arguments as JSON text, as OpenAI's API carries them.
-    pub arguments: String,
-}
-
-/// One turn of a conversation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Message {
-    pub role: Role,
-    pub content: String,
-    /// The calls an assistant message made.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tool_calls: Vec<ToolCall>,
-    /// For a [`Role::Tool`] message: the call it answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-    /// An assistant message's reasoning (a thinking model's thoughts, kept apart from its
-    /// content). Templates see it as `reasoning_content` (Qwen3, DeepSeek) and `thinking`
-    /// (gpt-oss) and decide whether the model reads it again; most drop it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasoning: Option<String>,
-}
-
-impl Message {
-    pub fn new(role: Role, content: impl Into<String>) -> Self {
-        Message {
-            role,
-            content: content.into(),
-            tool_calls: Vec::new(),
-            tool_call_id: None,
-            reasoning: None,
-        }
-    }
-    /// A tool's result for the call `id`.
-    pub fn tool(id: impl Into<String>, content: impl Into<String>) -> Self {
-        Message {
-            tool_call_id: Some(id.into()),
-            ..Self::new(Role::Tool, content)
-        }
-    }
-
-    /// The message as a template reads it (see the module's docs).
-    fn template_view(&self) -> serde_json::Value {
-        let mut v = serde_json::json!({ "role": self.role.as_str(), "content": self.content });
-        if !self.tool_calls.is_empty() {
-            let calls: Vec<serde_json::Value> = self
-                .tool_calls
-                .iter()
-                .map(|c| {
-                    // Arguments that are not JSON (a client's mistake) stay the text they are.
-                    let arguments = serde_json::from_str::<serde_json::Value>(&c.arguments)
-                        .unwrap_or_else(|_| serde_json::Value::String(c.arguments.clone()));
-                    serde_json::json!({
-                        "id": c.id, "type": "function",
-                        "function": { "name": c.name, "arguments": arguments },
-                    })
+/// A message as a template reads it (see the module's docs).
+fn template_view(m: &Message) -> serde_json::Value {
+    let mut v = serde_json::json!({ "role": m.role.as_str(), "content": m.content });
+    if !m.tool_calls.is_empty() {
+        let calls: Vec<serde_json::Value> = m
+            .tool_calls
+            .iter()
+            .map(|c| {
+                // Arguments that are not JSON (a client's mistake) stay the text they are.
+                let arguments = serde_json::from_str::<serde_json::Value>(&c.arguments)
+                    .unwrap_or_else(|_| serde_json::Value::String(c.arguments.clone()));
+                serde_json::json!({
+                    "id": c.id, "type": "function",
+                    "function": { "name": c.name, "arguments": arguments },
                 })
-                .collect();
-            v["tool_calls"] = calls.into();
-        }
-        if let Some(id) = &self.tool_call_id {
-            v["tool_call_id"] = id.clone().into();
-        }
-        if let Some(r) = self.reasoning.as_ref().filter(|r| !r.is_empty()) {
-            v["reasoning_content"] = r.clone().into();
-            v["thinking"] = r.clone().into();
-        }
-        v
+            })
+            .collect();
+        v["tool_calls"] = calls.into();
     }
-    pub fn system(content: impl Into<String>) -> Self {
-        Self::new(Role::System, content)
+    if let Some(id) = &m.tool_call_id {
+        v["tool_call_id"] = id.clone().into();
     }
-    pub fn user(content: impl Into<String>) -> Self {
-        Self::new(Role::User, content)
+    if let Some(r) = m.reasoning.as_ref().filter(|r| !r.is_empty()) {
+        v["reasoning_content"] = r.clone().into();
+        v["thinking"] = r.clone().into();
     }
-    pub fn assistant(content: impl Into<String>) -> Self {
-        Self::new(Role::Assistant, content)
-    }
+    v
 }
 
 /// ChatML, for models that carry no template of their own.
@@ -274,7 +195,7 @@ impl ChatTemplate {
             .iter()
             .map(|(k, v)| (k.clone(), V::from_serialize(v)))
             .collect();
-        let views: Vec<serde_json::Value> = messages.iter().map(Message::template_view).collect();
+        let views: Vec<serde_json::Value> = messages.iter().map(template_view).collect();
         ctx.insert("messages".into(), V::from_serialize(&views));
         let tools = options
             .tools

@@ -360,7 +360,7 @@ impl Tokenizer {
             .map_err(|e| Error::model_file(path, e.to_string()))?
             .len();
         let mut reader = std::io::BufReader::new(&mut f);
-        let content = crate::model::gguf::read(&mut reader, len)
+        let content = crate::gguf::read(&mut reader, len)
             .map_err(|e| Error::model_file(path, e.to_string()))?;
         Tokenizer::from_gguf(&content.metadata, path.parent())
     }

@@ -22,7 +22,7 @@ mod scan;
 
 pub(crate) use harmony::Harmony;
 
-use crate::template::ToolCall;
+pub use crate::message::ToolCall;
 
 /// How a model family writes its calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@
 use serde_json::{json, Value};
 
 use super::ToolFormat;
-use crate::template::{Message, Role};
+use crate::message::{Message, Role};
 
 /// The conversation with the tools described in its system message (when there are any) and
 /// calls and results written out in the Hermes format.

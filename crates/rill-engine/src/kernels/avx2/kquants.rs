@@ -217,7 +217,7 @@ panels!(
     panels_q4_k,
     [VNNI],
     "avx2,fma,f16c",
-    panel_tile_q4_k,
+    panel_tile_q4_k[],
     PanelQ4K<8>,
     BlockQ8K,
     _mm256_storeu_ps
@@ -226,7 +226,7 @@ panels!(
     panels_q5_k,
     [VNNI],
     "avx2,fma,f16c",
-    panel_tile_q5_k,
+    panel_tile_q5_k[],
     PanelQ5K<8>,
     BlockQ8K,
     _mm256_storeu_ps
@@ -235,7 +235,7 @@ panels!(
     panels_q6_k,
     [VNNI],
     "avx2,fma,f16c",
-    panel_tile_q6_k,
+    panel_tile_q6_k[],
     PanelQ6K<8>,
     BlockQ8K,
     _mm256_storeu_ps

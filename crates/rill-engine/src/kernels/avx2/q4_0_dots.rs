@@ -13,22 +13,18 @@ use super::*;
 macro_rules! kernels {
     ($tile:ident, $features:literal, |$u:ident, $s:ident| $dot4:expr) => {
         /// Four Q4_0 weight rows (row r at `w + r·kb`) × `C` Q8_1 activation rows (row c at
-        /// `a + c·kb`) into `out[r·sj + c·si]`: each weight block unpacked once for the `C`
-        /// rows, each activation block loaded once for the four.
+        /// `a + c·kb`): each weight block unpacked once for the `C` rows, each activation
+        /// block loaded once for the four.
         ///
         /// # Safety
-        /// The target features; `4·kb` blocks readable at `w`, `C·kb` at `a`, and
-        /// `out[r·sj + c·si]` writable for every `r < 4`, `c < C`.
+        /// The target features; `4·kb` blocks readable at `w`, `C·kb` at `a`.
         #[inline]
         #[target_feature(enable = $features)]
         unsafe fn $tile<const C: usize>(
             w: *const BlockQ4_0,
             kb: usize,
             a: *const BlockQ8_1,
-            out: *mut f32,
-            sj: usize,
-            si: usize,
-        ) {
+        ) -> [[f32; C]; 4] {
             let low = _mm256_set1_epi8(0x0F);
             // The high nibbles into the upper 128 bits (elements 16..32).
             let shifts = _mm256_setr_epi64x(0, 0, 4, 4);
@@ -78,6 +74,7 @@ macro_rules! kernels {
                     }
                 }
             }
+            let mut out = [[0f32; C]; 4];
             for c in 0..C {
                 let mut off = [0f32; 4];
                 _mm_storeu_ps(off.as_mut_ptr(), offsets[c]);
@@ -87,9 +84,10 @@ macro_rules! kernels {
                     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
                     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
                     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-                    *out.add(r * sj + c * si) = _mm_cvtss_f32(s) + off[r];
+                    out[r][c] = _mm_cvtss_f32(s) + off[r];
                 }
             }
+            out
         }
     };
 }
@@ -116,14 +114,11 @@ unsafe fn tile<const C: usize>(
     w: *const BlockQ4_0,
     kb: usize,
     a: *const BlockQ8_1,
-    out: *mut f32,
-    sj: usize,
-    si: usize,
-) {
+) -> [[f32; C]; 4] {
     match isa {
-        Isa::Avx512Vnni if has_avx512_vl() => tile_avx512::<C>(w, kb, a, out, sj, si),
-        _ if isa.avx_vnni() => tile_avx_vnni::<C>(w, kb, a, out, sj, si),
-        _ => tile_avx2::<C>(w, kb, a, out, sj, si),
+        Isa::Avx512Vnni if has_avx512_vl() => tile_avx512::<C>(w, kb, a),
+        _ if isa.avx_vnni() => tile_avx_vnni::<C>(w, kb, a),
+        _ => tile_avx2::<C>(w, kb, a),
     }
 }
 
@@ -138,15 +133,8 @@ pub(crate) unsafe fn dots_q4_0_q8_1(isa: Isa, w: &[BlockQ4_0], a: &[BlockQ8_1], 
     assert_eq!(w.len(), out.len() * kb);
     let done = out.len() / 4 * 4;
     for n in (0..done).step_by(4) {
-        tile::<1>(
-            isa,
-            w.as_ptr().add(n * kb),
-            kb,
-            a.as_ptr(),
-            out.as_mut_ptr().add(n),
-            1,
-            1,
-        );
+        let t = tile::<1>(isa, w.as_ptr().add(n * kb), kb, a.as_ptr());
+        out[n..n + 4].iter_mut().zip(t).for_each(|(o, [v])| *o = v);
     }
     let vnni = isa.avx_vnni();
     for (r, o) in out[done..].iter_mut().enumerate() {
@@ -177,19 +165,14 @@ pub(crate) unsafe fn rows_q4_0_file(
     let kb = acts.kb;
     let n = w.len() / kb;
     let done = n / 4 * 4;
-    for j in (0..done).step_by(4) {
-        let wp = w.as_ptr().add(j * kb);
-        for i in is.clone().step_by(TILE_A) {
-            let a = acts.q.as_ptr().add(i * kb);
-            let o = out.as_mut_ptr().add(j * sj + (i - is.start) * si);
-            match TILE_A.min(is.end - i) {
-                4 => tile::<4>(isa, wp, kb, a, o, sj, si),
-                3 => tile::<3>(isa, wp, kb, a, o, sj, si),
-                2 => tile::<2>(isa, wp, kb, a, o, sj, si),
-                _ => tile::<1>(isa, wp, kb, a, o, sj, si),
-            }
-        }
-    }
+    row_tiles!(
+        0..done,
+        is.clone(),
+        4,
+        [(4, 4)(4, 3)(4, 2)(4, 1)],
+        (out.as_mut_ptr(), sj, si),
+        |R, C, j, i| tile::<C>(isa, w.as_ptr().add(j * kb), kb, acts.q.as_ptr().add(i * kb))
+    );
     if done < n {
         let rest = &mut out[done * sj..];
         match isa.avx_vnni() {

@@ -1,21 +1,20 @@
-//! The forward pass of every family Rill runs: one transformer block, which the family's
-//! description (`family.rs`) drives, with the KV cache passed in.
+//! The decoder: the transformer block of every family Rill runs, written once. The family's
+//! description (`family.rs`) is read here, in `Decoder::run`, and nowhere else: the block's
+//! steps (norms, projections, biases, q/k norms, attention, post-norms, the feed-forward,
+//! soft-caps) are asked of a [`Backend`] — our kernels on plain host buffers (`host.rs`, CPU
+//! models) or candle's tensors (`device.rs`, GPUs) — so both run every family the same way.
 //!
 //! Adapted from the shape of candle-transformers' `quantized_llama.rs`, with one change of
-//! design that the flow needs (DESIGN.md, style rule 7): the model holds only weights, and each
-//! sequence brings its own [`KvCache`], so one set of weights serves every conversation.
-//! The cache grows by doubling into reserved memory, never by concatenating a copy per token.
-//! On the CPU, attention is ours (`attention.rs`): RoPE in place, K and V appended in f16, one
-//! fused pass per query head over the cache as it lies. On a GPU it stays candle's: the cache is
-//! preallocated tensors written with `slice_set`, and grouped-query attention reshapes the
-//! queries of a KV group into one matrix instead of repeating K and V per head.
+//! design that the flow needs (docs/architecture.md, style rule 7): the model holds only
+//! weights, and each sequence brings its own [`KvCache`], so one set of weights serves every
+//! conversation. The cache grows by doubling into reserved memory, never by concatenating a
+//! copy per token.
 
 use candle_core::{DType, Device, Tensor};
 
-use super::attention::Rope;
-pub use super::config::LlamaConfig;
+use super::backend::{Attention, Backend, Parts, RopeTable};
+pub use super::config::DecoderConfig;
 use super::experts::Experts;
-use super::family::Activation;
 pub use super::kv::{KvCache, KV_MIN_CAPACITY};
 use super::kv_rows::KvType;
 use super::parts::{Bias, Embedding, Group, Linear, Norm};
@@ -74,17 +73,9 @@ impl Ffn {
     }
 }
 
-/// A RoPE table (cos, sin per position and pair) for candle's attention, and on the host for
-/// ours (CPU models).
-pub(super) struct RopeTable {
-    pub(super) cos: Tensor,
-    pub(super) sin: Tensor,
-    pub(super) host: Option<Rope>,
-}
-
-/// The weights of a llama-family model, loaded once and shared by every sequence.
-pub struct Llama {
-    pub(super) cfg: LlamaConfig,
+/// The weights of a model, loaded once and shared by every sequence.
+pub struct Decoder {
+    pub(super) cfg: DecoderConfig,
     pub(super) embed: Embedding,
     pub(super) layers: Vec<Layer>,
     pub(super) norm: Norm,
@@ -100,7 +91,7 @@ pub struct Llama {
     pub(super) kv_type: KvType,
     pub(super) device: Device,
     /// The host forward pass's buffers, kept between steps (`host.rs`).
-    pub(super) workspace: std::sync::Mutex<super::host::Workspace>,
+    pub(super) workspace: std::sync::Mutex<super::workspace::Workspace>,
     /// Matrices read in the file's map whose panels are still to be made, the last first
     /// (`kernels/later.rs`).
     pub(super) pending_panels: Vec<std::sync::Arc<crate::kernels::Later>>,
@@ -109,7 +100,7 @@ pub struct Llama {
     pub(super) locked: Vec<crate::kernels::Region>,
 }
 
-impl Llama {
+impl Decoder {
     /// Makes the panels of the next matrix still read in the file's map (`kernels/later.rs`),
     /// on the calling thread's pool; `false` once none is left. An idle engine calls it
     /// between commands, so a model loads at once and reaches its full speed for prompts a
@@ -147,7 +138,7 @@ impl Llama {
         }
     }
 
-    pub fn config(&self) -> &LlamaConfig {
+    pub fn config(&self) -> &DecoderConfig {
         &self.cfg
     }
 
@@ -303,71 +294,128 @@ impl Llama {
             .zip(outs)
             .flat_map(|(&(row, t), &o)| row + t - o..row + t)
             .collect();
-        if self.host {
-            return self.forward_host(&ids, batch, &spans, &out_rows, outs, None);
-        }
-        // candle's attention (GPU) takes RoPE and mask tables per sequence, made once per step.
-        let tables = batch
-            .iter()
-            .map(|(tokens, cache)| self.device_tables(tokens.len(), cache))
-            .collect::<Result<Vec<_>>>()?;
-
-        let mut x = self.embed(&ids)?;
-        if cfg.family.embed_scale {
-            x = (x * (cfg.hidden as f32).sqrt() as f64)?;
-        }
-        for (li, layer) in self.layers.iter().enumerate() {
-            let h = layer.attn_norm.forward(&x)?;
-            let y = self.attend_device(li, layer, &h, batch, &spans, &tables)?;
-            let mut y = layer.wo.forward(&y)?;
-            if let Some((post, _)) = &layer.post_norms {
-                y = post.forward(&y)?;
+        match self.host {
+            true => {
+                let mut host = super::host::Host::new(self.parts(), ids.len(), None);
+                self.run(&mut host, &ids, batch, &spans, &out_rows, outs)
             }
-            x = (x + y)?;
+            false => {
+                let mut device = super::device::OnDevice::new(self.parts(), batch)?;
+                self.run(&mut device, &ids, batch, &spans, &out_rows, outs)
+            }
+        }
+    }
 
-            let h = layer.ffn_norm.forward(&x)?;
+    /// Runs `tokens` after what `cache` holds on the CPU's own forward pass, as
+    /// [`forward`](Self::forward), and returns with the logits the experts each
+    /// mixture-of-experts layer's token went through and their weights (`tokens.len() · k`
+    /// routes, token by token): llama.cpp's `ffn_moe_topk` and `ffn_moe_weights_norm`, to
+    /// compare routing with it.
+    pub fn forward_routes(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+    ) -> Result<(Vec<f32>, Vec<Vec<super::experts::Route>>)> {
+        if !self.host {
+            return Err(Error::param(
+                "device",
+                "routes are recorded on the CPU's own forward pass only",
+            ));
+        }
+        if tokens.is_empty() || cache.len() + tokens.len() > self.cfg.context_length {
+            return Err(Error::param(
+                "prompt",
+                "no tokens, or more than the context",
+            ));
+        }
+        cache.reserve(&self.cfg, tokens.len(), &self.device, Some(self.kv_type))?;
+        let mut routes = Vec::new();
+        let mut host = super::host::Host::new(self.parts(), tokens.len(), Some(&mut routes));
+        let mut batch = [(tokens, cache)];
+        let spans = [(0, tokens.len())];
+        let mut logits = self.run(
+            &mut host,
+            tokens,
+            &mut batch,
+            &spans,
+            &[tokens.len() - 1],
+            &[1],
+        )?;
+        drop(host);
+        Ok((logits.pop().unwrap_or_default(), routes))
+    }
+
+    /// What a backend reads of the model besides the weights each step is given.
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            cfg: &self.cfg,
+            ropes: &self.ropes,
+            device: &self.device,
+            workspace: &self.workspace,
+        }
+    }
+
+    /// The block, for every family, on backend `b`: `ids` are the batch's rows in order
+    /// (`spans`: each sequence's first row and count), and the rows `out_rows` are projected to
+    /// the vocabulary, `outs[i]` of them for sequence `i`.
+    fn run<B: Backend>(
+        &self,
+        b: &mut B,
+        ids: &[u32],
+        batch: &mut [(&[u32], &mut KvCache)],
+        spans: &[(usize, usize)],
+        out_rows: &[usize],
+        outs: &[usize],
+    ) -> Result<Vec<Vec<f32>>> {
+        let cfg = &self.cfg;
+        let family = &cfg.family;
+        let scale = family.embed_scale.then(|| (cfg.hidden as f32).sqrt());
+        let mut x = b.embed(self.embed(ids)?, scale)?;
+        for (li, layer) in self.layers.iter().enumerate() {
+            let h = b.norm(&layer.attn_norm, &x)?;
+            let mut qkv = b.qkv(&layer.qkv, h)?;
+            if let Some(bias) = &layer.bias {
+                b.qkv_bias(&mut qkv, bias)?;
+            }
+            if let Some((q, k)) = &layer.qk_norm {
+                b.qk_norm(&mut qkv, q, k)?;
+            }
+            let attention = Attention {
+                layer: li,
+                rope: layer.rope,
+                rope_dim: self.rope_dim,
+                prescale: cfg.query_prescale,
+                softcap: cfg.attn_softcap,
+                window: layer.window,
+                sinks: layer.sinks.as_deref(),
+                f16_weights: family.llama_cpp_rounding,
+            };
+            let y = b.attend(&attention, qkv, batch, spans)?;
+            let mut y = b.linear(&layer.wo, y)?;
+            if let Some(bias) = &layer.wo_bias {
+                b.add_bias(&mut y, bias)?;
+            }
+            if let Some((post, _)) = &layer.post_norms {
+                b.renorm(post, &mut y)?;
+            }
+            b.residual(&mut x, y)?;
+
+            let h = b.norm(&layer.ffn_norm, &x)?;
             let mut y = match &layer.ffn {
-                Ffn::Experts(e) => e.forward(&h)?,
-                Ffn::Dense { gate_up, down } => {
-                    let [gate, up]: [Tensor; 2] = gate_up
-                        .forward(&h)?
-                        .try_into()
-                        .map_err(|_| Error::Candle(candle_core::Error::Msg("gate, up".into())))?;
-                    let gate = match cfg.family.activation {
-                        Activation::Silu => gate.silu()?,
-                        // candle's `gelu` is the tanh approximation.
-                        Activation::GeluTanh => gate.gelu()?,
-                        // Only gpt-oss's experts use it, and they run on the host.
-                        Activation::SwigluOai => {
-                            return Err(Error::param(
-                                "device",
-                                "the clamped SwiGLU runs on the CPU only",
-                            ))
-                        }
-                    };
-                    down.forward(&(gate * up)?)?
-                }
+                Ffn::Dense { gate_up, down } => b.dense(gate_up, down, family.activation, h)?,
+                Ffn::Experts(e) => b.experts(e, h)?,
             };
             if let Some((_, post)) = &layer.post_norms {
-                y = post.forward(&y)?;
+                b.renorm(post, &mut y)?;
             }
-            x = (x + y)?;
+            b.residual(&mut x, y)?;
         }
         for (tokens, cache) in batch.iter_mut() {
             cache.advance(tokens.len());
         }
-
         // Only the rows asked for are projected to the vocabulary.
-        let rows: Vec<u32> = out_rows.iter().map(|&r| r as u32).collect();
-        let last = x.index_select(&Tensor::new(rows.as_slice(), &self.device)?, 0)?;
-        let mut logits = self
-            .output
-            .forward(&self.norm.forward(&last)?)?
-            .to_dtype(DType::F32)?;
-        if let Some(c) = cfg.final_softcap {
-            logits = ((logits * (1.0 / c) as f64)?.tanh()? * c as f64)?;
-        }
-        Ok(per_sequence(logits.flatten_all()?.to_vec1()?, outs))
+        let logits = b.logits(x, out_rows, &self.norm, &self.output, cfg.final_softcap)?;
+        Ok(per_sequence(logits, outs))
     }
 }
 

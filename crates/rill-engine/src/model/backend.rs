@@ -1,0 +1,116 @@
+//! What the decoder's block asks of the machine it runs on: the [`Backend`] trait, with one
+//! implementation on our kernels and plain host buffers (`host.rs`) and one on candle's tensors
+//! (`device.rs`). The block (`decoder.rs`) reads the family's settings and calls these steps;
+//! a backend reads no family setting of its own, only what a step is given ([`Attention`]:
+//! the scale, cap, window and sinks a layer's scores take).
+
+use super::attention::Rope;
+use super::config::DecoderConfig;
+use super::experts::Experts;
+use super::family::Activation;
+use super::kv::KvCache;
+use super::parts::{Bias, Group, Linear, Norm};
+use super::workspace::Workspace;
+use crate::error::Result;
+use candle_core::{Device, Tensor};
+
+/// A RoPE table (cos, sin per position and pair) for candle's attention, and on the host for
+/// ours (CPU models).
+pub(super) struct RopeTable {
+    pub(super) cos: Tensor,
+    pub(super) sin: Tensor,
+    pub(super) host: Option<Rope>,
+}
+
+/// What a backend reads of the model besides the weights each step is given.
+#[derive(Clone, Copy)]
+pub(super) struct Parts<'a> {
+    pub(super) cfg: &'a DecoderConfig,
+    pub(super) ropes: &'a [RopeTable],
+    pub(super) device: &'a Device,
+    /// The host forward pass's buffers, kept between steps (`host.rs`).
+    pub(super) workspace: &'a std::sync::Mutex<Workspace>,
+}
+
+/// How one layer's attention weighs its keys, as the decoder reads it from the family.
+pub(super) struct Attention<'a> {
+    /// The layer's index (its place in each KV cache).
+    pub(super) layer: usize,
+    /// Which of the decoder's RoPE tables the layer uses (the global one, or the windowed
+    /// layers' own).
+    pub(super) rope: usize,
+    /// The dimensions of each head RoPE turns (the first; all but in partial rotary).
+    pub(super) rope_dim: usize,
+    /// The queries are multiplied by this before their dot products (Phi-3, Gemma); `None`
+    /// scales the scores by `1/√head_dim` instead.
+    pub(super) prescale: Option<f32>,
+    /// Scores soft-capped, `c · tanh(s / c)` (Gemma 2).
+    pub(super) softcap: Option<f32>,
+    /// Only the last this many positions are attended over.
+    pub(super) window: Option<usize>,
+    /// Each query head's sink logit in its softmax (gpt-oss).
+    pub(super) sinks: Option<&'a [f32]>,
+    /// Attention weights rounded to f16 before they weigh the values, as llama.cpp's CPU
+    /// does (`family::Family::llama_cpp_rounding`); where a backend's arithmetic has no such
+    /// step (candle's), it computes in f32.
+    pub(super) f16_weights: bool,
+}
+
+/// The steps of the decoder's block on one machine. `Rows` are activations, one row per
+/// token of the batch; a step that takes rows by value is their last reader, so a backend
+/// may reuse their memory.
+pub(super) trait Backend {
+    /// `[rows][width]` activations.
+    type Rows;
+    /// A layer's queries, keys and values for every row.
+    type Qkv;
+
+    /// The embedding rows of the batch's tokens (looked up by the decoder), multiplied by
+    /// `scale` when given (Gemma's `√width`).
+    fn embed(&mut self, rows: Tensor, scale: Option<f32>) -> Result<Self::Rows>;
+    /// `norm(x)`, with `x` kept (the residual stream).
+    fn norm(&mut self, norm: &Norm, x: &Self::Rows) -> Result<Self::Rows>;
+    /// `y ← norm(y)` (Gemma's post-norms).
+    fn renorm(&mut self, norm: &Norm, y: &mut Self::Rows) -> Result<()>;
+    /// `x · wᵀ`.
+    fn linear(&mut self, w: &Linear, x: Self::Rows) -> Result<Self::Rows>;
+    /// Adds `bias` to every row (gpt-oss's attention output).
+    fn add_bias(&mut self, y: &mut Self::Rows, bias: &[f32]) -> Result<()>;
+    /// `x ← x + y`.
+    fn residual(&mut self, x: &mut Self::Rows, y: Self::Rows) -> Result<()>;
+    /// The q, k and v projections of `h`.
+    fn qkv(&mut self, w: &Group, h: Self::Rows) -> Result<Self::Qkv>;
+    /// Adds the q/k/v biases (Qwen2).
+    fn qkv_bias(&mut self, qkv: &mut Self::Qkv, bias: &Bias) -> Result<()>;
+    /// RMS-normalises each head's query and key (Qwen3, Gemma 3).
+    fn qk_norm(&mut self, qkv: &mut Self::Qkv, q: &Norm, k: &Norm) -> Result<()>;
+    /// RoPE on the new queries and keys, the keys and values appended to each sequence's
+    /// cache, then every query over its cache: `[rows][n_head · head_dim]`.
+    fn attend(
+        &mut self,
+        how: &Attention<'_>,
+        qkv: Self::Qkv,
+        batch: &mut [(&[u32], &mut KvCache)],
+        spans: &[(usize, usize)],
+    ) -> Result<Self::Rows>;
+    /// One gated MLP: `down(act(gate(h)) · up(h))`.
+    fn dense(
+        &mut self,
+        gate_up: &Group,
+        down: &Linear,
+        act: Activation,
+        h: Self::Rows,
+    ) -> Result<Self::Rows>;
+    /// A mixture of experts.
+    fn experts(&mut self, experts: &Experts, h: Self::Rows) -> Result<Self::Rows>;
+    /// The rows `rows` of `x` normalised, projected to the vocabulary and soft-capped when
+    /// `softcap` is given: `rows.len() × vocab` logits.
+    fn logits(
+        &mut self,
+        x: Self::Rows,
+        rows: &[usize],
+        norm: &Norm,
+        output: &Linear,
+        softcap: Option<f32>,
+    ) -> Result<Vec<f32>>;
+}

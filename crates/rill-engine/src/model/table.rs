@@ -1,0 +1,271 @@
+//! The tensors of a model file, named once: which ones each layer has under a family's
+//! settings ([`parts`]), what each is called in the file ([`Part::tensor`]) and the shape it
+//! must have ([`Part::shape`]). The shape check below and the loader (`load.rs`) both read
+//! this table, so a setting's tensors are spelled in one place.
+//!
+//! Every weight's shape is checked against the metadata before anything is loaded, so a file
+//! whose header disagrees with its tensors (a wrong head count, a truncated layer) fails with a
+//! message, not with an index out of bounds on the first forward pass (issue 13). Shapes are
+//! candle's: `[rows, columns]`, a linear layer being `[out, in]`.
+
+use std::path::Path;
+
+use super::config::ExpertsConfig;
+use super::family::Family;
+use crate::error::{Error, Result};
+use crate::gguf::Header;
+
+/// One tensor of a layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Part {
+    AttnNorm,
+    /// The norm before the feed-forward (`ffn_norm`, gpt-oss's `post_attention_norm`).
+    FfnNorm,
+    /// q, k and v in one tensor, where the file fused them.
+    Qkv,
+    Q,
+    K,
+    V,
+    Out,
+    QBias,
+    KBias,
+    VBias,
+    QNorm,
+    KNorm,
+    OutBias,
+    Sinks,
+    PostAttnNorm,
+    PostFfnNorm,
+    Gate,
+    /// The up projection, or gate and up in one tensor (`Family::fused_gate_up`).
+    Up,
+    Down,
+    Router,
+    GateExps,
+    UpExps,
+    DownExps,
+    RouterBias,
+    GateExpsBias,
+    UpExpsBias,
+    DownExpsBias,
+}
+
+/// The widths a layer's tensors follow.
+#[derive(Clone, Copy)]
+pub(super) struct Widths {
+    pub(super) hidden: usize,
+    /// Of all query heads (`n_head · head_dim`).
+    pub(super) q: usize,
+    /// Of all key (or value) heads.
+    pub(super) kv: usize,
+    pub(super) head: usize,
+}
+
+/// What a layer's shapes are made of besides the widths: the feed-forward's width (0 in a
+/// mixture) and the experts'.
+#[derive(Clone, Copy)]
+pub(super) struct Dims {
+    pub(super) widths: Widths,
+    pub(super) ff: usize,
+    pub(super) experts: Option<ExpertsConfig>,
+    pub(super) fused_gate_up: bool,
+}
+
+impl Part {
+    /// Its name in the file, and whether it is a `weight` or a `bias`.
+    fn name(self, family: &Family) -> (&'static str, &'static str) {
+        use Part::*;
+        match self {
+            AttnNorm => ("attn_norm", "weight"),
+            FfnNorm => (family.ffn_norm, "weight"),
+            Qkv => ("attn_qkv", "weight"),
+            Q => ("attn_q", "weight"),
+            K => ("attn_k", "weight"),
+            V => ("attn_v", "weight"),
+            Out => ("attn_output", "weight"),
+            QBias => ("attn_q", "bias"),
+            KBias => ("attn_k", "bias"),
+            VBias => ("attn_v", "bias"),
+            QNorm => ("attn_q_norm", "weight"),
+            KNorm => ("attn_k_norm", "weight"),
+            OutBias => ("attn_output", "bias"),
+            Sinks => ("attn_sinks", "weight"),
+            PostAttnNorm => ("post_attention_norm", "weight"),
+            PostFfnNorm => ("post_ffw_norm", "weight"),
+            Gate => ("ffn_gate", "weight"),
+            Up => ("ffn_up", "weight"),
+            Down => ("ffn_down", "weight"),
+            Router => ("ffn_gate_inp", "weight"),
+            GateExps => ("ffn_gate_exps", "weight"),
+            UpExps => ("ffn_up_exps", "weight"),
+            DownExps => ("ffn_down_exps", "weight"),
+            RouterBias => ("ffn_gate_inp", "bias"),
+            GateExpsBias => ("ffn_gate_exps", "bias"),
+            UpExpsBias => ("ffn_up_exps", "bias"),
+            DownExpsBias => ("ffn_down_exps", "bias"),
+        }
+    }
+
+    /// The tensor's name in layer `layer`: `blk.{layer}.attn_q.weight`.
+    pub(super) fn tensor(self, family: &Family, layer: usize) -> String {
+        let (name, kind) = self.name(family);
+        format!("blk.{layer}.{name}.{kind}")
+    }
+
+    /// The shape it must have.
+    pub(super) fn shape(self, d: &Dims) -> Vec<usize> {
+        use Part::*;
+        let Widths {
+            hidden,
+            q,
+            kv,
+            head,
+        } = d.widths;
+        let (count, eff) = d.experts.map_or((0, 0), |e| (e.count, e.ff));
+        match self {
+            AttnNorm | FfnNorm | PostAttnNorm | PostFfnNorm | OutBias => vec![hidden],
+            Qkv => vec![q + 2 * kv, hidden],
+            Q => vec![q, hidden],
+            K | V => vec![kv, hidden],
+            Out => vec![hidden, q],
+            QBias => vec![q],
+            KBias | VBias => vec![kv],
+            QNorm | KNorm => vec![head],
+            Sinks => vec![q / head],
+            Gate => vec![d.ff, hidden],
+            Up if d.fused_gate_up => vec![2 * d.ff, hidden],
+            Up => vec![d.ff, hidden],
+            Down => vec![hidden, d.ff],
+            Router => vec![count, hidden],
+            GateExps | UpExps => vec![count, eff, hidden],
+            DownExps => vec![count, hidden, eff],
+            RouterBias => vec![count],
+            GateExpsBias | UpExpsBias => vec![count, eff],
+            DownExpsBias => vec![count, hidden],
+        }
+    }
+}
+
+/// The tensors of a layer under `family`'s settings: q, k and v apart or fused (`fused_qkv`,
+/// as the file has them), and a mixture's experts or one gated MLP.
+pub(super) fn parts(family: &Family, fused_qkv: bool, experts: bool) -> Vec<Part> {
+    use Part::*;
+    let when = |on: bool, parts: &[Part]| if on { parts.to_vec() } else { Vec::new() };
+    let mut p = vec![AttnNorm, FfnNorm];
+    p.extend(when(family.out_bias, &[OutBias]));
+    p.extend(when(family.attn_sinks, &[Sinks]));
+    match fused_qkv {
+        true => p.push(Qkv),
+        false => p.extend([Q, K, V]),
+    }
+    p.push(Out);
+    p.extend(when(family.qkv_bias, &[QBias, KBias, VBias]));
+    p.extend(when(family.qk_norm, &[QNorm, KNorm]));
+    p.extend(when(family.post_norms, &[PostAttnNorm, PostFfnNorm]));
+    match (experts, family.fused_gate_up) {
+        (true, _) => {
+            p.extend([Router, GateExps, UpExps, DownExps]);
+            let biases = [RouterBias, GateExpsBias, UpExpsBias, DownExpsBias];
+            p.extend(when(family.expert_biases, &biases));
+        }
+        (false, true) => p.extend([Up, Down]),
+        (false, false) => p.extend([Gate, Up, Down]),
+    }
+    p
+}
+
+/// Whether layer `layer` of the file holds q, k and v in one tensor.
+pub(super) fn fused_qkv(ct: &Header, family: &Family, layer: usize) -> bool {
+    ct.tensor_infos
+        .contains_key(&Part::Qkv.tensor(family, layer))
+}
+
+/// Checks every weight's shape against the metadata before anything is loaded.
+pub(super) fn check_shapes(
+    ct: &Header,
+    path: &Path,
+    family: Family,
+    n_layer: usize,
+    widths: Widths,
+    rope_dim: usize,
+    experts: Option<ExpertsConfig>,
+) -> Result<()> {
+    let Widths {
+        hidden,
+        q: q_width,
+        kv: kv_width,
+        ..
+    } = widths;
+    let dims = |name: &str| -> Result<&[usize]> {
+        ct.tensor_infos
+            .get(name)
+            .map(|t| t.shape.dims())
+            .ok_or_else(|| Error::model_file(path, format!("tensor `{name}` is missing")))
+    };
+    let expect = |name: &str, want: &[usize]| -> Result<()> {
+        let got = dims(name)?;
+        if got == want {
+            return Ok(());
+        }
+        Err(Error::model_file(
+            path,
+            format!(
+                "tensor `{name}` has shape {got:?}, but the metadata (width {hidden}, \
+                 query width {q_width}, key/value width {kv_width}) needs {want:?}"
+            ),
+        ))
+    };
+    let vocab = match dims("token_embd.weight")? {
+        [v, h] if *v > 0 && *h == hidden => *v,
+        other => {
+            return Err(Error::model_file(
+                path,
+                format!("tensor `token_embd.weight` has shape {other:?}; the width is {hidden}"),
+            ))
+        }
+    };
+    if ct.tensor_infos.contains_key("output.weight") {
+        expect("output.weight", &[vocab, hidden])?;
+    }
+    expect("output_norm.weight", &[hidden])?;
+    if n_layer == 0 {
+        return Err(Error::model_file(path, "the model has no layers"));
+    }
+    for factors in ["rope_freqs", "rope_factors_long", "rope_factors_short"] {
+        let name = format!("{factors}.weight");
+        if ct.tensor_infos.contains_key(&name) {
+            expect(&name, &[rope_dim / 2])?;
+        }
+    }
+    for i in 0..n_layer {
+        // The feed-forward width, read when its first tensor is checked: from the gate, or
+        // with a fused gate-up from the down projection.
+        let ff_width = || -> Result<usize> {
+            let name = match family.fused_gate_up {
+                true => Part::Down,
+                false => Part::Gate,
+            }
+            .tensor(&family, i);
+            match (dims(&name)?, family.fused_gate_up) {
+                ([ff, h], false) | ([h, ff], true) if *ff > 0 && *h == hidden => Ok(*ff),
+                (other, _) => Err(Error::model_file(
+                    path,
+                    format!("tensor `{name}` has shape {other:?}; the width is {hidden}"),
+                )),
+            }
+        };
+        let mut d = Dims {
+            widths,
+            ff: 0,
+            experts,
+            fused_gate_up: family.fused_gate_up,
+        };
+        for part in parts(&family, fused_qkv(ct, &family, i), experts.is_some()) {
+            if matches!(part, Part::Gate | Part::Up | Part::Down) && d.ff == 0 {
+                d.ff = ff_width()?;
+            }
+            expect(&part.tensor(&family, i), &part.shape(&d))?;
+        }
+    }
+    Ok(())
+}
