@@ -7,7 +7,7 @@
 use super::attention::Rope;
 use super::config::DecoderConfig;
 use super::experts::Experts;
-use super::family::Activation;
+use super::family::{Activation, RopeStyle};
 use super::kv::KvCache;
 use super::parts::{Bias, Group, Linear, Norm};
 use super::workspace::Workspace;
@@ -41,6 +41,8 @@ pub(super) struct Attention<'a> {
     pub(super) rope: usize,
     /// The dimensions of each head RoPE turns (the first; all but in partial rotary).
     pub(super) rope_dim: usize,
+    /// How RoPE pairs them (the host's tables know it already).
+    pub(super) rope_style: RopeStyle,
     /// The queries are multiplied by this before their dot products (Phi-3, Gemma); `None`
     /// scales the scores by `1/√head_dim` instead.
     pub(super) prescale: Option<f32>,

@@ -384,6 +384,7 @@ impl Decoder {
                 layer: li,
                 rope: layer.rope,
                 rope_dim: self.rope_dim,
+                rope_style: family.rope,
                 prescale: cfg.query_prescale,
                 softcap: cfg.attn_softcap,
                 window: layer.window,

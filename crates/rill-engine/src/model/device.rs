@@ -168,7 +168,7 @@ impl Backend for OnDevice<'_> {
             Some(s) => s as f64,
             None => 1.0 / (hd as f64).sqrt(),
         };
-        let rotate = match cfg.family.rope {
+        let rotate = match how.rope_style {
             RopeStyle::Normal => candle_nn::rotary_emb::rope_i,
             RopeStyle::Neox => candle_nn::rotary_emb::rope,
         };
