@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::request::{ChatArgs, GenerateRequest, Overflow, Prompt};
-use crate::template::{ChatTemplate, Message, RenderOptions, Role, Thinking};
+use crate::template::{fold_system, ChatTemplate, Message, RenderOptions, Role, Thinking};
 use crate::tokenizer::Tokenizer;
 use crate::tools::{self, ToolFormat};
 
@@ -24,7 +24,8 @@ pub(crate) struct Prompter<'a> {
 impl Prompter<'_> {
     /// The conversation rendered with tools and template variables. A template that does not
     /// read `tools` gets them described in the system message, and past calls and results
-    /// written out, in the Hermes format.
+    /// written out, in the Hermes format; one without a system role gets the system message
+    /// folded into the next (`template::fold_system`, as llama.cpp's chat code does).
     pub(crate) fn render_chat(&self, messages: &[Message], args: &ChatArgs) -> Result<String> {
         let template = &self.template;
         let described;
@@ -39,6 +40,16 @@ impl Prompter<'_> {
         } else {
             described = tools::prompt::described(messages, &args.tools);
             (described.as_slice(), None)
+        };
+        let folded;
+        let messages = match messages.first().is_some_and(|m| m.role == Role::System)
+            && !template.system_role()
+        {
+            true => {
+                folded = fold_system(messages);
+                &folded[..]
+            }
+            false => messages,
         };
         let options = RenderOptions {
             add_generation_prompt: true,

@@ -145,6 +145,32 @@ fn a_file_of_a_family_rill_does_not_run_says_what_it_is() {
     assert!(info.runs && info.family == "Llama", "{info:?}");
 }
 
+/// Issue 41, until they run: a Qwen3.5 or Gemma 4 file is listed, and loading it says what it
+/// is rather than only that its architecture is unknown.
+#[test]
+fn the_2026_families_say_what_they_are_until_they_run() {
+    let dir = tempfile::tempdir().unwrap();
+    for (arch, what) in [
+        ("qwen35", "Gated DeltaNet"),
+        ("qwen35moe", "Gated DeltaNet"),
+        ("gemma4", "newer block"),
+    ] {
+        let mut craft = gguf_craft::small();
+        craft.metadata[0].1 = Value::String(arch.into());
+        let p = write(dir.path(), &format!("{arch}.gguf"), &craft.bytes());
+        let info = rill_engine::inspect(&p).unwrap();
+        assert!(!info.runs && info.family.contains(what), "{info:?}");
+        let msg = match Model::load(&p, &candle_core::Device::Cpu, Some(256)) {
+            Ok(_) => panic!("a {arch} file loaded"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            msg.contains(&format!("`{arch}`")) && msg.contains(what),
+            "{msg}"
+        );
+    }
+}
+
 /// One change to a header's bytes.
 #[derive(Clone, Debug)]
 enum Mutation {

@@ -300,7 +300,11 @@ pub fn not_run(arch: &str) -> &'static str {
         "qwen2moe" => "a Qwen2 mixture of experts (with a shared expert), not run yet",
         "clip" | "mmproj" => "a vision projector (mmproj), which goes beside a model, not a model",
         "gemma" => "the first Gemma, not run",
-        "gemma3n" | "gemma4" => "a Gemma of a newer block, not run yet",
+        "qwen35" | "qwen35moe" | "qwen3next" => {
+            "a Qwen3.5 or Qwen3-Next: Gated DeltaNet layers beside attention, not run yet"
+        }
+        "qwen3vl" | "qwen3vlmoe" => "a Qwen3-VL model (images and text), not run yet",
+        "gemma3n" | "gemma4" | "gemma4-assistant" => "a Gemma of a newer block, not run yet",
         "phi2" => "Phi-2, not run",
         "bert" | "nomic-bert" | "jina-bert-v2" => "an embedding model, not a chat model",
         _ => "an architecture Rill does not know",

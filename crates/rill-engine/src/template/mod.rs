@@ -18,10 +18,12 @@
 //! [`limits`] (fuel, depth, size, a thread of its own), so a hostile one is an error, never a
 //! crash or a hang.
 
+mod caps;
 mod json;
 pub(crate) mod limits;
 mod thinking;
 
+pub use caps::fold_system;
 pub use thinking::Thinking;
 
 use crate::error::{Error, Result};
@@ -65,6 +67,8 @@ pub struct ChatTemplate {
     source: String,
     bos_token: String,
     eos_token: String,
+    /// Whether it renders a system message (`caps.rs`), read on first use.
+    system_role: std::sync::OnceLock<bool>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -159,6 +163,7 @@ impl ChatTemplate {
             source,
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
+            system_role: std::sync::OnceLock::new(),
         })
     }
 
