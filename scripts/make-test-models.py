@@ -114,6 +114,16 @@ FAMILIES = {
                     keys={"attention.sliding_window": WINDOW, "rope.scaling.type": "yarn",
                           "rope.scaling.factor": 32.0,
                           "rope.scaling.original_context_length": 128}),
+    # Qwen3.5 (llama.cpp's `qwen35.cpp`): four layers, three Gated DeltaNet (a 4-tap
+    # convolution, 2 key and 4 value heads of 32, so two value heads read each key head) and
+    # one attention whose query projection also gives a gate per head; q/k norms, heads of 64
+    # with RoPE over 16 of them in M-RoPE's interleaved sections (3, 3, 2: all turn on text);
+    # `post_attention_norm` before the feed-forward. The real Qwen3.5 vocabulary and template.
+    "qwen35": dict(vocab="qwen35", template="Qwen3.5-4B.jinja", head_dim=64, rope_dim=16,
+                   rope_base=10_000_000.0, qkv_bias=False, qk_norm=True, layers=4,
+                   ffn_norm="post_attention_norm", gated_query=True,
+                   delta=dict(conv=4, head=32, k_heads=2, v_heads=4, interval=4),
+                   sections=[3, 3, 2, 0]),
 }
 
 # Mistral's control tokens (Nemo's, and the v11 tokenizer's `[ARGS]` and `[CALL_ID]`), so
@@ -204,6 +214,16 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
     w.add_rope_freq_base(spec["rope_base"])
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE if experts_qtype == MXFP4 else int(qtype))
+    delta = spec.get("delta")
+    if delta:
+        w.add_ssm_conv_kernel(delta["conv"])
+        w.add_ssm_state_size(delta["head"])
+        w.add_ssm_group_count(delta["k_heads"])
+        w.add_ssm_time_step_rank(delta["v_heads"])
+        w.add_ssm_inner_size(delta["head"] * delta["v_heads"])
+        w.add_full_attention_interval(delta["interval"])
+    if spec.get("sections"):
+        w.add_rope_dimension_sections(spec["sections"])
     for key, value in spec.get("keys", {}).items():
         key = f"{family}.{key}"
         if isinstance(value, str):
@@ -250,10 +270,15 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
                      rng.uniform(1.0, 1.5, rope_dim // 2).astype(np.float32))
     fused = spec.get("fused", False)
     oss = spec.get("oss", False)
+    ffn_norm = "post_attention_norm" if oss else spec.get("ffn_norm", "ffn_norm")
     for i in range(layers):
         p = f"blk.{i}"
         vector(f"{p}.attn_norm.weight", hidden, 1.0, 0.1)
-        vector(f"{p}.{'post_attention_norm' if oss else 'ffn_norm'}.weight", hidden, 1.0, 0.1)
+        vector(f"{p}.{ffn_norm}.weight", hidden, 1.0, 0.1)
+        if delta and (i + 1) % delta["interval"] != 0:
+            write_delta_net(w, p, delta, hidden, normal, matrix, vector, rng)
+            write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, fused)
+            continue
         if oss:
             # Sinks about as large as the scores, so that heads attend to them in part.
             vector(f"{p}.attn_sinks.weight", HEADS, 0.0, 1.0)
@@ -262,7 +287,9 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
             post = spec["post_norm"]
             vector(f"{p}.post_attention_norm.weight", hidden, post, 0.1 * post)
             vector(f"{p}.post_ffw_norm.weight", hidden, post, 0.1 * post)
-        q = normal((q_width, hidden), 1.5 / np.sqrt(hidden))
+        # A gated query's projection gives each head's query, then its gate.
+        q = normal((2 * q_width if spec.get("gated_query") else q_width, hidden),
+                   1.5 / np.sqrt(hidden))
         k = normal((kv_width, hidden), 1.5 / np.sqrt(hidden))
         v = normal((kv_width, hidden), 1.0 / np.sqrt(hidden))
         if fused:
@@ -296,21 +323,44 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
                 w.add_tensor(f"{p}.ffn_up_exps.bias", normal((n, eff), 0.2))
                 w.add_tensor(f"{p}.ffn_down_exps.bias", normal((n, hidden), 0.2))
             continue
-        gate = normal((ff, hidden), 1.0 / np.sqrt(hidden))
-        up = normal((ff, hidden), 1.0 / np.sqrt(hidden))
-        if fused:
-            # One tensor, the gate first.
-            quantized(f"{p}.ffn_up.weight", np.concatenate([gate, up]))
-        else:
-            quantized(f"{p}.ffn_gate.weight", gate)
-            quantized(f"{p}.ffn_up.weight", up)
-        matrix(f"{p}.ffn_down.weight", hidden, ff, 1.0 / np.sqrt(ff))
+        write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, fused)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     tmp.rename(path)  # a run cut short leaves no file that looks whole
     return path
+
+
+def write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, fused):
+    """One gated MLP: gate and up (in one tensor where `fused`, the gate first), down."""
+    gate = normal((ff, hidden), 1.0 / np.sqrt(hidden))
+    up = normal((ff, hidden), 1.0 / np.sqrt(hidden))
+    if fused:
+        quantized(f"{p}.ffn_up.weight", np.concatenate([gate, up]))
+    else:
+        quantized(f"{p}.ffn_gate.weight", gate)
+        quantized(f"{p}.ffn_up.weight", up)
+    matrix(f"{p}.ffn_down.weight", hidden, ff, 1.0 / np.sqrt(ff))
+
+
+def write_delta_net(w, p, d, hidden, normal, matrix, vector, rng):
+    """A Gated DeltaNet layer's tensors, named and laid out as llama.cpp's converter writes
+    Qwen3.5's: the queries, keys and values before the convolution (`attn_qkv`), the output
+    gate (`attn_gate`), β and α's projections, the convolution's taps and the decay's bias and
+    `A` (`−exp(A_log)`) in F32, the output norm and projection. The decays `e^(softplus(α + dt)·A)`
+    spread over about 0.3 to 0.95, so each state remembers a few tokens to tens of them."""
+    keys, values = d["head"] * d["k_heads"], d["head"] * d["v_heads"]
+    conv = 2 * keys + values
+    matrix(f"{p}.attn_qkv.weight", conv, hidden, 1.0 / np.sqrt(hidden))
+    matrix(f"{p}.attn_gate.weight", values, hidden, 1.0 / np.sqrt(hidden))
+    matrix(f"{p}.ssm_beta.weight", d["v_heads"], hidden, 1.0 / np.sqrt(hidden))
+    matrix(f"{p}.ssm_alpha.weight", d["v_heads"], hidden, 1.0 / np.sqrt(hidden))
+    w.add_tensor(f"{p}.ssm_conv1d.weight", normal((conv, d["conv"]), 0.5))
+    vector(f"{p}.ssm_dt.bias", d["v_heads"], 0.0, 0.5)
+    w.add_tensor(f"{p}.ssm_a", -rng.uniform(0.1, 1.5, d["v_heads"]).astype(np.float32))
+    vector(f"{p}.ssm_norm.weight", d["head"], 1.0, 0.1)
+    matrix(f"{p}.ssm_out.weight", hidden, values, 1.0 / np.sqrt(values))
 
 
 def quantize_k(family: str, out: Path, models: Path, name: str = "Q4_K_M") -> Path:

@@ -33,6 +33,12 @@ use speculation::Drafter;
 /// Answer tokens between two `Stats` events.
 const STATS_EVERY: usize = 16;
 
+/// Tokens before a prompt's end where a recurrent model keeps its states: a next turn renders
+/// the answer's header (`<|im_start|>assistant\n`, then the answer without its thinking
+/// block) differently from the generation prompt, and parts from this prompt within its last
+/// few tokens (llama.cpp's server keeps a checkpoint 4 tokens before the end).
+const PROMPT_MARGIN: usize = 8;
+
 pub(crate) struct Sequence {
     pub id: u64,
     /// Prompt and generated tokens.
@@ -306,6 +312,11 @@ impl Sequence {
     /// draft: the pending tokens and the draft).
     pub fn step_input(&mut self, n: usize) -> (&[u32], &mut KvCache) {
         let from = self.cache.len();
+        // Where a recurrent model's states are kept inside the prompt (`model/recurrent.rs`):
+        // before its last token, and a few tokens before its end.
+        let end = self.prompt_len;
+        self.cache
+            .keep_states_at(&[end.saturating_sub(1), end.saturating_sub(PROMPT_MARGIN)]);
         self.prefill_started.get_or_insert_with(Instant::now);
         if !self.draft.is_empty() {
             self.verify_input();

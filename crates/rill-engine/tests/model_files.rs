@@ -145,13 +145,14 @@ fn a_file_of_a_family_rill_does_not_run_says_what_it_is() {
     assert!(info.runs && info.family == "Llama", "{info:?}");
 }
 
-/// Issue 41, until they run: a Qwen3.5 or Gemma 4 file is listed, and loading it says what it
-/// is rather than only that its architecture is unknown.
+/// Issue 41, until they run: a Qwen3.5 mixture, Qwen3-Next or Gemma 4 file is listed, and
+/// loading it says what it is rather than only that its architecture is unknown (dense Qwen3.5
+/// runs: `tests/families.rs`).
 #[test]
 fn the_2026_families_say_what_they_are_until_they_run() {
     let dir = tempfile::tempdir().unwrap();
     for (arch, what) in [
-        ("qwen35", "Gated DeltaNet"),
+        ("qwen3next", "Gated DeltaNet"),
         ("qwen35moe", "Gated DeltaNet"),
         ("gemma4", "newer block"),
     ] {

@@ -6,6 +6,7 @@
 
 use super::attention::Rope;
 use super::config::DecoderConfig;
+use super::delta::DeltaNet;
 use super::experts::Experts;
 use super::family::{Activation, RopeStyle};
 use super::kv::KvCache;
@@ -105,6 +106,24 @@ pub(super) trait Backend {
     ) -> Result<Self::Rows>;
     /// A mixture of experts.
     fn experts(&mut self, experts: &Experts, h: Self::Rows) -> Result<Self::Rows>;
+    /// Takes each query head's output gate out of the queries (the query projection gives
+    /// `[query | gate]` per head, Qwen3.5), leaving `qkv` as an ungated projection's:
+    /// `[rows][n_head · head_dim]` gates.
+    fn split_gate(&mut self, qkv: &mut Self::Qkv) -> Result<Self::Rows>;
+    /// `y ← y · σ(gate)`.
+    fn gate(&mut self, y: &mut Self::Rows, gate: Self::Rows) -> Result<()>;
+    /// A Gated DeltaNet layer (`delta.rs`) from its input `h` to what its output projection
+    /// reads: the input projections `w`, then the convolution and the delta rule over each
+    /// sequence's state in `layer` of its cache.
+    fn delta_net(
+        &mut self,
+        w: &Group,
+        net: &DeltaNet,
+        layer: usize,
+        h: Self::Rows,
+        batch: &mut [(&[u32], &mut KvCache)],
+        spans: &[(usize, usize)],
+    ) -> Result<Self::Rows>;
     /// The rows `rows` of `x` normalised, projected to the vocabulary and soft-capped when
     /// `softcap` is given: `rows.len() × vocab` logits.
     fn logits(

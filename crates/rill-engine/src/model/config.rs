@@ -48,7 +48,57 @@ pub struct DecoderConfig {
     pub yarn: Option<Yarn>,
     /// A mixture of experts' sizes, for a family whose feed-forward is one.
     pub experts: Option<ExpertsConfig>,
+    /// The Gated DeltaNet layers' sizes, for a hybrid family (Qwen3.5).
+    pub delta: Option<DeltaConfig>,
+    /// Per layer: whether it is a recurrent (Gated DeltaNet) layer instead of attention.
+    pub recurrent: Vec<bool>,
+    /// M-RoPE's sections (`rope.dimension_sections`): on text every section turns by the
+    /// token's position, but pairs the interleaved sections leave to the fourth (extra)
+    /// position, which text holds at 0, do not turn.
+    pub rope_sections: Option<[usize; 4]>,
 }
+
+/// A Gated DeltaNet layer's sizes (llama.cpp's `ssm.*` keys): `k_heads` key (and query)
+/// heads and `v_heads` value heads, all `head` wide, a causal convolution of `conv_kernel`
+/// taps over the queries, keys and values, and a `head × head` state per value head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeltaConfig {
+    /// `ssm.conv_kernel`.
+    pub conv_kernel: usize,
+    /// `ssm.state_size`: a head's width.
+    pub head: usize,
+    /// `ssm.group_count`.
+    pub k_heads: usize,
+    /// `ssm.time_step_rank`.
+    pub v_heads: usize,
+}
+
+impl DeltaConfig {
+    /// The queries' (or keys') width.
+    pub fn key_width(&self) -> usize {
+        self.k_heads * self.head
+    }
+
+    /// The values' width (and the gate's, and the output's).
+    pub fn value_width(&self) -> usize {
+        self.v_heads * self.head
+    }
+
+    /// The convolution's channels: queries, keys, values.
+    pub fn conv_width(&self) -> usize {
+        2 * self.key_width() + self.value_width()
+    }
+
+    /// Floats of a layer's recurrent state: the convolution's last `conv_kernel − 1` inputs
+    /// and each value head's `head × head` matrix.
+    pub fn state_floats(&self) -> usize {
+        (self.conv_kernel - 1) * self.conv_width() + self.v_heads * self.head * self.head
+    }
+}
+
+/// The most floats a Gated DeltaNet layer's state may take (1 GiB): a header that claims
+/// more is refused rather than allocated.
+const MAX_STATE_FLOATS: usize = 1 << 28;
 
 /// YaRN's RoPE scaling as llama.cpp applies it (ggml's `rope_yarn`, and the attention factor
 /// `llama_context` derives): each pair's angle blends the interpolated angle (the position
@@ -193,7 +243,30 @@ impl DecoderConfig {
                 format!("`{arch}.rope.dimension_count` is {rope_dim}; heads are {head_dim} wide"),
             ));
         }
-        let n_layer = u("block_count")?;
+        // Multi-token-prediction blocks (`nextn_predict_layers`) follow the model's own: they
+        // are skipped, as llama.cpp's main pass skips them.
+        let blocks = u("block_count")?;
+        let nextn = u("nextn_predict_layers").unwrap_or(0);
+        let n_layer = blocks.checked_sub(nextn).ok_or_else(|| {
+            Error::model_file(
+                path,
+                format!("{nextn} prediction layers of {blocks} blocks"),
+            )
+        })?;
+        let (delta, recurrent) = hybrid(ct, family, blocks, n_layer, path)?;
+        let rope_sections = match ct.metadata.get(&format!("{arch}.rope.dimension_sections")) {
+            Some(candle_core::quantized::gguf_file::Value::Array(items)) => {
+                let mut s = [0usize; 4];
+                for (i, v) in items.iter().take(4).enumerate() {
+                    let signed = v.to_i32().ok().map(|v| v.max(0) as usize);
+                    s[i] = signed
+                        .or_else(|| v.to_u32().ok().map(|v| v as usize))
+                        .unwrap_or(0);
+                }
+                (s.iter().sum::<usize>() > 0).then_some(s)
+            }
+            _ => None,
+        };
         let experts = match family.experts {
             None => None,
             Some(_) => {
@@ -229,7 +302,6 @@ impl DecoderConfig {
             ct,
             path,
             family,
-            n_layer,
             super::table::Widths {
                 hidden,
                 q: n_head * head_dim,
@@ -238,6 +310,7 @@ impl DecoderConfig {
             },
             rope_dim,
             experts,
+            (delta, &recurrent),
         )?;
         let f = |key: &str| md(key).ok().and_then(|v| v.to_f32().ok());
         let rope_base = f("rope.freq_base").unwrap_or(10_000.0);
@@ -261,6 +334,12 @@ impl DecoderConfig {
             _ => None,
         };
         let windows = windows(ct, family, n_layer, path)?;
+        if delta.is_some() && windows.iter().any(Option::is_some) {
+            return Err(Error::model_file(
+                path,
+                "sliding windows beside recurrent layers: Rill runs one or the other",
+            ));
+        }
         let (rope_base_swa, rope_scale_swa) = match family.sliding_window {
             Some(sw) => match (f("rope.freq_base_swa"), sw.default_base) {
                 (Some(b), Some(_)) => (b, 1.0),
@@ -309,9 +388,109 @@ impl DecoderConfig {
             context_length,
             yarn,
             experts,
+            delta,
+            recurrent,
+            rope_sections,
         };
         Ok((cfg, rope_dim))
     }
+}
+
+/// A hybrid family's Gated DeltaNet sizes and which of the `n_layer` layers are recurrent
+/// (of `blocks`, the prediction layers included): `attention.recurrent_layers` (a flag per
+/// block) where the file lists them, else every layer but each `full_attention_interval`-th
+/// (4 without the key), as llama.cpp reads them. Every size is checked, so a crafted header
+/// cannot make a state of unbounded size.
+fn hybrid(
+    ct: &Header,
+    family: Family,
+    blocks: usize,
+    n_layer: usize,
+    path: &Path,
+) -> Result<(Option<DeltaConfig>, Vec<bool>)> {
+    if !family.delta_net {
+        return Ok((None, vec![false; n_layer]));
+    }
+    let arch = family.arch;
+    let get = |key: &str| ct.metadata.get(&format!("{arch}.{key}"));
+    let u = |key: &str| -> Result<usize> {
+        get(key)
+            .ok_or_else(|| Error::model_file(path, format!("metadata `{arch}.{key}` is missing")))?
+            .to_u32()
+            .map(|v| v as usize)
+            .map_err(|e| Error::model_file(path, format!("`{arch}.{key}`: {}", candle_message(&e))))
+    };
+    let d = DeltaConfig {
+        conv_kernel: u("ssm.conv_kernel")?,
+        head: u("ssm.state_size")?,
+        k_heads: u("ssm.group_count")?,
+        v_heads: u("ssm.time_step_rank")?,
+    };
+    let inner = u("ssm.inner_size")?;
+    let sane = (1..=16).contains(&d.conv_kernel)
+        && (1..=1024).contains(&d.head)
+        && (1..=1024).contains(&d.k_heads)
+        && (1..=1024).contains(&d.v_heads)
+        && d.v_heads % d.k_heads == 0
+        && d.state_floats() <= MAX_STATE_FLOATS;
+    if !sane || inner != d.value_width() {
+        return Err(Error::model_file(
+            path,
+            format!(
+                "Gated DeltaNet sizes Rill cannot run: a convolution of {} taps, {} key and {} \
+                 value heads {} wide, inner width {inner} (value heads must be a multiple of \
+                 key heads, and as wide)",
+                d.conv_kernel, d.k_heads, d.v_heads, d.head
+            ),
+        ));
+    }
+    let listed = layer_flags(
+        ct,
+        &format!("{arch}.attention.recurrent_layers"),
+        blocks,
+        path,
+    )?;
+    let recurrent: Vec<bool> = match listed {
+        Some(flags) => flags.into_iter().take(n_layer).collect(),
+        _ => {
+            let every = match get("full_attention_interval") {
+                Some(_) => u("full_attention_interval")?,
+                None => 4,
+            };
+            if every == 0 {
+                return Err(Error::model_file(path, "a full-attention interval of 0"));
+            }
+            (0..n_layer).map(|i| (i + 1) % every != 0).collect()
+        }
+    };
+    Ok((Some(d), recurrent))
+}
+
+/// Whether M-RoPE with interleaved `sections` (ggml's `IMROPE`, Qwen3-VL and Qwen3.5) turns
+/// RoPE pair `pair` by a text token's position: pairs cycle through the time, height and width
+/// sections, each taking its turn while it has pairs left, and fall to the fourth (extra)
+/// position otherwise, which a text token holds at 0.
+pub fn text_turns(sections: [usize; 4], pair: usize) -> bool {
+    let all: usize = sections.iter().sum();
+    let sector = pair % all.max(1);
+    (0..3).any(|s| sector % 3 == s && sector < 3 * sections[s])
+}
+
+/// A flag per layer that metadata `key` lists (an array of `count` booleans), `None` where it
+/// is not an array.
+fn layer_flags(ct: &Header, key: &str, count: usize, path: &Path) -> Result<Option<Vec<bool>>> {
+    let Some(candle_core::quantized::gguf_file::Value::Array(items)) = ct.metadata.get(key) else {
+        return Ok(None);
+    };
+    if items.len() != count {
+        return Err(Error::model_file(
+            path,
+            format!("`{key}` has {} flags for {count} layers", items.len()),
+        ));
+    }
+    Ok(Some(
+        items.iter().map(|v| v.to_bool().unwrap_or(false)).collect(),
+    ))
 }
 
 /// The RoPE frequency factors' tensor a file has, as llama.cpp picks it: `rope_freqs`, else the
@@ -347,22 +526,11 @@ fn windows(ct: &Header, family: Family, n_layer: usize, path: &Path) -> Result<V
     if window == 0 {
         return Ok(vec![None; n_layer]);
     }
-    let flags: Vec<bool> = match key("attention.sliding_window_pattern") {
-        Some(candle_core::quantized::gguf_file::Value::Array(items)) => {
-            let flags: Vec<bool> = items.iter().map(|v| v.to_bool().unwrap_or(false)).collect();
-            if flags.len() != n_layer {
-                return Err(Error::model_file(
-                    path,
-                    format!(
-                        "a sliding-window pattern of {} layers for {n_layer}",
-                        flags.len()
-                    ),
-                ));
-            }
-            flags
-        }
-        other => {
-            let pattern = other
+    let pattern = format!("{}.attention.sliding_window_pattern", family.arch);
+    let flags: Vec<bool> = match layer_flags(ct, &pattern, n_layer, path)? {
+        Some(flags) => flags,
+        None => {
+            let pattern = key("attention.sliding_window_pattern")
                 .and_then(|v| v.to_u32().ok())
                 .map_or(sw.pattern, |p| p as usize);
             // llama.cpp's `set_swa_pattern`: in each cycle, every layer but the last.

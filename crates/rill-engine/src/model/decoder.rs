@@ -14,6 +14,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::backend::{Attention, Backend, Parts, RopeTable};
 pub use super::config::DecoderConfig;
+use super::delta::DeltaNet;
 use super::experts::Experts;
 pub use super::kv::{KvCache, KV_MIN_CAPACITY};
 use super::kv_rows::KvType;
@@ -23,11 +24,16 @@ use crate::error::{Error, Result};
 
 pub(super) struct Layer {
     pub(super) attn_norm: Norm,
-    /// q, k, v.
+    /// q, k, v; in a Gated DeltaNet layer, its input projections.
     pub(super) qkv: Group,
+    /// A Gated DeltaNet layer's own weights, where the layer is one instead of attention
+    /// (Qwen3.5): then `qkv` and `wo` are its input and output projections, and the
+    /// attention's fields below are unused.
+    pub(super) delta: Option<Box<DeltaNet>>,
     pub(super) bias: Option<Bias>,
     /// Per-head RMS norms of the queries and keys, before RoPE (Qwen3).
     pub(super) qk_norm: Option<(Norm, Norm)>,
+    /// The attention's (or Gated DeltaNet's) output projection.
     pub(super) wo: Linear,
     /// Added to the attention's output (gpt-oss).
     pub(super) wo_bias: Option<Vec<f32>>,
@@ -145,7 +151,8 @@ impl Decoder {
     /// Bytes of KV cache a sequence of `positions` positions takes at most: every position in
     /// a full layer, a windowed layer's window and margins (`kv.rs`).
     pub fn kv_bytes(&self, positions: usize) -> usize {
-        super::kv::kv_bytes(&self.cfg.windows, positions, self.kv_bytes_per_layer())
+        super::kv::kv_bytes(&self.cfg, positions, self.kv_bytes_per_layer())
+            + super::recurrent::Recurrent::bytes_for(&self.cfg)
     }
 
     /// Bytes of weights a decode step reads, as the model holds them (our kernels' layouts),
@@ -373,25 +380,10 @@ impl Decoder {
         let mut x = b.embed(self.embed(ids)?, scale)?;
         for (li, layer) in self.layers.iter().enumerate() {
             let h = b.norm(&layer.attn_norm, &x)?;
-            let mut qkv = b.qkv(&layer.qkv, h)?;
-            if let Some(bias) = &layer.bias {
-                b.qkv_bias(&mut qkv, bias)?;
-            }
-            if let Some((q, k)) = &layer.qk_norm {
-                b.qk_norm(&mut qkv, q, k)?;
-            }
-            let attention = Attention {
-                layer: li,
-                rope: layer.rope,
-                rope_dim: self.rope_dim,
-                rope_style: family.rope,
-                prescale: cfg.query_prescale,
-                softcap: cfg.attn_softcap,
-                window: layer.window,
-                sinks: layer.sinks.as_deref(),
-                f16_weights: family.llama_cpp_rounding,
+            let y = match &layer.delta {
+                Some(net) => b.delta_net(&layer.qkv, net, li, h, batch, spans)?,
+                None => self.attention(b, li, layer, h, batch, spans)?,
             };
-            let y = b.attend(&attention, qkv, batch, spans)?;
             let mut y = b.linear(&layer.wo, y)?;
             if let Some(bias) = &layer.wo_bias {
                 b.add_bias(&mut y, bias)?;
@@ -417,6 +409,50 @@ impl Decoder {
         // Only the rows asked for are projected to the vocabulary.
         let logits = b.logits(x, out_rows, &self.norm, &self.output, cfg.final_softcap)?;
         Ok(per_sequence(logits, outs))
+    }
+}
+
+impl Decoder {
+    /// Layer `li`'s attention, from its input `h` to what its output projection reads: the
+    /// q/k/v projections, a gated query's gate set aside, biases, q/k norms, then RoPE and
+    /// every query over its sequence's cache, and the gate.
+    fn attention<B: Backend>(
+        &self,
+        b: &mut B,
+        li: usize,
+        layer: &Layer,
+        h: B::Rows,
+        batch: &mut [(&[u32], &mut KvCache)],
+        spans: &[(usize, usize)],
+    ) -> Result<B::Rows> {
+        let (cfg, family) = (&self.cfg, &self.cfg.family);
+        let mut qkv = b.qkv(&layer.qkv, h)?;
+        let gate = match family.gated_query {
+            true => Some(b.split_gate(&mut qkv)?),
+            false => None,
+        };
+        if let Some(bias) = &layer.bias {
+            b.qkv_bias(&mut qkv, bias)?;
+        }
+        if let Some((q, k)) = &layer.qk_norm {
+            b.qk_norm(&mut qkv, q, k)?;
+        }
+        let attention = Attention {
+            layer: li,
+            rope: layer.rope,
+            rope_dim: self.rope_dim,
+            rope_style: family.rope,
+            prescale: cfg.query_prescale,
+            softcap: cfg.attn_softcap,
+            window: layer.window,
+            sinks: layer.sinks.as_deref(),
+            f16_weights: family.llama_cpp_rounding,
+        };
+        let mut y = b.attend(&attention, qkv, batch, spans)?;
+        if let Some(g) = gate {
+            b.gate(&mut y, g)?;
+        }
+        Ok(y)
     }
 }
 

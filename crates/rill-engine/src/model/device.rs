@@ -6,6 +6,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::backend::{Attention, Backend, Parts};
+use super::delta::DeltaNet;
 use super::experts::Experts;
 use super::family::{Activation, RopeStyle};
 use super::kv::KvCache;
@@ -247,6 +248,41 @@ impl Backend for OnDevice<'_> {
 
     fn experts(&mut self, experts: &Experts, h: Tensor) -> Result<Tensor> {
         experts.forward(&h)
+    }
+
+    fn split_gate(&mut self, [q, _, _]: &mut [Tensor; 3]) -> Result<Tensor> {
+        let hd = self.d.cfg.head_dim;
+        let (rows, width) = q.dims2()?;
+        let heads = q.reshape((rows, width / (2 * hd), 2 * hd))?;
+        let half = |from: usize| -> Result<Tensor> {
+            Ok(heads
+                .narrow(2, from, hd)?
+                .contiguous()?
+                .reshape((rows, width / 2))?)
+        };
+        let gate = half(hd)?;
+        *q = half(0)?;
+        Ok(gate)
+    }
+
+    fn gate(&mut self, y: &mut Tensor, gate: Tensor) -> Result<()> {
+        *y = (&*y * candle_nn::ops::sigmoid(&gate)?)?;
+        Ok(())
+    }
+
+    /// Refused at load (`Family::host_only`): no model reaches it.
+    fn delta_net(
+        &mut self,
+        _: &Group,
+        _: &DeltaNet,
+        _: usize,
+        _: Tensor,
+        _: &mut [(&[u32], &mut KvCache)],
+        _: &[(usize, usize)],
+    ) -> Result<Tensor> {
+        Err(Error::Candle(candle_core::Error::Msg(
+            "Gated DeltaNet layers run on the CPU only".into(),
+        )))
     }
 
     fn logits(

@@ -112,9 +112,16 @@ pub struct Family {
     pub out_bias: bool,
     /// Each query head has a learned sink logit in its softmax (`attn_sinks`; gpt-oss).
     pub attn_sinks: bool,
-    /// The name of the norm before the feed-forward: `ffn_norm`, or gpt-oss's
+    /// The name of the norm before the feed-forward: `ffn_norm`, or gpt-oss's and Qwen3.5's
     /// `post_attention_norm`.
     pub ffn_norm: &'static str,
+    /// The query projection gives each head's query and then an output gate of the same
+    /// width; the attention's output is multiplied by the gate's sigmoid before its
+    /// projection (Qwen3.5's full-attention layers).
+    pub gated_query: bool,
+    /// Most layers are Gated DeltaNet layers (linear attention with a recurrent state,
+    /// `model/delta.rs`) and every few one is attention (Qwen3.5).
+    pub delta_net: bool,
 }
 
 const LLAMA: Family = Family {
@@ -137,6 +144,8 @@ const LLAMA: Family = Family {
     out_bias: false,
     attn_sinks: false,
     ffn_norm: "ffn_norm",
+    gated_query: false,
+    delta_net: false,
 };
 
 /// Gemma's block: GELU, post-norms, √width embeddings, NEOX, queries pre-scaled.
@@ -234,6 +243,20 @@ pub const FAMILIES: &[Family] = &[
         ffn_norm: "post_attention_norm",
         ..LLAMA
     },
+    // Qwen3.5 dense (0.8B to 27B; llama.cpp's `qwen35.cpp`): three Gated DeltaNet layers to
+    // one of attention, whose query projection also gives an output gate, with q/k norms and
+    // RoPE over a quarter of each head (M-RoPE's sections, which text turns as NEOX does);
+    // the norm before the feed-forward named `post_attention_norm`.
+    Family {
+        arch: "qwen35",
+        rope: RopeStyle::Neox,
+        qk_norm: true,
+        llama_cpp_rounding: true,
+        ffn_norm: "post_attention_norm",
+        gated_query: true,
+        delta_net: true,
+        ..LLAMA
+    },
     // Phi-3/3.5-mini, Phi-4-mini: fused qkv and gate-up, NEOX RoPE over part of each head,
     // long/short RoPE factors (and their attention factor) where the file has them.
     Family {
@@ -250,6 +273,9 @@ impl Family {
     /// Why the family runs on the CPU only (candle's path lacks a step of its block), or
     /// `None`: the one place that decides, read when a model loads off the CPU.
     pub fn host_only(&self) -> Option<&'static str> {
+        if self.delta_net || self.gated_query {
+            return Some("its Gated DeltaNet layers are on Rill's own kernels");
+        }
         match (
             self.attn_sinks,
             self.expert_biases || self.activation == Activation::SwigluOai,
@@ -279,6 +305,7 @@ pub fn label(arch: &str) -> String {
         "gemma2" => "Gemma 2",
         "gemma3" => "Gemma 3",
         "phi3" => "Phi-3",
+        "qwen35" => "Qwen3.5",
         _ => return format!("{arch} (not run: {})", not_run(arch)),
     };
     known.to_string()
@@ -300,9 +327,11 @@ pub fn not_run(arch: &str) -> &'static str {
         "qwen2moe" => "a Qwen2 mixture of experts (with a shared expert), not run yet",
         "clip" | "mmproj" => "a vision projector (mmproj), which goes beside a model, not a model",
         "gemma" => "the first Gemma, not run",
-        "qwen35" | "qwen35moe" | "qwen3next" => {
-            "a Qwen3.5 or Qwen3-Next: Gated DeltaNet layers beside attention, not run yet"
+        "qwen35moe" => {
+            "a Qwen3.5 mixture of experts (Gated DeltaNet layers and a shared expert), \
+                        not run yet"
         }
+        "qwen3next" => "a Qwen3-Next: Gated DeltaNet layers beside attention, not run yet",
         "qwen3vl" | "qwen3vlmoe" => "a Qwen3-VL model (images and text), not run yet",
         "gemma3n" | "gemma4" | "gemma4-assistant" => "a Gemma of a newer block, not run yet",
         "phi2" => "Phi-2, not run",

@@ -14,6 +14,7 @@ use half::f16;
 
 use super::attention::{self, Scores, Span};
 use super::backend::{Attention, Backend, Parts};
+use super::delta::DeltaNet;
 use super::experts::{Experts, Route};
 use super::family::Activation;
 use super::kv::KvCache;
@@ -251,6 +252,62 @@ impl Backend for Host<'_> {
         }
         self.give(h);
         Ok(y)
+    }
+
+    fn split_gate(&mut self, qkv: &mut Vec<f32>) -> Result<Vec<f32>> {
+        let cfg = &self.d.cfg;
+        let (hd, qw, kw) = (
+            cfg.head_dim,
+            cfg.n_head * cfg.head_dim,
+            cfg.n_kv_head * cfg.head_dim,
+        );
+        let (wide, narrow) = (2 * qw + 2 * kw, qw + 2 * kw);
+        let rows = qkv.len() / wide;
+        let mut gate = self.take(rows * qw);
+        let mut out = self.take(rows * narrow);
+        for ((from, to), g) in qkv
+            .chunks_exact(wide)
+            .zip(out.chunks_exact_mut(narrow))
+            .zip(gate.chunks_exact_mut(qw))
+        {
+            let (q, kv) = from.split_at(2 * qw);
+            for ((pair, q_to), g_to) in q
+                .chunks_exact(2 * hd)
+                .zip(to[..qw].chunks_exact_mut(hd))
+                .zip(g.chunks_exact_mut(hd))
+            {
+                q_to.copy_from_slice(&pair[..hd]);
+                g_to.copy_from_slice(&pair[hd..]);
+            }
+            to[qw..].copy_from_slice(kv);
+        }
+        let old = std::mem::replace(qkv, out);
+        self.give(old);
+        Ok(gate)
+    }
+
+    fn gate(&mut self, y: &mut Vec<f32>, gate: Vec<f32>) -> Result<()> {
+        for (y, g) in y.iter_mut().zip(&gate) {
+            *y *= 1.0 / (1.0 + (-*g).exp());
+        }
+        self.give(gate);
+        Ok(())
+    }
+
+    fn delta_net(
+        &mut self,
+        w: &Group,
+        net: &DeltaNet,
+        layer: usize,
+        h: Vec<f32>,
+        batch: &mut [(&[u32], &mut KvCache)],
+        spans: &[(usize, usize)],
+    ) -> Result<Vec<f32>> {
+        let proj = self.qkv(w, h)?;
+        let mut out = self.take(self.m * net.cfg.value_width());
+        net.forward_host(layer, &proj, batch, spans, &mut out)?;
+        self.give(proj);
+        Ok(out)
     }
 
     fn logits(

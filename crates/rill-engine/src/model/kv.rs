@@ -13,12 +13,17 @@
 //! (prefix reuse from an earlier point of a conversation) goes to the
 //! [`checkpoint`](KvCache::checkpoint) taken when the prompt was in, or else to nothing
 //! ([`KvCache::reachable`]).
+//!
+//! A recurrent layer (Gated DeltaNet) keeps no rows but a state, and copies of it at a few
+//! positions (`recurrent.rs`): the cache can be cut back to one of those, and the tokens after
+//! it run again.
 
 use candle_core::{DType, Device, Tensor};
 
 use super::attention::LayerKv;
 use super::config::DecoderConfig;
 use super::kv_rows::KvType;
+use super::recurrent::Recurrent;
 use crate::error::{Error, Result};
 
 /// Positions a cache allocates at first; it doubles from there.
@@ -62,11 +67,14 @@ fn room_for(window: Option<usize>, stored: usize, extra: usize, capacity: usize)
 }
 
 /// Bytes of KV cache `positions` positions take when each costs `per_layer` bytes per layer:
-/// every position in a full layer, at most [`most_kept`] in a windowed one.
-pub fn kv_bytes(windows: &[Option<usize>], positions: usize, per_layer: usize) -> usize {
-    windows
+/// every position in a full layer, at most [`most_kept`] in a windowed one, none in a
+/// recurrent one (whose state the caller counts).
+pub fn kv_bytes(cfg: &DecoderConfig, positions: usize, per_layer: usize) -> usize {
+    cfg.windows
         .iter()
-        .map(|w| w.map_or(positions, |w| positions.min(most_kept(w))) * per_layer)
+        .zip(&cfg.recurrent)
+        .filter(|(_, r)| !**r)
+        .map(|(w, _)| w.map_or(positions, |w| positions.min(most_kept(w))) * per_layer)
         .sum()
 }
 
@@ -86,6 +94,11 @@ pub struct KvCache {
     /// The windowed layers' rows at a length (when the prompt was in): what lets the cache be
     /// cut back to the prompt after its rows slid past it.
     checkpoint: Option<(usize, Vec<(usize, Rows)>)>,
+    /// The recurrent layers' states, for a hybrid model (whose attention layers are never
+    /// windowed: the model's configuration refuses both).
+    recurrent: Option<Recurrent>,
+    /// Positions whose recurrent states a step that passes them keeps (`keep_states_at`).
+    wanted: Vec<usize>,
 }
 
 /// One layer's keys and values, from its first row's position on.
@@ -215,6 +228,7 @@ impl KvCache {
         let kept = self.checkpoint.iter().flat_map(|(_, rows)| rows);
         self.layers.iter().map(Rows::bytes).sum::<usize>()
             + kept.map(|(_, r)| r.bytes()).sum::<usize>()
+            + self.recurrent.as_ref().map_or(0, Recurrent::bytes)
     }
 
     /// The windowed layers and their windows.
@@ -243,8 +257,13 @@ impl KvCache {
 
     /// The longest prefix of at most `want` positions that the cache can be cut back to:
     /// `want` itself where every windowed layer still holds the next query's window, else the
-    /// checkpoint's length where it holds it, else nothing.
+    /// checkpoint's length where it holds it, else nothing. With recurrent layers: `want`
+    /// itself where it is the cache's length, else the latest copy of their states at or
+    /// before it, else nothing.
     pub fn reachable(&self, want: usize) -> usize {
+        if let Some(r) = &self.recurrent {
+            return r.reachable(want, self.len);
+        }
         let want = want.min(self.len);
         if self.layers_reach(want) {
             return want;
@@ -261,6 +280,11 @@ impl KvCache {
     pub fn truncate(&mut self, len: usize) {
         let to = self.reachable(len);
         if to == self.len {
+            return;
+        }
+        if let Some(r) = &mut self.recurrent {
+            r.go_back(to);
+            self.len = to;
             return;
         }
         if !self.layers_reach(to) {
@@ -299,6 +323,9 @@ impl KvCache {
     fn clear(&mut self) {
         self.len = 0;
         self.checkpoint = None;
+        if let Some(r) = &mut self.recurrent {
+            r.clear();
+        }
         for r in &mut self.layers {
             match r {
                 Rows::Host(l) => l.start = 0,
@@ -313,6 +340,9 @@ impl KvCache {
     /// regenerated, or a next turn whose text differs in the answer, still reuses the prompt.
     /// One checkpoint at a time; a model without windows needs none.
     pub fn checkpoint(&mut self) {
+        if let Some(r) = &mut self.recurrent {
+            r.checkpoint(self.len);
+        }
         if self.len == 0 || self.windowed().next().is_none() {
             return;
         }
@@ -337,10 +367,15 @@ impl KvCache {
         if to == 0 {
             return Ok(KvCache::new());
         }
-        let from_checkpoint = !self.layers_reach(to);
+        let from_checkpoint = self.recurrent.is_none() && !self.layers_reach(to);
         let mut layers = Vec::with_capacity(self.layers.len());
         for (i, rows) in self.layers.iter().enumerate() {
             let (source, from) = match self.windows[i] {
+                // A recurrent layer keeps no rows.
+                None if self.is_recurrent(i) => {
+                    layers.push(rows.copy(0, 0, 0, self.width)?);
+                    continue;
+                }
                 None => (rows, 0),
                 Some(w) => {
                     // `reachable` found that this source holds `to`'s window.
@@ -363,7 +398,37 @@ impl KvCache {
             width: self.width,
             windows: self.windows.clone(),
             checkpoint: None,
+            recurrent: self.recurrent.as_ref().map(|r| r.at(to, self.len)),
+            wanted: Vec::new(),
         })
+    }
+
+    /// Whether `layer` is a recurrent layer (its state is the cache's, not rows).
+    fn is_recurrent(&self, layer: usize) -> bool {
+        self.recurrent
+            .as_ref()
+            .is_some_and(|r| r.is_recurrent(layer))
+    }
+
+    /// Asks that the recurrent layers' states at these positions be kept when a step passes
+    /// them, so that the cache can be cut back there (a sequence asks for points near its
+    /// prompt's end, `recurrent.rs`). A model without recurrent layers needs none.
+    pub fn keep_states_at(&mut self, positions: &[usize]) {
+        self.wanted.clear();
+        self.wanted.extend_from_slice(positions);
+    }
+
+    /// Before recurrent `layer` runs the token at position `at`: its state is kept there when
+    /// asked (`keep_states_at`).
+    pub(super) fn keep_before(&mut self, layer: usize, at: usize) {
+        if let Some(r) = &mut self.recurrent {
+            r.keep_before(layer, at);
+        }
+    }
+
+    /// A recurrent `layer`'s state at the cache's length, which a step advances.
+    pub(super) fn state_mut(&mut self, layer: usize) -> Option<&mut [f32]> {
+        self.recurrent.as_mut()?.state_mut(layer)
     }
 
     /// Makes room for `extra` more positions, doubling the capacity when it runs out, and lets
@@ -382,14 +447,23 @@ impl KvCache {
             && self.layers.iter().all(|r| match r {
                 Rows::Host(l) => host == Some(l.k.kind()),
                 Rows::Device { .. } => host.is_none(),
-            });
+            })
+            && match &self.recurrent {
+                Some(r) => r.fits(cfg),
+                None => cfg.delta.is_none(),
+            };
         if !built {
             // A new cache (or, defensively, one built for another model): nothing to keep.
             *self = KvCache {
                 width: cfg.n_kv_head * cfg.head_dim,
                 windows: cfg.windows.clone(),
+                recurrent: Recurrent::new(cfg),
+                wanted: std::mem::take(&mut self.wanted),
                 ..KvCache::default()
             };
+        }
+        if let Some(r) = &mut self.recurrent {
+            r.before_step(self.len, extra, &self.wanted);
         }
         let need = self.len + extra;
         if need > self.capacity {
@@ -400,8 +474,13 @@ impl KvCache {
         }
         for i in 0..cfg.n_layer {
             let window = self.windows[i];
+            // A recurrent layer keeps no rows: its entry stays empty.
+            let rows_of = |room: usize| match cfg.recurrent[i] {
+                true => 0,
+                false => room,
+            };
             if !built {
-                let room = room_for(window, 0, extra, self.capacity);
+                let room = rows_of(room_for(window, 0, extra, self.capacity));
                 self.layers.push(match host {
                     Some(kind) => Rows::Host(LayerKv {
                         k: kind.rows(),
@@ -424,6 +503,9 @@ impl KvCache {
                 if from >= rows.start() + slide(w) {
                     rows.drop_before(from, self.len, self.width)?;
                 }
+            }
+            if cfg.recurrent[i] {
+                continue;
             }
             let room = room_for(window, self.len - rows.start(), extra, self.capacity);
             rows.make_room(self.len, room, self.width)?;
@@ -483,5 +565,8 @@ impl KvCache {
 
     pub(super) fn advance(&mut self, t: usize) {
         self.len += t;
+        if let Some(r) = &mut self.recurrent {
+            r.after_step();
+        }
     }
 }

@@ -9,6 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use super::attention::Rope;
 use super::backend::RopeTable;
 use super::decoder::{Decoder, DecoderConfig, Ffn, Layer};
+use super::delta::DeltaNet;
 use super::experts::Experts;
 use super::kv_rows::KvType;
 use super::parts::{Bias, Embedding, Group, Linear, Norm};
@@ -143,6 +144,19 @@ impl Decoder {
                 "RoPE factors that are not positive numbers",
             ));
         }
+        // M-RoPE's pairs that text leaves unturned: no frequency.
+        let factors = match cfg.rope_sections {
+            Some(sections) => {
+                let mut f = factors.unwrap_or_else(|| vec![1.0; rope_dim / 2]);
+                for (pair, f) in f.iter_mut().enumerate() {
+                    if !super::config::text_turns(sections, pair) {
+                        *f = f32::INFINITY;
+                    }
+                }
+                Some(f)
+            }
+            None => factors,
+        };
         let global = (cfg.rope_base, cfg.rope_scale);
         let windowed = (cfg.rope_base_swa, cfg.rope_scale_swa);
         let f = factors.as_deref();
@@ -259,18 +273,42 @@ fn read_layer<'a>(
 ) -> Result<Layer> {
     let family = &cfg.family;
     let experts = cfg.experts.zip(family.experts);
-    let parts = table::parts(family, table::fused_qkv(ct, family, i), experts.is_some());
+    let recurrent = cfg.recurrent[i];
+    let fused = table::fused_qkv(ct, family, i);
+    let parts = table::parts(family, fused, experts.is_some(), recurrent);
     let has = |p: Part| parts.contains(&p);
     let mut get = |p: Part| raw(&p.tensor(family, i));
     let norm = |t: RawTensor| -> Result<Norm> {
         Norm::new(t.qtensor()?, cfg.rms_eps, host, family.llama_cpp_rounding)
     };
     let (qw, kw) = (cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim);
-    let qkv = match has(Part::Qkv) {
-        true => Group::fused(get(Part::Qkv)?, vec![qw, kw, kw], host)?,
-        false => Group::new(vec![get(Part::Q)?, get(Part::K)?, get(Part::V)?], host)?,
+    let (qkv, wo, delta) = match (cfg.delta, recurrent) {
+        // `DecoderConfig::read` gives a hybrid family its sizes.
+        (Some(d), true) => {
+            let mix = [Part::Mix, Part::MixGate, Part::SsmBeta, Part::SsmAlpha];
+            let mix = mix.into_iter().map(&mut get).collect::<Result<Vec<_>>>()?;
+            let net = DeltaNet {
+                cfg: d,
+                conv: floats(get(Part::SsmConv)?)?,
+                dt: floats(get(Part::SsmDt)?)?,
+                a: floats(get(Part::SsmA)?)?,
+                norm: norm(get(Part::SsmNorm)?)?,
+                eps: cfg.rms_eps as f32,
+            };
+            let wo = Linear::new(get(Part::SsmOut)?, host)?;
+            (Group::new(mix, host)?, wo, Some(Box::new(net)))
+        }
+        _ => {
+            let qkv = match has(Part::Qkv) {
+                true => {
+                    let q = if family.gated_query { 2 * qw } else { qw };
+                    Group::fused(get(Part::Qkv)?, vec![q, kw, kw], host)?
+                }
+                false => Group::new(vec![get(Part::Q)?, get(Part::K)?, get(Part::V)?], host)?,
+            };
+            (qkv, Linear::new(get(Part::Out)?, host)?, None)
+        }
     };
-    let wo = Linear::new(get(Part::Out)?, host)?;
     let wo_bias = match has(Part::OutBias) {
         true => Some(floats(get(Part::OutBias)?)?),
         false => None,
@@ -351,6 +389,7 @@ fn read_layer<'a>(
     };
     Ok(Layer {
         qkv,
+        delta,
         bias,
         qk_norm,
         wo,

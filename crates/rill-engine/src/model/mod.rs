@@ -5,12 +5,14 @@
 //! One block ([`decoder`]) runs every family; [`family`] describes how each differs from llama's
 //! (RoPE pairing, q/k/v biases, q/k norms, a mixture of experts, …): llama and mistral (Llama
 //! 2/3, SmolLM, TinyLlama, Mistral), qwen2 (Qwen2/2.5, DeepSeek-R1-Distill-Qwen), qwen3 and
-//! qwen3moe (Qwen3-30B-A3B, [`experts`]), gemma2, gemma3 and phi3.
+//! qwen3moe (Qwen3-30B-A3B, [`experts`]), gemma2, gemma3, phi3, gpt-oss, and qwen35 (Qwen3.5,
+//! whose Gated DeltaNet layers keep a recurrent state per sequence: `delta.rs`, `recurrent.rs`).
 
 pub mod attention;
 mod backend;
 mod config;
 pub mod decoder;
+mod delta;
 mod device;
 pub mod experts;
 pub mod family;
@@ -21,6 +23,7 @@ pub mod kv_rows;
 mod load;
 mod ops;
 mod parts;
+mod recurrent;
 mod resident;
 mod table;
 mod tensors;

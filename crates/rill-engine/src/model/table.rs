@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use super::config::ExpertsConfig;
+use super::config::{DeltaConfig, ExpertsConfig};
 use super::family::Family;
 use crate::error::{Error, Result};
 use crate::gguf::Header;
@@ -48,6 +48,22 @@ pub(super) enum Part {
     GateExpsBias,
     UpExpsBias,
     DownExpsBias,
+    /// A Gated DeltaNet layer's queries, keys and values before its convolution.
+    Mix,
+    /// Its output gate (`z`).
+    MixGate,
+    /// Its per-head write strength (`β` before its sigmoid) and decay input (`α`).
+    SsmBeta,
+    SsmAlpha,
+    /// The convolution's taps, `[channels, taps]`.
+    SsmConv,
+    /// The decay's bias and `A` (`−exp(A_log)`, as converted).
+    SsmDt,
+    SsmA,
+    /// The gated norm of each head's output.
+    SsmNorm,
+    /// The output projection.
+    SsmOut,
 }
 
 /// The widths a layer's tensors follow.
@@ -69,10 +85,13 @@ pub(super) struct Dims {
     pub(super) ff: usize,
     pub(super) experts: Option<ExpertsConfig>,
     pub(super) fused_gate_up: bool,
+    /// The query projection is twice as wide: queries and their gate (Qwen3.5).
+    pub(super) gated_query: bool,
+    pub(super) delta: Option<DeltaConfig>,
 }
 
 impl Part {
-    /// Its name in the file, and whether it is a `weight` or a `bias`.
+    /// Its name in the file, and whether it is a `weight` or a `bias` (or neither: `ssm_a`).
     fn name(self, family: &Family) -> (&'static str, &'static str) {
         use Part::*;
         match self {
@@ -103,13 +122,24 @@ impl Part {
             GateExpsBias => ("ffn_gate_exps", "bias"),
             UpExpsBias => ("ffn_up_exps", "bias"),
             DownExpsBias => ("ffn_down_exps", "bias"),
+            Mix => ("attn_qkv", "weight"),
+            MixGate => ("attn_gate", "weight"),
+            SsmBeta => ("ssm_beta", "weight"),
+            SsmAlpha => ("ssm_alpha", "weight"),
+            SsmConv => ("ssm_conv1d", "weight"),
+            SsmDt => ("ssm_dt", "bias"),
+            SsmA => ("ssm_a", ""),
+            SsmNorm => ("ssm_norm", "weight"),
+            SsmOut => ("ssm_out", "weight"),
         }
     }
 
     /// The tensor's name in layer `layer`: `blk.{layer}.attn_q.weight`.
     pub(super) fn tensor(self, family: &Family, layer: usize) -> String {
-        let (name, kind) = self.name(family);
-        format!("blk.{layer}.{name}.{kind}")
+        match self.name(family) {
+            (name, "") => format!("blk.{layer}.{name}"),
+            (name, kind) => format!("blk.{layer}.{name}.{kind}"),
+        }
     }
 
     /// The shape it must have.
@@ -122,9 +152,18 @@ impl Part {
             head,
         } = d.widths;
         let (count, eff) = d.experts.map_or((0, 0), |e| (e.count, e.ff));
+        let delta = d.delta.unwrap_or(DeltaConfig {
+            conv_kernel: 0,
+            head: 0,
+            k_heads: 0,
+            v_heads: 0,
+        });
+        let (conv, values, v_heads) = (delta.conv_width(), delta.value_width(), delta.v_heads);
         match self {
             AttnNorm | FfnNorm | PostAttnNorm | PostFfnNorm | OutBias => vec![hidden],
+            Qkv if d.gated_query => vec![2 * q + 2 * kv, hidden],
             Qkv => vec![q + 2 * kv, hidden],
+            Q if d.gated_query => vec![2 * q, hidden],
             Q => vec![q, hidden],
             K | V => vec![kv, hidden],
             Out => vec![hidden, q],
@@ -142,16 +181,31 @@ impl Part {
             RouterBias => vec![count],
             GateExpsBias | UpExpsBias => vec![count, eff],
             DownExpsBias => vec![count, hidden],
+            Mix => vec![conv, hidden],
+            MixGate => vec![values, hidden],
+            SsmBeta | SsmAlpha => vec![v_heads, hidden],
+            SsmConv => vec![conv, delta.conv_kernel],
+            SsmDt | SsmA => vec![v_heads],
+            SsmNorm => vec![delta.head],
+            SsmOut => vec![hidden, values],
         }
     }
 }
 
-/// The tensors of a layer under `family`'s settings: q, k and v apart or fused (`fused_qkv`,
-/// as the file has them), and a mixture's experts or one gated MLP.
-pub(super) fn parts(family: &Family, fused_qkv: bool, experts: bool) -> Vec<Part> {
+/// The tensors of a layer under `family`'s settings: a Gated DeltaNet's (`recurrent`) or
+/// attention's with q, k and v apart or fused (`fused_qkv`, as the file has them), and a
+/// mixture's experts or one gated MLP.
+pub(super) fn parts(family: &Family, fused_qkv: bool, experts: bool, recurrent: bool) -> Vec<Part> {
     use Part::*;
     let when = |on: bool, parts: &[Part]| if on { parts.to_vec() } else { Vec::new() };
     let mut p = vec![AttnNorm, FfnNorm];
+    if recurrent {
+        p.extend([
+            Mix, MixGate, SsmBeta, SsmAlpha, SsmConv, SsmDt, SsmA, SsmNorm, SsmOut,
+        ]);
+        p.extend(feed_forward(family, experts));
+        return p;
+    }
     p.extend(when(family.out_bias, &[OutBias]));
     p.extend(when(family.attn_sinks, &[Sinks]));
     match fused_qkv {
@@ -162,16 +216,24 @@ pub(super) fn parts(family: &Family, fused_qkv: bool, experts: bool) -> Vec<Part
     p.extend(when(family.qkv_bias, &[QBias, KBias, VBias]));
     p.extend(when(family.qk_norm, &[QNorm, KNorm]));
     p.extend(when(family.post_norms, &[PostAttnNorm, PostFfnNorm]));
+    p.extend(feed_forward(family, experts));
+    p
+}
+
+/// The feed-forward's tensors: a mixture's experts, or one gated MLP.
+fn feed_forward(family: &Family, experts: bool) -> Vec<Part> {
+    use Part::*;
     match (experts, family.fused_gate_up) {
         (true, _) => {
-            p.extend([Router, GateExps, UpExps, DownExps]);
-            let biases = [RouterBias, GateExpsBias, UpExpsBias, DownExpsBias];
-            p.extend(when(family.expert_biases, &biases));
+            let mut p = vec![Router, GateExps, UpExps, DownExps];
+            if family.expert_biases {
+                p.extend([RouterBias, GateExpsBias, UpExpsBias, DownExpsBias]);
+            }
+            p
         }
-        (false, true) => p.extend([Up, Down]),
-        (false, false) => p.extend([Gate, Up, Down]),
+        (false, true) => vec![Up, Down],
+        (false, false) => vec![Gate, Up, Down],
     }
-    p
 }
 
 /// Whether layer `layer` of the file holds q, k and v in one tensor.
@@ -181,15 +243,18 @@ pub(super) fn fused_qkv(ct: &Header, family: &Family, layer: usize) -> bool {
 }
 
 /// Checks every weight's shape against the metadata before anything is loaded.
+/// `hybrid`: a hybrid family's Gated DeltaNet sizes, and which layers are recurrent (one flag
+/// per layer).
 pub(super) fn check_shapes(
     ct: &Header,
     path: &Path,
     family: Family,
-    n_layer: usize,
     widths: Widths,
     rope_dim: usize,
     experts: Option<ExpertsConfig>,
+    (delta, recurrent): (Option<DeltaConfig>, &[bool]),
 ) -> Result<()> {
+    let n_layer = recurrent.len();
     let Widths {
         hidden,
         q: q_width,
@@ -259,8 +324,16 @@ pub(super) fn check_shapes(
             ff: 0,
             experts,
             fused_gate_up: family.fused_gate_up,
+            gated_query: family.gated_query,
+            delta,
         };
-        for part in parts(&family, fused_qkv(ct, &family, i), experts.is_some()) {
+        let layer_parts = parts(
+            &family,
+            fused_qkv(ct, &family, i),
+            experts.is_some(),
+            recurrent[i],
+        );
+        for part in layer_parts {
             if matches!(part, Part::Gate | Part::Up | Part::Down) && d.ff == 0 {
                 d.ff = ff_width()?;
             }

@@ -1,0 +1,246 @@
+//! Qwen3.5's recurrent state (issue 41): its Gated DeltaNet layers keep a state per sequence
+//! instead of keys and values, which the cache copies at a few positions (`model/recurrent.rs`)
+//! so that it can go back. On the qwen35 test model (`scripts/make-test-models.py`; its
+//! parity with llama.cpp is `tests/families.rs`):
+//! - the state carried over 400 single steps is one long prefill's;
+//! - a cache cut back goes to a kept state, and runs on as if it had never gone further;
+//! - in the flow, an answer paused and resumed, asked again (prefix reuse through the
+//!   prompt's kept state), followed by a next turn, and speculated with drafts that are
+//!   rejected (back to the state before the draft, the accepted tokens run again), is each
+//!   time one plain run's greedy text.
+
+mod common;
+
+use rill_engine::model::{KvCache, Model};
+use rill_engine::{
+    Engine, EngineConfig, Event, GenerateRequest, Message, SamplingParams, Speculation,
+};
+
+fn model() -> Model {
+    Model::load(
+        &common::test_model("qwen35-test.Q8_0"),
+        &candle_core::Device::Cpu,
+        None,
+    )
+    .unwrap()
+}
+
+/// `n` token ids of ordinary text (the parity test's), repeated as needed.
+fn text_tokens(model: &Model, n: usize) -> Vec<u32> {
+    let r = common::parity::reference("qwen35-test.Q8_0");
+    let text = r["text"].as_str().unwrap();
+    let ids = model.tokenizer.encode_with(text, false).unwrap();
+    ids.iter().copied().cycle().take(n).collect()
+}
+
+/// Normalised squared difference of two logit vectors.
+fn nmse(a: &[f32], b: &[f32]) -> f64 {
+    let (mut err, mut energy) = (0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        err += (*x as f64 - *y as f64).powi(2);
+        energy += (*y as f64).powi(2);
+    }
+    err / energy
+}
+
+#[test]
+fn the_state_carried_over_400_single_steps_equals_one_prefill() {
+    let model = model();
+    let tokens = text_tokens(&model, 400);
+    let mut whole = KvCache::new();
+    let prefilled = model.weights.forward(&tokens, &mut whole).unwrap();
+    let mut stepped = KvCache::new();
+    let mut last = Vec::new();
+    for &t in &tokens {
+        last = model.weights.forward(&[t], &mut stepped).unwrap();
+    }
+    let d = nmse(&last, &prefilled);
+    eprintln!("400 single steps against one prefill: normalised MSE {d:.2e}");
+    assert!(d < 1e-6, "{d}");
+    assert_eq!(
+        common::parity::argmax(&last),
+        common::parity::argmax(&prefilled)
+    );
+    // The states themselves: the next token's logits from either cache agree too.
+    let next = tokens[7];
+    let a = model.weights.forward(&[next], &mut whole).unwrap();
+    let b = model.weights.forward(&[next], &mut stepped).unwrap();
+    assert!(nmse(&a, &b) < 1e-6);
+}
+
+#[test]
+fn a_cache_cut_back_goes_to_a_kept_state_and_runs_on_alike() {
+    let model = model();
+    let tokens = text_tokens(&model, 110);
+    let mut cache = KvCache::new();
+    // As a sequence asks for its prompt of 100 (`sequence.rs`): the states before its last
+    // token and 8 before its end.
+    cache.keep_states_at(&[99, 92]);
+    model.weights.forward(&tokens[..60], &mut cache).unwrap();
+    // A step of 40 keeps the state at 60 first.
+    let at_100 = model.weights.forward(&tokens[60..100], &mut cache).unwrap();
+    cache.checkpoint();
+    for &t in &tokens[100..110] {
+        model.weights.forward(&[t], &mut cache).unwrap();
+    }
+    assert_eq!(cache.len(), 110);
+    // Only kept states are reachable: the prompt's (100), the ones asked for (99, 92), the one
+    // before the last step (60).
+    assert_eq!(cache.reachable(110), 110);
+    assert_eq!(cache.reachable(105), 100);
+    assert_eq!(cache.reachable(99), 99);
+    assert_eq!(cache.reachable(98), 92);
+    assert_eq!(cache.reachable(80), 60);
+    assert_eq!(cache.reachable(59), 0);
+
+    // Back to 100: the next token sees what it saw the first time.
+    let mut copy = cache.copy_prefix(100).unwrap();
+    assert_eq!(copy.len(), 100);
+    let first = model.weights.forward(&[tokens[100]], &mut copy).unwrap();
+    cache.truncate(100);
+    assert_eq!(cache.len(), 100);
+    let again = model.weights.forward(&[tokens[100]], &mut cache).unwrap();
+    assert_eq!(first, again, "a copy and a cut cache hold the same state");
+
+    // Asked for 80: it goes to 60, and the tokens after it give the same logits again.
+    cache.truncate(80);
+    assert_eq!(cache.len(), 60);
+    let rerun = model.weights.forward(&tokens[60..100], &mut cache).unwrap();
+    assert_eq!(rerun, at_100);
+
+    // Before the first kept state: nothing is left, and a fresh start is a fresh start.
+    cache.truncate(30);
+    assert_eq!(cache.len(), 0);
+    let fresh = model.weights.forward(&tokens[..60], &mut cache).unwrap();
+    let mut new = KvCache::new();
+    assert_eq!(
+        fresh,
+        model.weights.forward(&tokens[..60], &mut new).unwrap()
+    );
+    // The states and their copies are counted in the cache's memory.
+    assert!(cache.bytes() > 0);
+}
+
+/// The file's bytes with the u32 value of metadata key `key` set to `value`.
+fn with_u32(bytes: &[u8], key: &str, value: u32) -> Vec<u8> {
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key.as_bytes())
+        .expect("the key is in the header");
+    // The key, then its value's type (u32), then the value.
+    let v = at + key.len() + 4;
+    let mut out = bytes.to_vec();
+    out[v..v + 4].copy_from_slice(&value.to_le_bytes());
+    out
+}
+
+#[test]
+fn recurrent_sizes_a_model_cannot_have_are_named_errors() {
+    let path = common::test_model("qwen35-test.Q8_0");
+    let bytes = std::fs::read(&path).unwrap();
+    for (key, value, says) in [
+        // Value heads that are not a multiple of the key heads.
+        ("qwen35.ssm.time_step_rank", 3, "Gated DeltaNet sizes"),
+        // A state of 2^20 × 2^20 floats per head: refused, not allocated.
+        ("qwen35.ssm.state_size", 1 << 20, "Gated DeltaNet sizes"),
+        ("qwen35.ssm.conv_kernel", 0, "Gated DeltaNet sizes"),
+        ("qwen35.full_attention_interval", 0, "interval of 0"),
+        // More prediction layers than blocks.
+        ("qwen35.block_count", 0, "no layers"),
+    ] {
+        let crafted = with_u32(&bytes, key, value);
+        let mut reader = std::io::Cursor::new(&crafted);
+        let err = rill_engine::model::check(&mut reader, crafted.len() as u64, &path)
+            .expect_err(key)
+            .to_string();
+        assert!(err.contains(says), "{key} = {value}: {err}");
+    }
+}
+
+/// An engine on the qwen35 test model, checking every draft (no weighing: these tests are of
+/// the text).
+fn engine() -> Engine {
+    let config = EngineConfig {
+        weigh_speculation: false,
+        ..EngineConfig::new(common::test_model("qwen35-test.Q8_0"))
+    };
+    Engine::start(config).unwrap()
+}
+
+fn request(messages: Vec<Message>, speculation: Speculation) -> GenerateRequest {
+    GenerateRequest {
+        params: SamplingParams::greedy(),
+        max_tokens: Some(40),
+        ignore_eos: true,
+        speculation,
+        ..GenerateRequest::chat(messages)
+    }
+}
+
+/// An answer's token ids, the prompt tokens it reused, and its drafts (proposed, accepted).
+fn run(engine: &Engine, req: GenerateRequest) -> (Vec<u32>, usize, (usize, usize)) {
+    let (mut ids, mut reused, mut drafts) = (Vec::new(), 0, (0, 0));
+    for ev in engine.handle().generate(req).unwrap() {
+        match ev {
+            Event::Started { reused_tokens, .. } => reused = reused_tokens,
+            Event::Token { id, .. } => ids.push(id),
+            Event::Done { usage, .. } => drafts = (usage.draft_proposed, usage.draft_accepted),
+            _ => {}
+        }
+    }
+    (ids, reused, drafts)
+}
+
+#[test]
+fn a_qwen35_answer_paused_asked_again_and_speculated_is_one_plain_run() {
+    let e = engine();
+    let ask = vec![Message::user(
+        "Write a short poem about the sea and the ships.",
+    )];
+    let fresh = engine();
+    let (plain, reused, _) = run(&fresh, request(ask.clone(), Speculation::Off));
+    assert_eq!((plain.len(), reused), (40, 0));
+    drop(fresh);
+
+    // Paused after ten tokens, resumed: the same answer.
+    let mut gen = e
+        .handle()
+        .generate(request(ask.clone(), Speculation::Off))
+        .unwrap();
+    let mut ids = common::flow::take_tokens(&mut gen, 10);
+    gen.pause().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    gen.resume().unwrap();
+    ids.extend(gen.collect_blocking().unwrap().ids);
+    assert_eq!(ids, plain, "paused and resumed");
+
+    // Asked again (a regenerated answer): the prompt comes from the kept state at its end.
+    let (again, reused, _) = run(&e, request(ask.clone(), Speculation::Off));
+    assert_eq!(again, plain, "asked again");
+    assert!(reused > 0, "the prompt's state was reused");
+
+    // Speculated: drafts that are always wrong go back to the state before them.
+    let (contrary, _, (proposed, accepted)) = run(&e, request(ask.clone(), Speculation::Contrary));
+    assert_eq!(contrary, plain, "with rejected drafts");
+    assert!(proposed > 0 && accepted == 0, "{proposed} proposed");
+    let (lookup, _, _) = run(&e, request(ask.clone(), Speculation::Lookup));
+    assert_eq!(lookup, plain, "with prompt lookup");
+
+    // A next turn reuses the conversation so far, and answers as a fresh engine would.
+    let text = e
+        .handle()
+        .generate(request(ask.clone(), Speculation::Off))
+        .unwrap()
+        .collect_blocking()
+        .unwrap()
+        .text;
+    let turn = vec![
+        ask[0].clone(),
+        Message::assistant(text),
+        Message::user("Now one about the wind."),
+    ];
+    let (next, reused, _) = run(&e, request(turn.clone(), Speculation::Off));
+    assert!(reused > 0, "the next turn reused the conversation");
+    let (alone, _, _) = run(&engine(), request(turn, Speculation::Off));
+    assert_eq!(next, alone, "a next turn");
+}
