@@ -124,6 +124,16 @@ FAMILIES = {
                    ffn_norm="post_attention_norm", gated_query=True,
                    delta=dict(conv=4, head=32, k_heads=2, v_heads=4, interval=4),
                    sections=[3, 3, 2, 0]),
+    # Qwen3.5 MoE: Qwen3.5's layers with a mixture of 8 SwiGLU experts of which 2 are used (the
+    # real 35B-A3B: 256 and 8) and a shared expert behind a sigmoid gate.
+    "qwen35moe": dict(vocab="qwen35", template="Qwen3.5-4B.jinja", head_dim=64, rope_dim=16,
+                      rope_base=10_000_000.0, qkv_bias=False, qk_norm=True, layers=4,
+                      ffn_norm="post_attention_norm", gated_query=True,
+                      delta=dict(conv=4, head=32, k_heads=2, v_heads=4, interval=4),
+                      sections=[3, 3, 2, 0],
+                      experts=dict(count=8, used=2, ff=96, router_std=1.5, shared_ff=128),
+                      k=dict(experts=dict(count=8, used=2, ff=256, router_std=1.5,
+                                          shared_ff=256))),
 }
 
 # Mistral's control tokens (Nemo's, and the v11 tokenizer's `[ARGS]` and `[CALL_ID]`), so
@@ -205,6 +215,8 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
         w.add_expert_count(experts["count"])
         w.add_expert_used_count(experts["used"])
         w.add_expert_feed_forward_length(experts["ff"])
+        if experts.get("shared_ff"):
+            w.add_expert_shared_feed_forward_length(experts["shared_ff"])
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
     w.add_key_length(hd)
@@ -277,7 +289,8 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
         vector(f"{p}.{ffn_norm}.weight", hidden, 1.0, 0.1)
         if delta and (i + 1) % delta["interval"] != 0:
             write_delta_net(w, p, delta, hidden, normal, matrix, vector, rng)
-            write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, fused)
+            write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, vector, fused,
+                      experts_qtype, qtype)
             continue
         if oss:
             # Sinks about as large as the scores, so that heads attend to them in part.
@@ -306,24 +319,8 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
         if spec["qk_norm"]:
             vector(f"{p}.attn_q_norm.weight", hd, 1.0, 0.2)
             vector(f"{p}.attn_k_norm.weight", hd, 1.0, 0.2)
-        if experts:
-            # The router (F32, as converted files keep it), then each projection of every
-            # expert as one tensor, `[experts, rows, columns]`.
-            n, eff = experts["count"], experts["ff"]
-            w.add_tensor(f"{p}.ffn_gate_inp.weight",
-                         normal((n, hidden), experts["router_std"] / np.sqrt(hidden)))
-            et = experts_qtype or qtype
-            quantized(f"{p}.ffn_gate_exps.weight", normal((n, eff, hidden), 1.0 / np.sqrt(hidden)), et)
-            quantized(f"{p}.ffn_up_exps.weight", normal((n, eff, hidden), 1.0 / np.sqrt(hidden)), et)
-            quantized(f"{p}.ffn_down_exps.weight", normal((n, hidden, eff), 1.0 / np.sqrt(eff)), et)
-            if oss:
-                # The router's bias and each expert's projections' (F32, as converted).
-                vector(f"{p}.ffn_gate_inp.bias", n, 0.0, 0.5)
-                w.add_tensor(f"{p}.ffn_gate_exps.bias", normal((n, eff), 0.2))
-                w.add_tensor(f"{p}.ffn_up_exps.bias", normal((n, eff), 0.2))
-                w.add_tensor(f"{p}.ffn_down_exps.bias", normal((n, hidden), 0.2))
-            continue
-        write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, fused)
+        write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, vector, fused, experts_qtype,
+                  qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -332,8 +329,36 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
     return path
 
 
-def write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, fused):
-    """One gated MLP: gate and up (in one tensor where `fused`, the gate first), down."""
+def write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, vector, fused, experts_qtype,
+              qtype):
+    """The feed-forward: a mixture's router and experts (each projection of every expert as one
+    tensor, `[experts, rows, columns]`) and its shared expert where the family has one, or one
+    gated MLP (gate and up in one tensor where `fused`, the gate first), then down."""
+    experts = spec.get("experts")
+    if experts:
+        # The router (F32, as converted files keep it).
+        n, eff = experts["count"], experts["ff"]
+        w.add_tensor(f"{p}.ffn_gate_inp.weight",
+                     normal((n, hidden), experts["router_std"] / np.sqrt(hidden)))
+        et = experts_qtype or qtype
+        quantized(f"{p}.ffn_gate_exps.weight", normal((n, eff, hidden), 1.0 / np.sqrt(hidden)), et)
+        quantized(f"{p}.ffn_up_exps.weight", normal((n, eff, hidden), 1.0 / np.sqrt(hidden)), et)
+        quantized(f"{p}.ffn_down_exps.weight", normal((n, hidden, eff), 1.0 / np.sqrt(eff)), et)
+        if spec.get("oss"):
+            # The router's bias and each expert's projections' (F32, as converted).
+            vector(f"{p}.ffn_gate_inp.bias", n, 0.0, 0.5)
+            w.add_tensor(f"{p}.ffn_gate_exps.bias", normal((n, eff), 0.2))
+            w.add_tensor(f"{p}.ffn_up_exps.bias", normal((n, eff), 0.2))
+            w.add_tensor(f"{p}.ffn_down_exps.bias", normal((n, hidden), 0.2))
+        if experts.get("shared_ff"):
+            # The shared expert, and its gate's logit (a vector, F32 as converted), spread
+            # so that the gate's sigmoid ranges over about 0.2 to 0.8.
+            sff = experts["shared_ff"]
+            matrix(f"{p}.ffn_gate_shexp.weight", sff, hidden, 1.0 / np.sqrt(hidden))
+            matrix(f"{p}.ffn_up_shexp.weight", sff, hidden, 1.0 / np.sqrt(hidden))
+            matrix(f"{p}.ffn_down_shexp.weight", hidden, sff, 1.0 / np.sqrt(sff))
+            w.add_tensor(f"{p}.ffn_gate_inp_shexp.weight", normal((hidden,), 1.0 / np.sqrt(hidden)))
+        return
     gate = normal((ff, hidden), 1.0 / np.sqrt(hidden))
     up = normal((ff, hidden), 1.0 / np.sqrt(hidden))
     if fused:

@@ -247,7 +247,7 @@ mod tests {
             assert!(e.ram_bytes >= e.size_bytes, "{}", e.name);
             assert!(runs.contains(&e.family), "{}: {}", e.name, e.family);
         }
-        for family in ["Qwen3", "Gemma 3", "Phi-3", "Qwen2"] {
+        for family in ["Qwen3", "Qwen3.5", "Gemma 3", "Phi-3", "Qwen2"] {
             assert!(c.iter().any(|e| e.family == family), "no {family} model");
         }
     }

@@ -102,6 +102,18 @@ fn the_router_picks_llama_cpps_experts_with_its_weights() {
     routes_match(GPT_OSS[1], Some(2));
 }
 
+/// Qwen3.5 MoE's router (the same gating as Qwen3 MoE's) in its full-precision files: every
+/// route llama.cpp's, no near-tie. Its 4-bit files are not compared route by route: there the
+/// recurrent layers carry each position's small difference on to the next (the 4-bit kernels'
+/// known arithmetic, `tests/families.rs`), and a route at position 0 of layer 1 already weighs
+/// its experts 0.013 apart from llama.cpp in Q4_0.
+#[test]
+fn qwen35moe_routes_as_llama_cpp_does() {
+    for format in ["F16", "Q8_0"] {
+        routes_match(&format!("qwen35moe-test.{format}"), Some(0));
+    }
+}
+
 /// Our routes against llama.cpp's on `name`'s recorded text, near-ties aside (`ties`: how
 /// many there must be, where known).
 fn routes_match(name: &str, ties_known: Option<usize>) {

@@ -17,12 +17,11 @@ use rill_engine::{
 };
 
 fn model() -> Model {
-    Model::load(
-        &common::test_model("qwen35-test.Q8_0"),
-        &candle_core::Device::Cpu,
-        None,
-    )
-    .unwrap()
+    load("qwen35-test.Q8_0")
+}
+
+fn load(name: &str) -> Model {
+    Model::load(&common::test_model(name), &candle_core::Device::Cpu, None).unwrap()
 }
 
 /// `n` token ids of ordinary text (the parity test's), repeated as needed.
@@ -45,8 +44,13 @@ fn nmse(a: &[f32], b: &[f32]) -> f64 {
 
 #[test]
 fn the_state_carried_over_400_single_steps_equals_one_prefill() {
-    let model = model();
-    let tokens = text_tokens(&model, 400);
+    for name in ["qwen35-test.Q8_0", "qwen35moe-test.Q8_0"] {
+        state_over_single_steps(&load(name));
+    }
+}
+
+fn state_over_single_steps(model: &Model) {
+    let tokens = text_tokens(model, 400);
     let mut whole = KvCache::new();
     let prefilled = model.weights.forward(&tokens, &mut whole).unwrap();
     let mut stepped = KvCache::new();

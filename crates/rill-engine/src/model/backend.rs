@@ -6,6 +6,7 @@
 
 use super::attention::Rope;
 use super::config::DecoderConfig;
+use super::decoder::SharedExpert;
 use super::delta::DeltaNet;
 use super::experts::Experts;
 use super::family::{Activation, RopeStyle};
@@ -106,6 +107,8 @@ pub(super) trait Backend {
     ) -> Result<Self::Rows>;
     /// A mixture of experts.
     fn experts(&mut self, experts: &Experts, h: Self::Rows) -> Result<Self::Rows>;
+    /// A mixture's shared expert: `σ(h · gate) · down(silu(gate(h)) · up(h))` per row.
+    fn shared_expert(&mut self, s: &SharedExpert, h: Self::Rows) -> Result<Self::Rows>;
     /// Takes each query head's output gate out of the queries (the query projection gives
     /// `[query | gate]` per head, Qwen3.5), leaving `qkv` as an ungated projection's:
     /// `[rows][n_head · head_dim]` gates.

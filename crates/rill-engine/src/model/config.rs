@@ -183,6 +183,9 @@ pub struct ExpertsConfig {
     /// Each expert's feed-forward width (`expert_feed_forward_length`; without it,
     /// `feed_forward_length / expert_used_count`, as llama.cpp falls back).
     pub ff: usize,
+    /// The shared expert's feed-forward width, for a family that has one
+    /// (`expert_shared_feed_forward_length`, else `feed_forward_length`); 0 without.
+    pub shared_ff: usize,
     /// The chosen experts' weights are multiplied by this (`expert_weights_scale`; 1 without).
     pub scale: f32,
 }
@@ -290,10 +293,16 @@ impl DecoderConfig {
                     .and_then(|v| v.to_f32().ok())
                     .filter(|s| s.is_finite() && *s != 0.0)
                     .unwrap_or(1.0);
+                let shared_ff = match family.shared_expert {
+                    false => 0,
+                    true => u("expert_shared_feed_forward_length")
+                        .or_else(|_| u("feed_forward_length"))?,
+                };
                 Some(ExpertsConfig {
                     count,
                     used,
                     ff,
+                    shared_ff,
                     scale,
                 })
             }

@@ -41,11 +41,33 @@ pub(super) struct Layer {
     pub(super) sinks: Option<Vec<f32>>,
     pub(super) ffn_norm: Norm,
     pub(super) ffn: Ffn,
+    /// A mixture's shared expert, added to its routed experts' output (Qwen3.5 MoE).
+    pub(super) shared: Option<Box<SharedExpert>>,
     /// The norms of the attention's and the feed-forward's outputs (Gemma).
     pub(super) post_norms: Option<(Norm, Norm)>,
     /// Which of the model's RoPE tables this layer uses, and the window it attends over.
     pub(super) rope: usize,
     pub(super) window: Option<usize>,
+}
+
+/// A mixture's shared expert: one SwiGLU every row goes through, its output multiplied by the
+/// sigmoid of the row's dot product with `gate` (llama.cpp's `ffn_gate_inp_shexp`).
+pub(super) struct SharedExpert {
+    /// gate, up.
+    pub(super) gate_up: Group,
+    pub(super) down: Linear,
+    pub(super) gate: Vec<f32>,
+}
+
+impl SharedExpert {
+    fn bytes(&self) -> (usize, usize) {
+        let ((a, b), (c, d)) = (self.gate_up.bytes(), self.down.bytes());
+        (a + c, b + d)
+    }
+
+    fn weights(&self) -> usize {
+        self.gate_up.weights() + self.down.weights()
+    }
 }
 
 /// A layer's feed-forward: one gated MLP, or a mixture of experts.
@@ -164,7 +186,10 @@ impl Decoder {
         let add = |(a, b): (usize, usize), (x, y): (usize, usize)| (a + x, b + y);
         self.layers
             .iter()
-            .flat_map(|l| [l.qkv.bytes(), l.wo.bytes(), l.ffn.step_bytes()])
+            .flat_map(|l| {
+                let shared = l.shared.as_ref().map_or((0, 0), |s| s.bytes());
+                [l.qkv.bytes(), l.wo.bytes(), l.ffn.step_bytes(), shared]
+            })
             .fold(self.output.bytes(), add)
     }
 
@@ -175,7 +200,10 @@ impl Decoder {
     pub fn prompt_row_macs(&self) -> usize {
         self.layers
             .iter()
-            .map(|l| l.qkv.weights() + l.wo.weights() + l.ffn.step_weights())
+            .map(|l| {
+                let shared = l.shared.as_ref().map_or(0, |s| s.weights());
+                l.qkv.weights() + l.wo.weights() + l.ffn.step_weights() + shared
+            })
             .sum()
     }
 
@@ -394,10 +422,19 @@ impl Decoder {
             b.residual(&mut x, y)?;
 
             let h = b.norm(&layer.ffn_norm, &x)?;
+            // The shared expert reads the same input as the routed ones.
+            let shared_in = match &layer.shared {
+                Some(_) => Some(b.norm(&layer.ffn_norm, &x)?),
+                None => None,
+            };
             let mut y = match &layer.ffn {
                 Ffn::Dense { gate_up, down } => b.dense(gate_up, down, family.activation, h)?,
                 Ffn::Experts(e) => b.experts(e, h)?,
             };
+            if let (Some(s), Some(h)) = (&layer.shared, shared_in) {
+                let z = b.shared_expert(s, h)?;
+                b.residual(&mut y, z)?;
+            }
             if let Some((_, post)) = &layer.post_norms {
                 b.renorm(post, &mut y)?;
             }

@@ -6,6 +6,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::backend::{Attention, Backend, Parts};
+use super::decoder::SharedExpert;
 use super::delta::DeltaNet;
 use super::experts::Experts;
 use super::family::{Activation, RopeStyle};
@@ -248,6 +249,14 @@ impl Backend for OnDevice<'_> {
 
     fn experts(&mut self, experts: &Experts, h: Tensor) -> Result<Tensor> {
         experts.forward(&h)
+    }
+
+    fn shared_expert(&mut self, s: &SharedExpert, h: Tensor) -> Result<Tensor> {
+        let gate =
+            Tensor::from_slice(&s.gate, (s.gate.len(), 1), h.device())?.to_dtype(h.dtype())?;
+        let scale = candle_nn::ops::sigmoid(&h.matmul(&gate)?)?;
+        let y = self.dense(&s.gate_up, &s.down, Activation::Silu, h)?;
+        Ok(y.broadcast_mul(&scale)?)
     }
 
     fn split_gate(&mut self, [q, _, _]: &mut [Tensor; 3]) -> Result<Tensor> {

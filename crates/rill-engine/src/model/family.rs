@@ -122,6 +122,9 @@ pub struct Family {
     /// Most layers are Gated DeltaNet layers (linear attention with a recurrent state,
     /// `model/delta.rs`) and every few one is attention (Qwen3.5).
     pub delta_net: bool,
+    /// A mixture's rows also go through one shared SwiGLU expert (`ffn_{gate,up,down}_shexp`),
+    /// weighed by the sigmoid of its own gate's logit (`ffn_gate_inp_shexp`; Qwen3.5 MoE).
+    pub shared_expert: bool,
 }
 
 const LLAMA: Family = Family {
@@ -146,6 +149,7 @@ const LLAMA: Family = Family {
     ffn_norm: "ffn_norm",
     gated_query: false,
     delta_net: false,
+    shared_expert: false,
 };
 
 /// Gemma's block: GELU, post-norms, √width embeddings, NEOX, queries pre-scaled.
@@ -257,6 +261,21 @@ pub const FAMILIES: &[Family] = &[
         delta_net: true,
         ..LLAMA
     },
+    // Qwen3.5 mixtures of experts (35B-A3B, 122B-A10B, 397B-A17B): Qwen3.5's layers, and a
+    // feed-forward of routed SwiGLU experts (softmax gating, the chosen renormalised) plus a
+    // gated shared expert.
+    Family {
+        arch: "qwen35moe",
+        rope: RopeStyle::Neox,
+        qk_norm: true,
+        llama_cpp_rounding: true,
+        ffn_norm: "post_attention_norm",
+        gated_query: true,
+        delta_net: true,
+        experts: Some(Gating::SoftmaxTopK),
+        shared_expert: true,
+        ..LLAMA
+    },
     // Phi-3/3.5-mini, Phi-4-mini: fused qkv and gate-up, NEOX RoPE over part of each head,
     // long/short RoPE factors (and their attention factor) where the file has them.
     Family {
@@ -306,6 +325,7 @@ pub fn label(arch: &str) -> String {
         "gemma3" => "Gemma 3",
         "phi3" => "Phi-3",
         "qwen35" => "Qwen3.5",
+        "qwen35moe" => "Qwen3.5 MoE",
         _ => return format!("{arch} (not run: {})", not_run(arch)),
     };
     known.to_string()
@@ -327,10 +347,6 @@ pub fn not_run(arch: &str) -> &'static str {
         "qwen2moe" => "a Qwen2 mixture of experts (with a shared expert), not run yet",
         "clip" | "mmproj" => "a vision projector (mmproj), which goes beside a model, not a model",
         "gemma" => "the first Gemma, not run",
-        "qwen35moe" => {
-            "a Qwen3.5 mixture of experts (Gated DeltaNet layers and a shared expert), \
-                        not run yet"
-        }
         "qwen3next" => "a Qwen3-Next: Gated DeltaNet layers beside attention, not run yet",
         "qwen3vl" | "qwen3vlmoe" => "a Qwen3-VL model (images and text), not run yet",
         "gemma3n" | "gemma4" | "gemma4-assistant" => "a Gemma of a newer block, not run yet",

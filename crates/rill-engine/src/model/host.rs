@@ -14,6 +14,7 @@ use half::f16;
 
 use super::attention::{self, Scores, Span};
 use super::backend::{Attention, Backend, Parts};
+use super::decoder::SharedExpert;
 use super::delta::DeltaNet;
 use super::experts::{Experts, Route};
 use super::family::Activation;
@@ -251,6 +252,23 @@ impl Backend for Host<'_> {
             r.push(ws.experts.routes().to_vec());
         }
         self.give(h);
+        Ok(y)
+    }
+
+    fn shared_expert(&mut self, s: &SharedExpert, h: Vec<f32>) -> Result<Vec<f32>> {
+        let width = s.gate.len();
+        let scales: Vec<f32> = h
+            .chunks_exact(width)
+            .map(|row| {
+                let logit: f32 = row.iter().zip(&s.gate).map(|(x, w)| x * w).sum();
+                1.0 / (1.0 + (-logit).exp())
+            })
+            .collect();
+        let mut y = self.dense(&s.gate_up, &s.down, Activation::Silu, h)?;
+        let hidden = y.len() / scales.len().max(1);
+        for (row, scale) in y.chunks_exact_mut(hidden).zip(&scales) {
+            row.iter_mut().for_each(|v| *v *= scale);
+        }
         Ok(y)
     }
 

@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::attention::Rope;
 use super::backend::RopeTable;
-use super::decoder::{Decoder, DecoderConfig, Ffn, Layer};
+use super::decoder::{Decoder, DecoderConfig, Ffn, Layer, SharedExpert};
 use super::delta::DeltaNet;
 use super::experts::Experts;
 use super::kv_rows::KvType;
@@ -231,6 +231,10 @@ impl Decoder {
                 pending_panels.extend(down.later());
                 pending_panels.extend(gate_up.later());
             }
+            if let Some(s) = &l.shared {
+                pending_panels.extend(s.down.later());
+                pending_panels.extend(s.gate_up.later());
+            }
             pending_panels.extend(l.wo.later());
             pending_panels.extend(l.qkv.later());
         }
@@ -375,6 +379,14 @@ fn read_layer<'a>(
             })
         }
     };
+    let shared = match has(Part::SharedGate) {
+        false => None,
+        true => Some(Box::new(SharedExpert {
+            gate_up: Group::new(vec![get(Part::SharedGate)?, get(Part::SharedUp)?], host)?,
+            down: Linear::new(get(Part::SharedDown)?, host)?,
+            gate: floats(get(Part::SharedRouter)?)?,
+        })),
+    };
     let (attn_norm, ffn_norm) = (norm(get(Part::AttnNorm)?)?, norm(get(Part::FfnNorm)?)?);
     let qk_norm = match has(Part::QNorm) {
         false => None,
@@ -396,6 +408,7 @@ fn read_layer<'a>(
         wo_bias,
         sinks,
         ffn,
+        shared,
         post_norms,
         rope,
         window: cfg.windows[i],

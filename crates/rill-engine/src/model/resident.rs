@@ -41,6 +41,10 @@ impl Decoder {
                 }
                 Ffn::Experts(e) => all.extend(e.ours()),
             }
+            if let Some(s) = &l.shared {
+                all.extend(s.gate_up.ours());
+                all.extend(s.down.ours());
+            }
         }
         all.extend(self.output.ours());
         all

@@ -48,6 +48,11 @@ pub(super) enum Part {
     GateExpsBias,
     UpExpsBias,
     DownExpsBias,
+    /// A mixture's shared expert: its gate, up and down projections, and the gate's logit.
+    SharedGate,
+    SharedUp,
+    SharedDown,
+    SharedRouter,
     /// A Gated DeltaNet layer's queries, keys and values before its convolution.
     Mix,
     /// Its output gate (`z`).
@@ -122,6 +127,10 @@ impl Part {
             GateExpsBias => ("ffn_gate_exps", "bias"),
             UpExpsBias => ("ffn_up_exps", "bias"),
             DownExpsBias => ("ffn_down_exps", "bias"),
+            SharedGate => ("ffn_gate_shexp", "weight"),
+            SharedUp => ("ffn_up_shexp", "weight"),
+            SharedDown => ("ffn_down_shexp", "weight"),
+            SharedRouter => ("ffn_gate_inp_shexp", "weight"),
             Mix => ("attn_qkv", "weight"),
             MixGate => ("attn_gate", "weight"),
             SsmBeta => ("ssm_beta", "weight"),
@@ -151,7 +160,9 @@ impl Part {
             kv,
             head,
         } = d.widths;
-        let (count, eff) = d.experts.map_or((0, 0), |e| (e.count, e.ff));
+        let (count, eff, sff) = d
+            .experts
+            .map_or((0, 0, 0), |e| (e.count, e.ff, e.shared_ff));
         let delta = d.delta.unwrap_or(DeltaConfig {
             conv_kernel: 0,
             head: 0,
@@ -181,6 +192,9 @@ impl Part {
             RouterBias => vec![count],
             GateExpsBias | UpExpsBias => vec![count, eff],
             DownExpsBias => vec![count, hidden],
+            SharedGate | SharedUp => vec![sff, hidden],
+            SharedDown => vec![hidden, sff],
+            SharedRouter => vec![hidden],
             Mix => vec![conv, hidden],
             MixGate => vec![values, hidden],
             SsmBeta | SsmAlpha => vec![v_heads, hidden],
@@ -228,6 +242,9 @@ fn feed_forward(family: &Family, experts: bool) -> Vec<Part> {
             let mut p = vec![Router, GateExps, UpExps, DownExps];
             if family.expert_biases {
                 p.extend([RouterBias, GateExpsBias, UpExpsBias, DownExpsBias]);
+            }
+            if family.shared_expert {
+                p.extend([SharedGate, SharedUp, SharedDown, SharedRouter]);
             }
             p
         }
