@@ -6,12 +6,11 @@
 
 use super::attention::Rope;
 use super::config::DecoderConfig;
-use super::decoder::SharedExpert;
 use super::delta::DeltaNet;
 use super::experts::Experts;
 use super::family::{Activation, RopeStyle};
 use super::kv::KvCache;
-use super::parts::{Bias, Group, Linear, Norm};
+use super::parts::{Bias, Group, Linear, Norm, SharedExpert};
 use super::workspace::Workspace;
 use crate::error::Result;
 use candle_core::{Device, Tensor};

@@ -18,7 +18,7 @@ use super::delta::DeltaNet;
 use super::experts::Experts;
 pub use super::kv::{KvCache, KV_MIN_CAPACITY};
 use super::kv_rows::KvType;
-use super::parts::{Bias, Embedding, Group, Linear, Norm};
+use super::parts::{Bias, Embedding, Group, Linear, Norm, SharedExpert};
 
 use crate::error::{Error, Result};
 
@@ -48,26 +48,6 @@ pub(super) struct Layer {
     /// Which of the model's RoPE tables this layer uses, and the window it attends over.
     pub(super) rope: usize,
     pub(super) window: Option<usize>,
-}
-
-/// A mixture's shared expert: one SwiGLU every row goes through, its output multiplied by the
-/// sigmoid of the row's dot product with `gate` (llama.cpp's `ffn_gate_inp_shexp`).
-pub(super) struct SharedExpert {
-    /// gate, up.
-    pub(super) gate_up: Group,
-    pub(super) down: Linear,
-    pub(super) gate: Vec<f32>,
-}
-
-impl SharedExpert {
-    fn bytes(&self) -> (usize, usize) {
-        let ((a, b), (c, d)) = (self.gate_up.bytes(), self.down.bytes());
-        (a + c, b + d)
-    }
-
-    fn weights(&self) -> usize {
-        self.gate_up.weights() + self.down.weights()
-    }
 }
 
 /// A layer's feed-forward: one gated MLP, or a mixture of experts.

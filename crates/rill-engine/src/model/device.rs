@@ -6,12 +6,11 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::backend::{Attention, Backend, Parts};
-use super::decoder::SharedExpert;
 use super::delta::DeltaNet;
 use super::experts::Experts;
 use super::family::{Activation, RopeStyle};
 use super::kv::KvCache;
-use super::parts::{Bias, Group, Linear, Norm};
+use super::parts::{Bias, Group, Linear, Norm, SharedExpert};
 use crate::error::{Error, Result};
 
 /// Additive causal mask for a chunk of `t` queries at positions `pos..pos+t` over the keys

@@ -172,6 +172,21 @@ const GEMMA: Family = Family {
     ..LLAMA
 };
 
+/// Qwen3.5 (llama.cpp's `qwen35.cpp`): three Gated DeltaNet layers to one of attention, whose
+/// query projection also gives an output gate, with q/k norms and RoPE over a quarter of each
+/// head (M-RoPE's sections, which text turns as NEOX does); the norm before the feed-forward
+/// named `post_attention_norm`.
+const QWEN35: Family = Family {
+    arch: "qwen35",
+    rope: RopeStyle::Neox,
+    qk_norm: true,
+    llama_cpp_rounding: true,
+    ffn_norm: "post_attention_norm",
+    gated_query: true,
+    delta_net: true,
+    ..LLAMA
+};
+
 /// The families Rill runs, by `general.architecture`.
 pub const FAMILIES: &[Family] = &[
     LLAMA,
@@ -247,34 +262,16 @@ pub const FAMILIES: &[Family] = &[
         ffn_norm: "post_attention_norm",
         ..LLAMA
     },
-    // Qwen3.5 dense (0.8B to 27B; llama.cpp's `qwen35.cpp`): three Gated DeltaNet layers to
-    // one of attention, whose query projection also gives an output gate, with q/k norms and
-    // RoPE over a quarter of each head (M-RoPE's sections, which text turns as NEOX does);
-    // the norm before the feed-forward named `post_attention_norm`.
-    Family {
-        arch: "qwen35",
-        rope: RopeStyle::Neox,
-        qk_norm: true,
-        llama_cpp_rounding: true,
-        ffn_norm: "post_attention_norm",
-        gated_query: true,
-        delta_net: true,
-        ..LLAMA
-    },
+    // Qwen3.5 dense (0.8B to 27B).
+    QWEN35,
     // Qwen3.5 mixtures of experts (35B-A3B, 122B-A10B, 397B-A17B): Qwen3.5's layers, and a
     // feed-forward of routed SwiGLU experts (softmax gating, the chosen renormalised) plus a
     // gated shared expert.
     Family {
         arch: "qwen35moe",
-        rope: RopeStyle::Neox,
-        qk_norm: true,
-        llama_cpp_rounding: true,
-        ffn_norm: "post_attention_norm",
-        gated_query: true,
-        delta_net: true,
         experts: Some(Gating::SoftmaxTopK),
         shared_expert: true,
-        ..LLAMA
+        ..QWEN35
     },
     // Phi-3/3.5-mini, Phi-4-mini: fused qkv and gate-up, NEOX RoPE over part of each head,
     // long/short RoPE factors (and their attention factor) where the file has them.

@@ -14,13 +14,12 @@ use half::f16;
 
 use super::attention::{self, Scores, Span};
 use super::backend::{Attention, Backend, Parts};
-use super::decoder::SharedExpert;
 use super::delta::DeltaNet;
 use super::experts::{Experts, Route};
 use super::family::Activation;
 use super::kv::KvCache;
 use super::ops;
-use super::parts::{Bias, Group, Linear, Norm};
+use super::parts::{Bias, Group, Linear, Norm, SharedExpert};
 use super::workspace::Workspace;
 use crate::error::{Error, Result};
 use crate::kernels::Isa;

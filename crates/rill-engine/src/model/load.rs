@@ -8,11 +8,11 @@ use candle_core::{DType, Device, Tensor};
 
 use super::attention::Rope;
 use super::backend::RopeTable;
-use super::decoder::{Decoder, DecoderConfig, Ffn, Layer, SharedExpert};
+use super::decoder::{Decoder, DecoderConfig, Ffn, Layer};
 use super::delta::DeltaNet;
 use super::experts::Experts;
 use super::kv_rows::KvType;
-use super::parts::{Bias, Embedding, Group, Linear, Norm};
+use super::parts::{Bias, Embedding, Group, Linear, Norm, SharedExpert};
 use super::table::{self, Part};
 use super::tensors::{raw_tensor, RawTensor, TensorSource};
 use crate::error::{candle_message, Error, Result};

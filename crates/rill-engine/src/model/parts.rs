@@ -355,3 +355,23 @@ pub(super) struct Bias {
     pub(super) k: Tensor,
     pub(super) v: Tensor,
 }
+
+/// A mixture's shared expert: one SwiGLU every row goes through, its output multiplied by the
+/// sigmoid of the row's dot product with `gate` (llama.cpp's `ffn_gate_inp_shexp`).
+pub(super) struct SharedExpert {
+    /// gate, up.
+    pub(super) gate_up: Group,
+    pub(super) down: Linear,
+    pub(super) gate: Vec<f32>,
+}
+
+impl SharedExpert {
+    pub(super) fn bytes(&self) -> (usize, usize) {
+        let ((a, b), (c, d)) = (self.gate_up.bytes(), self.down.bytes());
+        (a + c, b + d)
+    }
+
+    pub(super) fn weights(&self) -> usize {
+        self.gate_up.weights() + self.down.weights()
+    }
+}
