@@ -23,6 +23,11 @@ its 48 layers (default 48: about 17 GB at 4 bits). The experts repeat one random
 every layer's router is its own random matrix, so that routing spreads over the experts as a
 real model's does.
 
+`qwen35` is Qwen3.5-4B's shape (width 2560, 32 layers of which every fourth is attention with
+16 query and 4 KV heads of 256, RoPE over 64, a gated query; the other 24 Gated DeltaNet
+layers with 16 key and 32 value heads of 128 and a 4-tap convolution; feed-forward 9216;
+Qwen3.5's 248,320 tokens, tied embeddings): Q4_0 directly, Q4_K_M from it.
+
 `gpt-oss` is gpt-oss-20b's shape (width 2880, 64 query and 8 KV heads of 64, 32 experts of
 feed-forward 2880 of which 4 are used, a 128-position window on every other layer, YaRN),
 its experts in MXFP4 and the other matrices in Q8_0 as the released file has them, with
@@ -292,6 +297,88 @@ def write_oss(out: Path, models: Path, layers: int) -> Path:
     return finish(w, tmp, path)
 
 
+Q35 = dict(hidden=2560, layers=32, heads=16, kv_heads=4, head=256, rope=64, ff=9216,
+           delta=dict(conv=4, head=128, k_heads=16, v_heads=32, interval=4))
+
+
+def write_qwen35(qtype, out: Path, models: Path) -> Path:
+    """A Qwen3.5-4B-shape qwen35 file: one random attention block and one Gated DeltaNet block,
+    each written for its layers."""
+    m, d = Q35, Q35["delta"]
+    rng = np.random.default_rng(7)
+    path = out / f"qwen35-4b.{qtype.name}.gguf"
+    tmp = path.with_suffix(".partial")
+    w = gguf.GGUFWriter(str(tmp), "qwen35")
+    w.add_name("qwen35 4B-shape benchmark model (random weights)")
+    n_vocab = tm.copy_tokenizer(w, models / "ggml-vocab-qwen35.gguf")
+    w.add_chat_template((models / "templates/Qwen3.5-4B.jinja").read_text(encoding="utf-8"))
+    hidden, head, ff = m["hidden"], m["head"], m["ff"]
+    w.add_context_length(32768)
+    w.add_embedding_length(hidden)
+    w.add_block_count(m["layers"])
+    w.add_feed_forward_length(ff)
+    w.add_head_count(m["heads"])
+    w.add_head_count_kv(m["kv_heads"])
+    w.add_key_length(head)
+    w.add_value_length(head)
+    w.add_rope_dimension_count(m["rope"])
+    w.add_rope_dimension_sections([11, 11, 10, 0])
+    w.add_rope_freq_base(10_000_000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_ssm_conv_kernel(d["conv"])
+    w.add_ssm_state_size(d["head"])
+    w.add_ssm_group_count(d["k_heads"])
+    w.add_ssm_time_step_rank(d["v_heads"])
+    w.add_ssm_inner_size(d["head"] * d["v_heads"])
+    w.add_full_attention_interval(d["interval"])
+    w.add_file_type(int(qtype))
+
+    def normal(shape, std):
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+
+    def q(data):
+        return gguf.quants.quantize(data, qtype)
+
+    w.add_tensor("token_embd.weight", q(normal((n_vocab, hidden), 1.0 / np.sqrt(hidden))),
+                 raw_dtype=qtype)
+    w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
+    qw, kw = m["heads"] * head, m["kv_heads"] * head
+    keys, values = d["head"] * d["k_heads"], d["head"] * d["v_heads"]
+    ffn = {
+        "ffn_gate.weight": q(normal((ff, hidden), 1.0 / np.sqrt(hidden))),
+        "ffn_up.weight": q(normal((ff, hidden), 1.0 / np.sqrt(hidden))),
+        "ffn_down.weight": q(normal((hidden, ff), 1.0 / np.sqrt(ff))),
+    }
+    attention = {
+        "attn_q.weight": q(normal((2 * qw, hidden), 1.0 / np.sqrt(hidden))),
+        "attn_k.weight": q(normal((kw, hidden), 1.0 / np.sqrt(hidden))),
+        "attn_v.weight": q(normal((kw, hidden), 1.0 / np.sqrt(hidden))),
+        "attn_output.weight": q(normal((hidden, qw), 1.0 / np.sqrt(qw))),
+    }
+    delta = {
+        "attn_qkv.weight": q(normal((2 * keys + values, hidden), 1.0 / np.sqrt(hidden))),
+        "attn_gate.weight": q(normal((values, hidden), 1.0 / np.sqrt(hidden))),
+        "ssm_beta.weight": q(normal((d["v_heads"], hidden), 1.0 / np.sqrt(hidden))),
+        "ssm_alpha.weight": q(normal((d["v_heads"], hidden), 1.0 / np.sqrt(hidden))),
+        "ssm_out.weight": q(normal((hidden, values), 1.0 / np.sqrt(values))),
+    }
+    for i in range(m["layers"]):
+        for n in ["attn_norm", "post_attention_norm"]:
+            w.add_tensor(f"blk.{i}.{n}.weight", np.ones(hidden, dtype=np.float32))
+        recurrent = (i + 1) % d["interval"] != 0
+        if recurrent:
+            w.add_tensor(f"blk.{i}.ssm_conv1d.weight", normal((2 * keys + values, d["conv"]), 0.5))
+            w.add_tensor(f"blk.{i}.ssm_dt.bias", np.zeros(d["v_heads"], dtype=np.float32))
+            w.add_tensor(f"blk.{i}.ssm_a", -np.ones(d["v_heads"], dtype=np.float32))
+            w.add_tensor(f"blk.{i}.ssm_norm.weight", np.ones(d["head"], dtype=np.float32))
+        else:
+            w.add_tensor(f"blk.{i}.attn_q_norm.weight", np.ones(head, dtype=np.float32))
+            w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.ones(head, dtype=np.float32))
+        for name, data in {**(delta if recurrent else attention), **ffn}.items():
+            w.add_tensor(f"blk.{i}.{name}", data, raw_dtype=qtype)
+    return finish(w, tmp, path)
+
+
 def q4_k_m(src: Path, dst: Path):
     """llama.cpp's quantiser (`llama-quantize`, built by `scripts/build-llama-bench.sh`)."""
     bin_dir = subprocess.run(["bash", str(ROOT / "scripts/build-llama-bench.sh")], check=True,
@@ -313,7 +400,8 @@ def main():
     ap.add_argument("--layers", type=int,
                     help="of the qwen3moe shape's 48 layers, or gpt-oss's 24 (default: all)")
     ap.add_argument("families", nargs="*",
-                    default=[f for f in FAMILIES if f not in ("qwen3moe", "gpt-oss")])
+                    default=[f for f in FAMILIES if f not in ("qwen3moe", "gpt-oss", "qwen35",
+                                                               "qwen35moe")])
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     models = tm.assets()
@@ -331,6 +419,17 @@ def main():
             write_oss(a.out, models, layers)
         print(path)
         a.families.remove("gpt-oss")
+    if "qwen35" in a.families:
+        for qtype in (gguf.GGMLQuantizationType.Q4_0,):
+            path = a.out / f"qwen35-4b.{qtype.name}.gguf"
+            if a.force or not path.is_file():
+                write_qwen35(qtype, a.out, models)
+            print(path)
+        k = a.out / "qwen35-4b.Q4_K_M.gguf"
+        if a.force or not k.is_file():
+            q4_k_m(a.out / "qwen35-4b.Q4_0.gguf", k)
+        print(k)
+        a.families.remove("qwen35")
     big = a.size != "1b"
     for family in a.families:
         for qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0):

@@ -322,7 +322,7 @@ impl Backend for Host<'_> {
     ) -> Result<Vec<f32>> {
         let proj = self.qkv(w, h)?;
         let mut out = self.take(self.m * net.cfg.value_width());
-        net.forward_host(layer, &proj, batch, spans, &mut out)?;
+        net.forward_host(layer, &proj, batch, spans, &mut out, self.isa)?;
         self.give(proj);
         Ok(out)
     }
