@@ -155,6 +155,9 @@ VARIANTS = {
     # 3.2's `[TOOL_CALLS]name[ARGS]{…}`.
     "mistral-nemo": ("llama", dict(MISTRAL, template="mistralai-Mistral-Nemo-Instruct-2407.jinja")),
     "mistral-small": ("llama", dict(MISTRAL, template="Mistral-Small-3.2-24B-Instruct-2506.jinja")),
+    # Qwen3.5 with a multi-token-prediction block after its own four (issue 41): skipped as
+    # llama.cpp's main pass skips it, so its logits are the plain file's.
+    "qwen35-mtp": ("qwen35", dict(FAMILIES["qwen35"], mtp=True)),
 }
 
 
@@ -208,7 +211,10 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
     gemma = spec.get("gemma", False)
     w.add_context_length(4096)
     w.add_embedding_length(hidden)
-    w.add_block_count(layers)
+    # A multi-token-prediction block follows the model's own where the spec asks (`mtp`).
+    w.add_block_count(layers + (1 if spec.get("mtp") else 0))
+    if spec.get("mtp"):
+        w.add_uint32(f"{family}.nextn_predict_layers", 1)
     w.add_feed_forward_length(ff)
     experts = spec.get("experts")
     if experts:
@@ -321,6 +327,22 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
             vector(f"{p}.attn_k_norm.weight", hd, 1.0, 0.2)
         write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, vector, fused, experts_qtype,
                   qtype)
+    if spec.get("mtp"):
+        # Qwen3.5's MTP block (an attention layer and the `nextn.*` tensors), drawn after the
+        # model's own so that those are the plain file's: llama.cpp's main pass skips it.
+        p = f"blk.{layers}"
+        for n in ["attn_norm", "post_attention_norm"]:
+            vector(f"{p}.{n}.weight", hidden, 1.0, 0.1)
+        matrix(f"{p}.attn_q.weight", 2 * q_width, hidden, 1.5 / np.sqrt(hidden))
+        matrix(f"{p}.attn_k.weight", kv_width, hidden, 1.5 / np.sqrt(hidden))
+        matrix(f"{p}.attn_v.weight", kv_width, hidden, 1.0 / np.sqrt(hidden))
+        matrix(f"{p}.attn_output.weight", hidden, q_width, 1.0 / np.sqrt(q_width))
+        vector(f"{p}.attn_q_norm.weight", hd, 1.0, 0.2)
+        vector(f"{p}.attn_k_norm.weight", hd, 1.0, 0.2)
+        write_ffn(w, p, {}, hidden, ff, normal, quantized, matrix, vector, False, None, qtype)
+        matrix(f"{p}.nextn.eh_proj.weight", hidden, 2 * hidden, 1.0 / np.sqrt(2 * hidden))
+        for n in ["enorm", "hnorm", "shared_head_norm"]:
+            vector(f"{p}.nextn.{n}.weight", hidden, 1.0, 0.1)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

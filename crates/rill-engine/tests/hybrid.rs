@@ -7,7 +7,11 @@
 //! - in the flow, an answer paused and resumed, asked again (prefix reuse through the
 //!   prompt's kept state), followed by a next turn, and speculated with drafts that are
 //!   rejected (back to the state before the draft, the accepted tokens run again), is each
-//!   time one plain run's greedy text.
+//!   time one plain run's greedy text;
+//! - answers streaming together are their answers alone, the memory budget counts the states,
+//!   and an answer evicted while paused is rebuilt exactly;
+//! - crafted `ssm.*` sizes are named errors, and a multi-token-prediction block is skipped as
+//!   llama.cpp skips it.
 
 mod common;
 
@@ -164,11 +168,15 @@ fn recurrent_sizes_a_model_cannot_have_are_named_errors() {
 /// An engine on the qwen35 test model, checking every draft (no weighing: these tests are of
 /// the text).
 fn engine() -> Engine {
+    engine_with(|c| c)
+}
+
+fn engine_with(change: impl FnOnce(EngineConfig) -> EngineConfig) -> Engine {
     let config = EngineConfig {
         weigh_speculation: false,
         ..EngineConfig::new(common::test_model("qwen35-test.Q8_0"))
     };
-    Engine::start(config).unwrap()
+    Engine::start(change(config)).unwrap()
 }
 
 fn request(messages: Vec<Message>, speculation: Speculation) -> GenerateRequest {
@@ -247,4 +255,88 @@ fn a_qwen35_answer_paused_asked_again_and_speculated_is_one_plain_run() {
     assert!(reused > 0, "the next turn reused the conversation");
     let (alone, _, _) = run(&engine(), request(turn, Speculation::Off));
     assert_eq!(next, alone, "a next turn");
+}
+
+#[test]
+fn qwen35_answers_streaming_together_are_their_answers_alone() {
+    // Each carries its own recurrent state; their rows go through the matrices as one batch.
+    let asks = [
+        "Write a short poem about the sea and the ships.",
+        "Name three rivers of Europe.",
+        "Count from one to twenty.",
+    ];
+    let e = engine();
+    let alone: Vec<Vec<u32>> = asks
+        .iter()
+        .map(|a| run(&e, request(vec![Message::user(*a)], Speculation::Off)).0)
+        .collect();
+    let e = engine();
+    let gens: Vec<_> = asks
+        .iter()
+        .map(|a| {
+            e.handle()
+                .generate(request(vec![Message::user(*a)], Speculation::Off))
+                .unwrap()
+        })
+        .collect();
+    let together: Vec<Vec<u32>> = gens
+        .into_iter()
+        .map(|g| g.collect_blocking().unwrap().ids)
+        .collect();
+    assert_eq!(together, alone);
+}
+
+#[test]
+fn the_memory_budget_counts_states_and_an_evicted_answer_is_rebuilt_exactly() {
+    // What a sequence may hold: its attention layer's keys and values, and its recurrent
+    // states with every copy it may keep (`model/recurrent.rs`), whatever its length.
+    let model = model();
+    let (at_0, at_300) = (model.weights.kv_bytes(0), model.weights.kv_bytes(300));
+    assert!(at_0 > 0, "the states are counted");
+    assert_eq!(
+        at_300 - at_0,
+        300 * 2 * 2 * 64 * 2,
+        "one attention layer's f16 K and V"
+    );
+    drop(model);
+
+    let ask = vec![Message::user(
+        "Write a short poem about the sea and the ships.",
+    )];
+    let (plain, _, _) = run(&engine(), request(ask.clone(), Speculation::Off));
+
+    // Room for about one answer: a paused one gives its cache up for another, and is rebuilt
+    // (its prompt and answer so far run again as a prefill) when resumed.
+    let e = engine_with(|c| EngineConfig {
+        kv_budget: Some(at_300),
+        ..c
+    });
+    let h = e.handle();
+    let mut paused = h.generate(request(ask.clone(), Speculation::Off)).unwrap();
+    let mut ids = common::flow::take_tokens(&mut paused, 12);
+    paused.pause().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let other = vec![Message::user("Name three rivers of Europe.")];
+    h.generate(request(other, Speculation::Off))
+        .unwrap()
+        .collect_blocking()
+        .unwrap();
+    common::flow::wait_until("the paused cache to be evicted", || h.cache_bytes() == 0);
+    paused.resume().unwrap();
+    ids.extend(paused.collect_blocking().unwrap().ids);
+    // A state rebuilt by one prefill is the state of the single steps (tested above, exactly):
+    // the answer is the plain one, token for token.
+    assert_eq!(ids, plain);
+}
+
+#[test]
+fn a_multi_token_prediction_block_is_skipped_as_llama_cpp_skips_it() {
+    // The same model with an MTP block after its four (`nextn_predict_layers = 1`): it loads,
+    // agrees with llama.cpp's logits on that file, and answers as the plain file does.
+    common::parity::parity_but("qwen35-mtp-test.Q8_0", 0);
+    let (plain, mtp) = (model(), load("qwen35-mtp-test.Q8_0"));
+    assert_eq!(mtp.weights.config().n_layer, 4);
+    let tokens = text_tokens(&plain, 24);
+    let logits = |m: &Model| m.weights.forward(&tokens, &mut KvCache::new()).unwrap();
+    assert_eq!(logits(&mtp), logits(&plain));
 }
