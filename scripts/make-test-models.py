@@ -124,6 +124,19 @@ FAMILIES = {
                    ffn_norm="post_attention_norm", gated_query=True,
                    delta=dict(conv=4, head=32, k_heads=2, v_heads=4, interval=4),
                    sections=[3, 3, 2, 0]),
+    # Gemma 4 (31B's block, llama.cpp's `gemma4.cpp`): six layers, five windowed with heads of 32
+    # (2 key/value heads, RoPE over all 32, base 10,000) and one global with heads of 64 (1
+    # key/value head whose values are its keys' projection: no `attn_v`; RoPE over 64 with the
+    # file's `rope_freqs`, base 1,000,000); q/k norms, values RMS-normalised, no score scale, a
+    # `layer_output_scale` per layer, the final logits soft-capped at 15 (to bite). Gemma 4's
+    # own vocabulary and template.
+    "gemma4": dict(vocab="gemma-4", template="google-gemma-4-31B-it.jinja", head_dim=64,
+                   rope_base=1_000_000.0, qkv_bias=False, qk_norm=True, gemma=True, layers=6,
+                   post_norm=1.0, gemma4=dict(swa_head=32, swa_kv=2, kv=1),
+                   keys={"attention.sliding_window": WINDOW, "rope.freq_base_swa": 10_000.0,
+                         "attention.key_length_swa": 32, "attention.value_length_swa": 32,
+                         "rope.dimension_count_swa": 32, "embedding_length_per_layer_input": 0,
+                         "final_logit_softcapping": 15.0}),
     # Qwen3.5 MoE: Qwen3.5's layers with a mixture of 8 SwiGLU experts of which 2 are used (the
     # real 35B-A3B: 256 and 8) and a shared expert behind a sigmoid gate.
     "qwen35moe": dict(vocab="qwen35", template="Qwen3.5-4B.jinja", head_dim=64, rope_dim=16,
@@ -224,7 +237,15 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
         if experts.get("shared_ff"):
             w.add_expert_shared_feed_forward_length(experts["shared_ff"])
     w.add_head_count(HEADS)
-    w.add_head_count_kv(KV_HEADS)
+    g4 = spec.get("gemma4")
+    if g4:
+        # The windowed layers' key/value heads and the global ones' (every sixth), and which
+        # are windowed.
+        swa = [i % 6 != 5 for i in range(spec["layers"])]
+        w.add_head_count_kv([g4["swa_kv"] if s else g4["kv"] for s in swa])
+        w.add_array(f"{family}.attention.sliding_window_pattern", swa)
+    else:
+        w.add_head_count_kv(KV_HEADS)
     w.add_key_length(hd)
     w.add_value_length(hd)
     rope_dim = spec.get("rope_dim", hd)
@@ -286,6 +307,9 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
                      rng.uniform(1.0, 8.0, rope_dim // 2).astype(np.float32))
         w.add_tensor("rope_factors_short.weight",
                      rng.uniform(1.0, 1.5, rope_dim // 2).astype(np.float32))
+    if g4:
+        # Gemma 4's global layers' RoPE frequency factors (its "proportional" RoPE).
+        w.add_tensor("rope_freqs.weight", rng.uniform(1.0, 4.0, hd // 2).astype(np.float32))
     fused = spec.get("fused", False)
     oss = spec.get("oss", False)
     ffn_norm = "post_attention_norm" if oss else spec.get("ffn_norm", "ffn_norm")
@@ -293,6 +317,11 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
         p = f"blk.{i}"
         vector(f"{p}.attn_norm.weight", hidden, 1.0, 0.1)
         vector(f"{p}.{ffn_norm}.weight", hidden, 1.0, 0.1)
+        if g4:
+            write_gemma4_attention(w, p, spec, g4, i, hidden, normal, quantized, matrix, vector)
+            write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, vector, fused,
+                      experts_qtype, qtype)
+            continue
         if delta and (i + 1) % delta["interval"] != 0:
             write_delta_net(w, p, delta, hidden, normal, matrix, vector, rng)
             write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, vector, fused,
@@ -389,6 +418,29 @@ def write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, vector, fused, 
         quantized(f"{p}.ffn_gate.weight", gate)
         quantized(f"{p}.ffn_up.weight", up)
     matrix(f"{p}.ffn_down.weight", hidden, ff, 1.0 / np.sqrt(ff))
+
+
+def write_gemma4_attention(w, p, spec, g4, i, hidden, normal, quantized, matrix, vector):
+    """A Gemma 4 layer's attention and its norms: a windowed layer's heads of `swa_head` with
+    `swa_kv` key/value heads and an `attn_v`, a global layer's (every sixth) of the model's
+    head size with `kv` key/value heads and none (its values are its keys' projection)."""
+    swa = i % 6 != 5
+    hd, kv = (g4["swa_head"], g4["swa_kv"]) if swa else (spec["head_dim"], g4["kv"])
+    post = spec["post_norm"]
+    vector(f"{p}.post_attention_norm.weight", hidden, post, 0.1 * post)
+    vector(f"{p}.post_ffw_norm.weight", hidden, post, 0.1 * post)
+    matrix(f"{p}.attn_q.weight", HEADS * hd, hidden, 1.5 / np.sqrt(hidden))
+    matrix(f"{p}.attn_k.weight", kv * hd, hidden, 1.5 / np.sqrt(hidden))
+    if swa:
+        matrix(f"{p}.attn_v.weight", kv * hd, hidden, 1.0 / np.sqrt(hidden))
+    matrix(f"{p}.attn_output.weight", hidden, HEADS * hd, 1.0 / np.sqrt(HEADS * hd))
+    # With no score scale, the q/k norms' weights set the scores' spread: about hd^-1/4 each
+    # keeps them near unit variance (as `1/√head_dim` would), so that attention is not an
+    # argmax that any rounding flips.
+    g = hd ** -0.25
+    vector(f"{p}.attn_q_norm.weight", hd, g, 0.2 * g)
+    vector(f"{p}.attn_k_norm.weight", hd, g, 0.2 * g)
+    vector(f"{p}.layer_output_scale.weight", 1, 1.0, 0.05)
 
 
 def write_delta_net(w, p, d, hidden, normal, matrix, vector, rng):

@@ -81,6 +81,15 @@ fn gemma3_matches_llama_cpp() {
     family_parity("gemma3", &[(Q4_1, 1), (K5, 2)]);
 }
 
+/// Gemma 4 (31B's block): windowed layers with heads of 32 and their own RoPE, a global layer
+/// with heads of 64, one key/value head whose values are its keys' projection, RoPE frequency
+/// factors, values RMS-normalised, no score scale, each layer's output scale, the final
+/// logits soft-capped. Every format agrees at every clear position and step.
+#[test]
+fn gemma4_matches_llama_cpp() {
+    family_parity("gemma4", &[]);
+}
+
 /// Fused qkv and gate-up tensors, RoPE over 24 of each head's 32 dimensions, the long RoPE
 /// factors and their attention factor.
 #[test]

@@ -11,7 +11,8 @@
 //! - answers streaming together are their answers alone, the memory budget counts the states,
 //!   and an answer evicted while paused is rebuilt exactly;
 //! - crafted `ssm.*` sizes are named errors, and a multi-token-prediction block is skipped as
-//!   llama.cpp skips it.
+//!   llama.cpp skips it; and (a header check of the same kind) a Gemma 4 with per-layer
+//!   embeddings says it does not run yet.
 
 mod common;
 
@@ -339,4 +340,18 @@ fn a_multi_token_prediction_block_is_skipped_as_llama_cpp_skips_it() {
     let tokens = text_tokens(&plain, 24);
     let logits = |m: &Model| m.weights.forward(&tokens, &mut KvCache::new()).unwrap();
     assert_eq!(logits(&mtp), logits(&plain));
+}
+
+#[test]
+fn a_gemma4_with_per_layer_embeddings_says_it_does_not_run_yet() {
+    // Gemma 4 31B's block runs (`tests/families.rs`); its E2B/E4B (per-layer embeddings,
+    // shared key/value layers) and 26B-A4B (a mixture) add steps that do not yet: a named error.
+    let path = common::test_model("gemma4-test.Q8_0");
+    let bytes = std::fs::read(&path).unwrap();
+    let crafted = with_u32(&bytes, "gemma4.embedding_length_per_layer_input", 256);
+    let mut reader = std::io::Cursor::new(&crafted);
+    let err = rill_engine::model::check(&mut reader, crafted.len() as u64, &path)
+        .expect_err("an E2B-like file")
+        .to_string();
+    assert!(err.contains("E2B") && err.contains("not run yet"), "{err}");
 }

@@ -145,13 +145,13 @@ fn a_file_of_a_family_rill_does_not_run_says_what_it_is() {
     assert!(info.runs && info.family == "Llama", "{info:?}");
 }
 
-/// Issue 41, until they run: a Qwen3-Next or Gemma 4 file is listed, and loading it says what
-/// it is rather than only that its architecture is unknown (Qwen3.5, dense and mixture, runs:
+/// Issue 41, until they run: a Qwen3-Next or Gemma 3n file is listed, and loading it says what
+/// it is rather than only that its architecture is unknown (Qwen3.5 and Gemma 4 run:
 /// `tests/families.rs`).
 #[test]
 fn the_2026_families_say_what_they_are_until_they_run() {
     let dir = tempfile::tempdir().unwrap();
-    for (arch, what) in [("qwen3next", "Gated DeltaNet"), ("gemma4", "newer block")] {
+    for (arch, what) in [("qwen3next", "Gated DeltaNet"), ("gemma3n", "newer block")] {
         let mut craft = gguf_craft::small();
         craft.metadata[0].1 = Value::String(arch.into());
         let p = write(dir.path(), &format!("{arch}.gguf"), &craft.bytes());

@@ -85,8 +85,14 @@ pub(super) trait Backend {
     fn qkv(&mut self, w: &Group, h: Self::Rows) -> Result<Self::Qkv>;
     /// Adds the q/k/v biases (Qwen2).
     fn qkv_bias(&mut self, qkv: &mut Self::Qkv, bias: &Bias) -> Result<()>;
-    /// RMS-normalises each head's query and key (Qwen3, Gemma 3).
-    fn qk_norm(&mut self, qkv: &mut Self::Qkv, q: &Norm, k: &Norm) -> Result<()>;
+    /// RMS-normalises each head's query and key (Qwen3, Gemma 3), layer `layer`'s heads.
+    fn qk_norm(&mut self, qkv: &mut Self::Qkv, layer: usize, q: &Norm, k: &Norm) -> Result<()>;
+    /// Makes q and k (a layer without `attn_v`) q, k and v, the values the keys' projection.
+    fn keys_as_values(&mut self, qkv: &mut Self::Qkv, layer: usize) -> Result<()>;
+    /// RMS-normalises each value head, without weights (Gemma 4).
+    fn v_norm(&mut self, qkv: &mut Self::Qkv, layer: usize) -> Result<()>;
+    /// `x ← x · s` (Gemma 4's layer output scale).
+    fn scale(&mut self, x: &mut Self::Rows, s: f32) -> Result<()>;
     /// RoPE on the new queries and keys, the keys and values appended to each sequence's
     /// cache, then every query over its cache: `[rows][n_head · head_dim]`.
     fn attend(
@@ -111,7 +117,7 @@ pub(super) trait Backend {
     /// Takes each query head's output gate out of the queries (the query projection gives
     /// `[query | gate]` per head, Qwen3.5), leaving `qkv` as an ungated projection's:
     /// `[rows][n_head · head_dim]` gates.
-    fn split_gate(&mut self, qkv: &mut Self::Qkv) -> Result<Self::Rows>;
+    fn split_gate(&mut self, qkv: &mut Self::Qkv, layer: usize) -> Result<Self::Rows>;
     /// `y ← y · σ(gate)`.
     fn gate(&mut self, y: &mut Self::Rows, gate: Self::Rows) -> Result<()>;
     /// A Gated DeltaNet layer (`delta.rs`) from its input `h` to what its output projection

@@ -15,9 +15,12 @@ use crate::error::{candle_message, Error, Result};
 pub struct DecoderConfig {
     pub family: Family,
     pub n_layer: usize,
+    /// The first layer's heads (every layer's but in Gemma 4: [`heads`](Self::heads)).
     pub n_head: usize,
     pub n_kv_head: usize,
     pub head_dim: usize,
+    /// Each layer's attention heads (`heads.rs`).
+    pub heads: Vec<super::heads::Heads>,
     pub hidden: usize,
     pub rms_eps: f64,
     pub rope_base: f32,
@@ -257,6 +260,29 @@ impl DecoderConfig {
             )
         })?;
         let (delta, recurrent) = hybrid(ct, family, blocks, n_layer, path)?;
+        let windows = windows(ct, family, n_layer, path)?;
+        if family.swa_heads {
+            // Gemma 4's smaller models (E2B, E4B: per-layer embeddings, layers sharing keys
+            // and values) and its mixture (26B-A4B) add steps not run yet.
+            let set = |k: &str| u(k).is_ok_and(|v| v > 0);
+            if set("embedding_length_per_layer_input")
+                || set("attention.shared_kv_layers")
+                || set("expert_count")
+            {
+                return Err(Error::model_file(
+                    path,
+                    "a Gemma 4 E2B, E4B or 26B-A4B (per-layer embeddings, shared key/value \
+                     layers or a mixture of experts): not run yet; Gemma 4 31B's block runs",
+                ));
+            }
+        }
+        let global = super::heads::Heads {
+            n_head,
+            n_kv_head,
+            head_dim,
+            rope_dim,
+        };
+        let heads = super::heads::per_layer(ct, &family, global, &windows, path)?;
         let rope_sections = match ct.metadata.get(&format!("{arch}.rope.dimension_sections")) {
             Some(candle_core::quantized::gguf_file::Value::Array(items)) => {
                 let mut s = [0usize; 4];
@@ -307,16 +333,20 @@ impl DecoderConfig {
                 })
             }
         };
+        let widths: Vec<super::table::Widths> = heads
+            .iter()
+            .map(|h| super::table::Widths {
+                hidden,
+                q: h.q_width(),
+                kv: h.kv_width(),
+                head: h.head_dim,
+            })
+            .collect();
         super::table::check_shapes(
             ct,
             path,
             family,
-            super::table::Widths {
-                hidden,
-                q: n_head * head_dim,
-                kv: n_kv_head * head_dim,
-                head: head_dim,
-            },
+            &widths,
             rope_dim,
             experts,
             (delta, &recurrent),
@@ -342,7 +372,6 @@ impl DecoderConfig {
             }
             _ => None,
         };
-        let windows = windows(ct, family, n_layer, path)?;
         if delta.is_some() && windows.iter().any(Option::is_some) {
             return Err(Error::model_file(
                 path,
@@ -364,6 +393,7 @@ impl DecoderConfig {
         };
         let query_prescale = match family.query_scale {
             QueryScale::HeadDim => None,
+            QueryScale::One => Some(1.0),
             QueryScale::QueriesByHeadDim => Some(1.0 / (head_dim as f32).sqrt()),
             QueryScale::Gemma { layers_27b } if n_layer == layers_27b => {
                 Some(1.0 / ((hidden / n_head) as f32).sqrt())
@@ -373,9 +403,10 @@ impl DecoderConfig {
         let cfg = DecoderConfig {
             family,
             n_layer,
-            n_head,
-            n_kv_head,
-            head_dim,
+            n_head: heads.first().map_or(n_head, |h| h.n_head),
+            n_kv_head: heads.first().map_or(n_kv_head, |h| h.n_kv_head),
+            head_dim: heads.first().map_or(head_dim, |h| h.head_dim),
+            heads,
             hidden,
             rms_eps: md("attention.layer_norm_rms_epsilon")
                 .and_then(|v| v.to_f32().map_err(Error::Candle))

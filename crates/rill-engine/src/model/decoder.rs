@@ -26,6 +26,10 @@ pub(super) struct Layer {
     pub(super) attn_norm: Norm,
     /// q, k, v; in a Gated DeltaNet layer, its input projections.
     pub(super) qkv: Group,
+    /// `qkv` gives q and k only: the values are the keys' projection (Gemma 4).
+    pub(super) keys_as_values: bool,
+    /// The layer's output is multiplied by this (Gemma 4's `layer_output_scale`).
+    pub(super) out_scale: Option<f32>,
     /// A Gated DeltaNet layer's own weights, where the layer is one instead of attention
     /// (Qwen3.5): then `qkv` and `wo` are its input and output projections, and the
     /// attention's fields below are unused.
@@ -90,9 +94,6 @@ pub struct Decoder {
     pub(super) output: Linear,
     /// The global layers' RoPE table, then the windowed layers' where theirs differs (Gemma).
     pub(super) ropes: Vec<RopeTable>,
-    /// The dimensions of each head that RoPE rotates (the first; all of them but in Phi-4-mini's
-    /// partial rotary).
-    pub(super) rope_dim: usize,
     /// Rill's own forward pass on plain host buffers (CPU models), else candle's tensors.
     pub(super) host: bool,
     /// How the host path's KV caches store keys and values.
@@ -153,8 +154,9 @@ impl Decoder {
     /// Bytes of KV cache a sequence of `positions` positions takes at most: every position in
     /// a full layer, a windowed layer's window and margins (`kv.rs`).
     pub fn kv_bytes(&self, positions: usize) -> usize {
-        super::kv::kv_bytes(&self.cfg, positions, self.kv_bytes_per_layer())
-            + super::recurrent::Recurrent::bytes_for(&self.cfg)
+        super::kv::kv_bytes(&self.cfg, positions, |layer| {
+            self.kv_bytes_per_position(layer)
+        }) + super::recurrent::Recurrent::bytes_for(&self.cfg)
     }
 
     /// Bytes of weights a decode step reads, as the model holds them (our kernels' layouts),
@@ -200,10 +202,10 @@ impl Decoder {
             .sum()
     }
 
-    /// Bytes one position costs in one layer (keys and values): the [`KvType`]'s on the host,
+    /// Bytes one position costs in `layer` (keys and values): the [`KvType`]'s on the host,
     /// f32 in candle's tensors.
-    fn kv_bytes_per_layer(&self) -> usize {
-        let width = self.cfg.n_kv_head * self.cfg.head_dim;
+    fn kv_bytes_per_position(&self, layer: usize) -> usize {
+        let width = self.cfg.heads[layer].kv_width();
         match self.host {
             true => 2 * self.kv_type.bytes(width),
             false => 2 * width * DType::F32.size_in_bytes(),
@@ -223,13 +225,13 @@ impl Decoder {
                 ),
             ));
         }
-        if !kind.fits(self.cfg.head_dim) {
+        if let Some(h) = self.cfg.heads.iter().find(|h| !kind.fits(h.head_dim)) {
             return Err(Error::param(
                 "kv_cache",
                 format!(
                     "a {} KV cache needs heads of a multiple of 32 values; this model's have {}",
                     kind.name(),
-                    self.cfg.head_dim
+                    h.head_dim
                 ),
             ));
         }
@@ -419,6 +421,9 @@ impl Decoder {
                 b.renorm(post, &mut y)?;
             }
             b.residual(&mut x, y)?;
+            if let Some(scale) = layer.out_scale {
+                b.scale(&mut x, scale)?;
+            }
         }
         for (tokens, cache) in batch.iter_mut() {
             cache.advance(tokens.len());
@@ -444,20 +449,26 @@ impl Decoder {
     ) -> Result<B::Rows> {
         let (cfg, family) = (&self.cfg, &self.cfg.family);
         let mut qkv = b.qkv(&layer.qkv, h)?;
+        if layer.keys_as_values {
+            b.keys_as_values(&mut qkv, li)?;
+        }
         let gate = match family.gated_query {
-            true => Some(b.split_gate(&mut qkv)?),
+            true => Some(b.split_gate(&mut qkv, li)?),
             false => None,
         };
         if let Some(bias) = &layer.bias {
             b.qkv_bias(&mut qkv, bias)?;
         }
+        if family.v_norm {
+            b.v_norm(&mut qkv, li)?;
+        }
         if let Some((q, k)) = &layer.qk_norm {
-            b.qk_norm(&mut qkv, q, k)?;
+            b.qk_norm(&mut qkv, li, q, k)?;
         }
         let attention = Attention {
             layer: li,
             rope: layer.rope,
-            rope_dim: self.rope_dim,
+            rope_dim: cfg.heads[li].rope_dim,
             rope_style: family.rope,
             prescale: cfg.query_prescale,
             softcap: cfg.attn_softcap,

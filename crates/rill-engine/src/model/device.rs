@@ -133,9 +133,15 @@ impl Backend for OnDevice<'_> {
         Ok(())
     }
 
-    fn qk_norm(&mut self, [q, k, _]: &mut [Tensor; 3], qn: &Norm, kn: &Norm) -> Result<()> {
-        let cfg = &self.d.cfg;
-        let (n_head, n_kv, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim);
+    fn qk_norm(
+        &mut self,
+        [q, k, _]: &mut [Tensor; 3],
+        layer: usize,
+        qn: &Norm,
+        kn: &Norm,
+    ) -> Result<()> {
+        let h = self.d.cfg.heads[layer];
+        let (n_head, n_kv, hd) = (h.n_head, h.n_kv_head, h.head_dim);
         let rows = q.dim(0)?;
         *q = qn
             .forward(&q.reshape((rows, n_head, hd))?)?
@@ -162,8 +168,8 @@ impl Backend for OnDevice<'_> {
                 "attention sinks run on the CPU only",
             ));
         }
-        let cfg = &self.d.cfg;
-        let (n_head, n_kv, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim);
+        let h = self.d.cfg.heads[how.layer];
+        let (n_head, n_kv, hd) = (h.n_head, h.n_kv_head, h.head_dim);
         let n_rep = n_head / n_kv;
         let scale = match how.prescale {
             Some(s) => s as f64,
@@ -258,8 +264,28 @@ impl Backend for OnDevice<'_> {
         Ok(y.broadcast_mul(&scale)?)
     }
 
-    fn split_gate(&mut self, [q, _, _]: &mut [Tensor; 3]) -> Result<Tensor> {
-        let hd = self.d.cfg.head_dim;
+    fn keys_as_values(&mut self, [_, k, v]: &mut [Tensor; 3], _: usize) -> Result<()> {
+        *v = k.clone();
+        Ok(())
+    }
+
+    fn v_norm(&mut self, [_, _, v]: &mut [Tensor; 3], layer: usize) -> Result<()> {
+        let (h, eps) = (self.d.cfg.heads[layer], self.d.cfg.rms_eps);
+        let rows = v.dim(0)?;
+        let heads = v.reshape((rows, h.n_kv_head, h.head_dim))?;
+        let mean = heads.sqr()?.mean_keepdim(2)?;
+        let normed = heads.broadcast_div(&(mean + eps)?.sqrt()?)?;
+        *v = normed.reshape((rows, h.kv_width()))?;
+        Ok(())
+    }
+
+    fn scale(&mut self, x: &mut Tensor, s: f32) -> Result<()> {
+        *x = (&*x * s as f64)?;
+        Ok(())
+    }
+
+    fn split_gate(&mut self, [q, _, _]: &mut [Tensor; 3], layer: usize) -> Result<Tensor> {
+        let hd = self.d.cfg.heads[layer].head_dim;
         let (rows, width) = q.dims2()?;
         let heads = q.reshape((rows, width / (2 * hd), 2 * hd))?;
         let half = |from: usize| -> Result<Tensor> {

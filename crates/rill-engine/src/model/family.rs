@@ -46,6 +46,8 @@ pub struct SlidingWindow {
 pub enum QueryScale {
     /// `1/√head_dim`, on the scores.
     HeadDim,
+    /// None at all (Gemma 4: its q/k norms set the scores' scale).
+    One,
     /// `1/√head_dim`, on the queries before the scores (Phi-3: llama.cpp scales them there,
     /// which decides where they are rounded to f16).
     QueriesByHeadDim,
@@ -125,6 +127,16 @@ pub struct Family {
     /// A mixture's rows also go through one shared SwiGLU expert (`ffn_{gate,up,down}_shexp`),
     /// weighed by the sigmoid of its own gate's logit (`ffn_gate_inp_shexp`; Qwen3.5 MoE).
     pub shared_expert: bool,
+    /// The windowed layers' heads have a width and RoPE of their own (`key_length_swa`,
+    /// `rope.dimension_count_swa`), the global layers' RoPE the file's `rope_freqs`, the
+    /// windowed layers' none (Gemma 4).
+    pub swa_heads: bool,
+    /// A layer may have no `attn_v`: its values are then its keys' projection; values are
+    /// RMS-normalised without weights (Gemma 4).
+    pub v_norm: bool,
+    /// Each layer's output is multiplied by its `layer_output_scale` where the file has one
+    /// (Gemma 4).
+    pub layer_scale: bool,
 }
 
 const LLAMA: Family = Family {
@@ -150,6 +162,9 @@ const LLAMA: Family = Family {
     gated_query: false,
     delta_net: false,
     shared_expert: false,
+    swa_heads: false,
+    v_norm: false,
+    layer_scale: false,
 };
 
 /// Gemma's block: GELU, post-norms, √width embeddings, NEOX, queries pre-scaled.
@@ -262,6 +277,27 @@ pub const FAMILIES: &[Family] = &[
         ffn_norm: "post_attention_norm",
         ..LLAMA
     },
+    // Gemma 4 (31B, and the text block of its smaller models; llama.cpp's `gemma4.cpp`): Gemma
+    // 3's block with windowed layers of narrower heads and their own RoPE, global layers with
+    // fewer key/value heads whose values may be their keys, RoPE frequency factors on the
+    // global layers, values RMS-normalised, no score scale, a scale on each layer's output and
+    // the final logits soft-capped (30 unless the file says).
+    Family {
+        arch: "gemma4",
+        qk_norm: true,
+        attn_softcap: None,
+        final_softcap: Some(30.0),
+        sliding_window: Some(SlidingWindow {
+            pattern: 6,
+            default_window: None,
+            default_base: Some(10_000.0),
+        }),
+        query_scale: QueryScale::One,
+        swa_heads: true,
+        v_norm: true,
+        layer_scale: true,
+        ..GEMMA
+    },
     // Qwen3.5 dense (0.8B to 27B).
     QWEN35,
     // Qwen3.5 mixtures of experts (35B-A3B, 122B-A10B, 397B-A17B): Qwen3.5's layers, and a
@@ -291,6 +327,9 @@ impl Family {
     pub fn host_only(&self) -> Option<&'static str> {
         if self.delta_net || self.gated_query {
             return Some("its Gated DeltaNet layers are on Rill's own kernels");
+        }
+        if self.swa_heads || self.v_norm || self.layer_scale {
+            return Some("its layers of different head sizes are on Rill's own attention");
         }
         match (
             self.attn_sinks,
@@ -323,6 +362,7 @@ pub fn label(arch: &str) -> String {
         "phi3" => "Phi-3",
         "qwen35" => "Qwen3.5",
         "qwen35moe" => "Qwen3.5 MoE",
+        "gemma4" => "Gemma 4",
         _ => return format!("{arch} (not run: {})", not_run(arch)),
     };
     known.to_string()
@@ -346,7 +386,8 @@ pub fn not_run(arch: &str) -> &'static str {
         "gemma" => "the first Gemma, not run",
         "qwen3next" => "a Qwen3-Next: Gated DeltaNet layers beside attention, not run yet",
         "qwen3vl" | "qwen3vlmoe" => "a Qwen3-VL model (images and text), not run yet",
-        "gemma3n" | "gemma4" | "gemma4-assistant" => "a Gemma of a newer block, not run yet",
+        "gemma3n" => "a Gemma of a newer block, not run yet",
+        "gemma4-assistant" => "Gemma 4's speculative draft head, which goes beside a Gemma 4",
         "phi2" => "Phi-2, not run",
         "bert" | "nomic-bert" | "jina-bert-v2" => "an embedding model, not a chat model",
         _ => "an architecture Rill does not know",

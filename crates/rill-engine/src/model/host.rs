@@ -140,9 +140,9 @@ impl Backend for Host<'_> {
         Ok(())
     }
 
-    fn qk_norm(&mut self, qkv: &mut Vec<f32>, qn: &Norm, kn: &Norm) -> Result<()> {
-        let cfg = &self.d.cfg;
-        let (qw, kw) = (cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim);
+    fn qk_norm(&mut self, qkv: &mut Vec<f32>, layer: usize, qn: &Norm, kn: &Norm) -> Result<()> {
+        let h = self.d.cfg.heads[layer];
+        let (qw, kw) = (h.q_width(), h.kv_width());
         let mut tmp = vec![0f32; qw.max(kw)];
         for row in qkv.chunks_exact_mut(qw + 2 * kw) {
             let (q, rest) = row.split_at_mut(qw);
@@ -155,6 +155,41 @@ impl Backend for Host<'_> {
         Ok(())
     }
 
+    fn keys_as_values(&mut self, qkv: &mut Vec<f32>, layer: usize) -> Result<()> {
+        let h = self.d.cfg.heads[layer];
+        let (qw, kw) = (h.q_width(), h.kv_width());
+        let rows = qkv.len() / (qw + kw);
+        let mut out = self.take(rows * (qw + 2 * kw));
+        for (from, to) in qkv
+            .chunks_exact(qw + kw)
+            .zip(out.chunks_exact_mut(qw + 2 * kw))
+        {
+            to[..qw + kw].copy_from_slice(from);
+            to[qw + kw..].copy_from_slice(&from[qw..]);
+        }
+        let old = std::mem::replace(qkv, out);
+        self.give(old);
+        Ok(())
+    }
+
+    fn v_norm(&mut self, qkv: &mut Vec<f32>, layer: usize) -> Result<()> {
+        let h = self.d.cfg.heads[layer];
+        let (qw, kw) = (h.q_width(), h.kv_width());
+        let (ones, eps) = (vec![1f32; h.head_dim], self.d.cfg.rms_eps as f32);
+        let mut tmp = vec![0f32; kw];
+        for row in qkv.chunks_exact_mut(qw + 2 * kw) {
+            let v = &mut row[qw + kw..];
+            ops::rms_norm_like_ggml(v, &ones, eps, &mut tmp);
+            v.copy_from_slice(&tmp);
+        }
+        Ok(())
+    }
+
+    fn scale(&mut self, x: &mut Vec<f32>, s: f32) -> Result<()> {
+        x.iter_mut().for_each(|v| *v *= s);
+        Ok(())
+    }
+
     fn attend(
         &mut self,
         how: &Attention<'_>,
@@ -162,11 +197,11 @@ impl Backend for Host<'_> {
         batch: &mut [(&[u32], &mut KvCache)],
         spans: &[(usize, usize)],
     ) -> Result<Vec<f32>> {
-        let cfg = &self.d.cfg;
+        let h = self.d.cfg.heads[how.layer];
         let shape = attention::Shape {
-            n_head: cfg.n_head,
-            n_kv_head: cfg.n_kv_head,
-            head_dim: cfg.head_dim,
+            n_head: h.n_head,
+            n_kv_head: h.n_kv_head,
+            head_dim: h.head_dim,
         };
         let rope = self.d.ropes[how.rope]
             .host
@@ -271,13 +306,9 @@ impl Backend for Host<'_> {
         Ok(y)
     }
 
-    fn split_gate(&mut self, qkv: &mut Vec<f32>) -> Result<Vec<f32>> {
-        let cfg = &self.d.cfg;
-        let (hd, qw, kw) = (
-            cfg.head_dim,
-            cfg.n_head * cfg.head_dim,
-            cfg.n_kv_head * cfg.head_dim,
-        );
+    fn split_gate(&mut self, qkv: &mut Vec<f32>, layer: usize) -> Result<Vec<f32>> {
+        let h = self.d.cfg.heads[layer];
+        let (hd, qw, kw) = (h.head_dim, h.q_width(), h.kv_width());
         let (wide, narrow) = (2 * qw + 2 * kw, qw + 2 * kw);
         let rows = qkv.len() / wide;
         let mut gate = self.take(rows * qw);

@@ -66,15 +66,20 @@ fn room_for(window: Option<usize>, stored: usize, extra: usize, capacity: usize)
     }
 }
 
-/// Bytes of KV cache `positions` positions take when each costs `per_layer` bytes per layer:
-/// every position in a full layer, at most [`most_kept`] in a windowed one, none in a
+/// Bytes of KV cache `positions` positions take when each costs `per_position(layer)` bytes in
+/// a layer: every position in a full layer, at most [`most_kept`] in a windowed one, none in a
 /// recurrent one (whose state the caller counts).
-pub fn kv_bytes(cfg: &DecoderConfig, positions: usize, per_layer: usize) -> usize {
-    cfg.windows
-        .iter()
-        .zip(&cfg.recurrent)
-        .filter(|(_, r)| !**r)
-        .map(|(w, _)| w.map_or(positions, |w| positions.min(most_kept(w))) * per_layer)
+pub fn kv_bytes(
+    cfg: &DecoderConfig,
+    positions: usize,
+    per_position: impl Fn(usize) -> usize,
+) -> usize {
+    (0..cfg.n_layer)
+        .filter(|&i| !cfg.recurrent[i])
+        .map(|i| {
+            let kept = cfg.windows[i].map_or(positions, |w| positions.min(most_kept(w)));
+            kept * per_position(i)
+        })
         .sum()
 }
 
@@ -87,8 +92,8 @@ pub struct KvCache {
     len: usize,
     /// Positions the full layers have room for.
     capacity: usize,
-    /// Floats per position in a layer (`n_kv_head · head_dim`).
-    width: usize,
+    /// Floats per position in each layer (its `n_kv_head · head_dim`).
+    widths: Vec<usize>,
     /// Each layer's window (`None`: it attends over every position).
     windows: Vec<Option<usize>>,
     /// The windowed layers' rows at a length (when the prompt was in): what lets the cache be
@@ -293,8 +298,9 @@ impl KvCache {
                 (Some((_, rows)), 1..) => rows
                     .iter()
                     .map(|(i, r)| {
-                        let room = self.layers[*i].room(self.width).max(to - r.start());
-                        Ok((*i, r.copy(r.start(), to, room, self.width)?))
+                        let width = self.widths[*i];
+                        let room = self.layers[*i].room(width).max(to - r.start());
+                        Ok((*i, r.copy(r.start(), to, room, width)?))
                     })
                     .collect::<Result<Vec<_>>>(),
                 _ => return self.clear(),
@@ -350,7 +356,7 @@ impl KvCache {
             .windowed()
             .map(|(i, w)| {
                 let from = self.layers[i].start().max(keep_from(self.len, w));
-                Ok((i, self.layers[i].copy(from, self.len, 0, self.width)?))
+                Ok((i, self.layers[i].copy(from, self.len, 0, self.widths[i])?))
             })
             .collect::<Result<Vec<_>>>();
         match saved {
@@ -373,7 +379,7 @@ impl KvCache {
             let (source, from) = match self.windows[i] {
                 // A recurrent layer keeps no rows.
                 None if self.is_recurrent(i) => {
-                    layers.push(rows.copy(0, 0, 0, self.width)?);
+                    layers.push(rows.copy(0, 0, 0, self.widths[i])?);
                     continue;
                 }
                 None => (rows, 0),
@@ -389,13 +395,13 @@ impl KvCache {
                     (source, source.start().max(keep_from(to, w)))
                 }
             };
-            layers.push(source.copy(from, to, to - from + 16, self.width)?);
+            layers.push(source.copy(from, to, to - from + 16, self.widths[i])?);
         }
         Ok(KvCache {
             layers,
             len: to,
             capacity: to + 16,
-            width: self.width,
+            widths: self.widths.clone(),
             windows: self.windows.clone(),
             checkpoint: None,
             recurrent: self.recurrent.as_ref().map(|r| r.at(to, self.len)),
@@ -443,7 +449,11 @@ impl KvCache {
     ) -> Result<()> {
         let built = self.layers.len() == cfg.n_layer
             && self.windows == cfg.windows
-            && self.width == cfg.n_kv_head * cfg.head_dim
+            && self
+                .widths
+                .iter()
+                .copied()
+                .eq(cfg.heads.iter().map(|h| h.kv_width()))
             && self.layers.iter().all(|r| match r {
                 Rows::Host(l) => host == Some(l.k.kind()),
                 Rows::Device { .. } => host.is_none(),
@@ -455,7 +465,7 @@ impl KvCache {
         if !built {
             // A new cache (or, defensively, one built for another model): nothing to keep.
             *self = KvCache {
-                width: cfg.n_kv_head * cfg.head_dim,
+                widths: cfg.heads.iter().map(|h| h.kv_width()).collect(),
                 windows: cfg.windows.clone(),
                 recurrent: Recurrent::new(cfg),
                 wanted: std::mem::take(&mut self.wanted),
@@ -488,7 +498,8 @@ impl KvCache {
                         start: 0,
                     }),
                     None => {
-                        let shape = (1, cfg.n_kv_head, room, cfg.head_dim);
+                        let h = cfg.heads[i];
+                        let shape = (1, h.n_kv_head, room, h.head_dim);
                         Rows::Device {
                             k: Tensor::zeros(shape, DType::F32, device)?,
                             v: Tensor::zeros(shape, DType::F32, device)?,
@@ -501,14 +512,14 @@ impl KvCache {
             if let Some(w) = window {
                 let from = keep_from(self.len, w);
                 if from >= rows.start() + slide(w) {
-                    rows.drop_before(from, self.len, self.width)?;
+                    rows.drop_before(from, self.len, self.widths[i])?;
                 }
             }
             if cfg.recurrent[i] {
                 continue;
             }
             let room = room_for(window, self.len - rows.start(), extra, self.capacity);
-            rows.make_room(self.len, room, self.width)?;
+            rows.make_room(self.len, room, self.widths[i])?;
         }
         Ok(())
     }
@@ -519,7 +530,7 @@ impl KvCache {
     /// of f32, and the values still carry 11 significant bits).
     pub(super) fn push_host(&mut self, layer: usize, row: usize, k: &[f32], v: &[f32]) {
         if let Some(Rows::Host(l)) = self.layers.get_mut(layer) {
-            let at = (self.len + row - l.start) * self.width;
+            let at = (self.len + row - l.start) * self.widths[layer];
             l.k.put(at, k);
             l.v.put(at, v);
         }

@@ -104,10 +104,8 @@ impl Decoder {
         let (cfg, rope_dim) = DecoderConfig::read(ct, family, context_cap, path)?;
         // Rill's own forward pass (plain buffers, our kernels and attention) on the CPU; else
         // candle's tensors (GPUs, and the CPU when asked, to test that path).
-        let host = device.is_cpu()
-            && compute == super::Compute::Ours
-            && rope_dim <= cfg.head_dim
-            && rope_dim % 2 == 0;
+        // (Every layer's RoPE width was checked against its heads: `heads.rs`.)
+        let host = device.is_cpu() && compute == super::Compute::Ours;
         if let Some(why) = family.host_only().filter(|_| !host) {
             return Err(Error::model_file(
                 path,
@@ -162,7 +160,17 @@ impl Decoder {
         let f = factors.as_deref();
         let yarn = cfg.yarn.as_ref();
         let mut ropes = vec![rope_table(&cfg, rope_dim, global, f, yarn, device, host)?];
-        if windowed != global && cfg.windows.iter().any(Option::is_some) {
+        let swa_heads = cfg
+            .windows
+            .iter()
+            .zip(&cfg.heads)
+            .find(|(w, _)| w.is_some());
+        if let (true, Some((_, h))) = (family.swa_heads, swa_heads) {
+            // Gemma 4's windowed layers: their own RoPE width and base, no frequency factors.
+            ropes.push(rope_table(
+                &cfg, h.rope_dim, windowed, None, None, device, host,
+            )?);
+        } else if windowed != global && cfg.windows.iter().any(Option::is_some) {
             // The windowed layers' own base is unscaled (Gemma 3), or scaled as the global
             // layers' are (linear: `windowed` says so; YaRN: the same scaling).
             let same = family
@@ -245,7 +253,6 @@ impl Decoder {
             norm,
             output,
             ropes,
-            rope_dim,
             host,
             kv_type: KvType::F16,
             device: device.clone(),
@@ -278,14 +285,14 @@ fn read_layer<'a>(
     let family = &cfg.family;
     let experts = cfg.experts.zip(family.experts);
     let recurrent = cfg.recurrent[i];
-    let fused = table::fused_qkv(ct, family, i);
-    let parts = table::parts(family, fused, experts.is_some(), recurrent);
+    let form = table::form(ct, family, i, recurrent);
+    let parts = table::parts(family, form, experts.is_some());
     let has = |p: Part| parts.contains(&p);
     let mut get = |p: Part| raw(&p.tensor(family, i));
     let norm = |t: RawTensor| -> Result<Norm> {
         Norm::new(t.qtensor()?, cfg.rms_eps, host, family.llama_cpp_rounding)
     };
-    let (qw, kw) = (cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim);
+    let (qw, kw) = (cfg.heads[i].q_width(), cfg.heads[i].kv_width());
     let (qkv, wo, delta) = match (cfg.delta, recurrent) {
         // `DecoderConfig::read` gives a hybrid family its sizes.
         (Some(d), true) => {
@@ -307,6 +314,10 @@ fn read_layer<'a>(
                 true => {
                     let q = if family.gated_query { 2 * qw } else { qw };
                     Group::fused(get(Part::Qkv)?, vec![q, kw, kw], host)?
+                }
+                // Values that are the keys' projection: q and k only (`Backend::keys_as_values`).
+                false if form.keys_as_values => {
+                    Group::new(vec![get(Part::Q)?, get(Part::K)?], host)?
                 }
                 false => Group::new(vec![get(Part::Q)?, get(Part::K)?, get(Part::V)?], host)?,
             };
@@ -399,8 +410,14 @@ fn read_layer<'a>(
             norm(get(Part::PostFfnNorm)?)?,
         )),
     };
+    let out_scale = match has(Part::LayerScale) {
+        true => floats(get(Part::LayerScale)?)?.first().copied(),
+        false => None,
+    };
     Ok(Layer {
         qkv,
+        keys_as_values: form.keys_as_values,
+        out_scale,
         delta,
         bias,
         qk_norm,

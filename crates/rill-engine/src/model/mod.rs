@@ -16,6 +16,7 @@ mod delta;
 mod device;
 pub mod experts;
 pub mod family;
+mod heads;
 pub use crate::gguf;
 mod host;
 mod kv;

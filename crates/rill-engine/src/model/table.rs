@@ -69,6 +69,8 @@ pub(super) enum Part {
     SsmNorm,
     /// The output projection.
     SsmOut,
+    /// The layer's output scale (Gemma 4's `layer_output_scale`, one value).
+    LayerScale,
 }
 
 /// The widths a layer's tensors follow.
@@ -140,6 +142,7 @@ impl Part {
             SsmA => ("ssm_a", ""),
             SsmNorm => ("ssm_norm", "weight"),
             SsmOut => ("ssm_out", "weight"),
+            LayerScale => ("layer_output_scale", "weight"),
         }
     }
 
@@ -202,18 +205,44 @@ impl Part {
             SsmDt | SsmA => vec![v_heads],
             SsmNorm => vec![delta.head],
             SsmOut => vec![hidden, values],
+            LayerScale => vec![1],
         }
     }
 }
 
-/// The tensors of a layer under `family`'s settings: a Gated DeltaNet's (`recurrent`) or
-/// attention's with q, k and v apart or fused (`fused_qkv`, as the file has them), and a
-/// mixture's experts or one gated MLP.
-pub(super) fn parts(family: &Family, fused_qkv: bool, experts: bool, recurrent: bool) -> Vec<Part> {
+/// How a layer is laid out in the file, where a family allows more than one way.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Form {
+    /// q, k and v in one tensor.
+    pub(super) fused_qkv: bool,
+    /// A Gated DeltaNet layer.
+    pub(super) recurrent: bool,
+    /// No `attn_v`: the values are the keys' projection (Gemma 4's global layers).
+    pub(super) keys_as_values: bool,
+    /// A `layer_output_scale` (Gemma 4).
+    pub(super) scale: bool,
+}
+
+/// How layer `layer` of the file is laid out (`recurrent`: the configuration's flag).
+pub(super) fn form(ct: &Header, family: &Family, layer: usize, recurrent: bool) -> Form {
+    let has = |p: Part| ct.tensor_infos.contains_key(&p.tensor(family, layer));
+    let fused_qkv = has(Part::Qkv);
+    Form {
+        fused_qkv,
+        recurrent,
+        keys_as_values: family.v_norm && !fused_qkv && !has(Part::V),
+        scale: family.layer_scale && has(Part::LayerScale),
+    }
+}
+
+/// The tensors of a layer under `family`'s settings, laid out as `form` says: a Gated
+/// DeltaNet's or attention's, and a mixture's experts or one gated MLP.
+pub(super) fn parts(family: &Family, form: Form, experts: bool) -> Vec<Part> {
     use Part::*;
     let when = |on: bool, parts: &[Part]| if on { parts.to_vec() } else { Vec::new() };
     let mut p = vec![AttnNorm, FfnNorm];
-    if recurrent {
+    p.extend(when(form.scale, &[LayerScale]));
+    if form.recurrent {
         p.extend([
             Mix, MixGate, SsmBeta, SsmAlpha, SsmConv, SsmDt, SsmA, SsmNorm, SsmOut,
         ]);
@@ -222,9 +251,10 @@ pub(super) fn parts(family: &Family, fused_qkv: bool, experts: bool, recurrent: 
     }
     p.extend(when(family.out_bias, &[OutBias]));
     p.extend(when(family.attn_sinks, &[Sinks]));
-    match fused_qkv {
-        true => p.push(Qkv),
-        false => p.extend([Q, K, V]),
+    match (form.fused_qkv, form.keys_as_values) {
+        (true, _) => p.push(Qkv),
+        (false, true) => p.extend([Q, K]),
+        (false, false) => p.extend([Q, K, V]),
     }
     p.push(Out);
     p.extend(when(family.qkv_bias, &[QBias, KBias, VBias]));
@@ -253,12 +283,6 @@ fn feed_forward(family: &Family, experts: bool) -> Vec<Part> {
     }
 }
 
-/// Whether layer `layer` of the file holds q, k and v in one tensor.
-pub(super) fn fused_qkv(ct: &Header, family: &Family, layer: usize) -> bool {
-    ct.tensor_infos
-        .contains_key(&Part::Qkv.tensor(family, layer))
-}
-
 /// Checks every weight's shape against the metadata before anything is loaded.
 /// `hybrid`: a hybrid family's Gated DeltaNet sizes, and which layers are recurrent (one flag
 /// per layer).
@@ -266,25 +290,23 @@ pub(super) fn check_shapes(
     ct: &Header,
     path: &Path,
     family: Family,
-    widths: Widths,
+    layer_widths: &[Widths],
     rope_dim: usize,
     experts: Option<ExpertsConfig>,
     (delta, recurrent): (Option<DeltaConfig>, &[bool]),
 ) -> Result<()> {
-    let n_layer = recurrent.len();
-    let Widths {
-        hidden,
-        q: q_width,
-        kv: kv_width,
-        ..
-    } = widths;
+    let n_layer = recurrent.len().min(layer_widths.len());
+    let Some(&first) = layer_widths.first() else {
+        return Err(Error::model_file(path, "the model has no layers"));
+    };
+    let hidden = first.hidden;
     let dims = |name: &str| -> Result<&[usize]> {
         ct.tensor_infos
             .get(name)
             .map(|t| t.shape.dims())
             .ok_or_else(|| Error::model_file(path, format!("tensor `{name}` is missing")))
     };
-    let expect = |name: &str, want: &[usize]| -> Result<()> {
+    let expect_in = |w: Widths, name: &str, want: &[usize]| -> Result<()> {
         let got = dims(name)?;
         if got == want {
             return Ok(());
@@ -293,10 +315,12 @@ pub(super) fn check_shapes(
             path,
             format!(
                 "tensor `{name}` has shape {got:?}, but the metadata (width {hidden}, \
-                 query width {q_width}, key/value width {kv_width}) needs {want:?}"
+                 query width {}, key/value width {}) needs {want:?}",
+                w.q, w.kv
             ),
         ))
     };
+    let expect = |name: &str, want: &[usize]| expect_in(first, name, want);
     let vocab = match dims("token_embd.weight")? {
         [v, h] if *v > 0 && *h == hidden => *v,
         other => {
@@ -313,10 +337,16 @@ pub(super) fn check_shapes(
     if n_layer == 0 {
         return Err(Error::model_file(path, "the model has no layers"));
     }
+    // Gemma 4's factors cover its global layers' heads (the widest), of which RoPE may turn a
+    // part; everyone else's the dimensions RoPE turns.
+    let factors_len = match family.swa_heads {
+        true => layer_widths.iter().map(|w| w.head).max().unwrap_or(0) / 2,
+        false => rope_dim / 2,
+    };
     for factors in ["rope_freqs", "rope_factors_long", "rope_factors_short"] {
         let name = format!("{factors}.weight");
         if ct.tensor_infos.contains_key(&name) {
-            expect(&name, &[rope_dim / 2])?;
+            expect(&name, &[factors_len])?;
         }
     }
     for i in 0..n_layer {
@@ -337,24 +367,19 @@ pub(super) fn check_shapes(
             }
         };
         let mut d = Dims {
-            widths,
+            widths: layer_widths[i],
             ff: 0,
             experts,
             fused_gate_up: family.fused_gate_up,
             gated_query: family.gated_query,
             delta,
         };
-        let layer_parts = parts(
-            &family,
-            fused_qkv(ct, &family, i),
-            experts.is_some(),
-            recurrent[i],
-        );
-        for part in layer_parts {
+        let form = form(ct, &family, i, recurrent[i]);
+        for part in parts(&family, form, experts.is_some()) {
             if matches!(part, Part::Gate | Part::Up | Part::Down) && d.ff == 0 {
                 d.ff = ff_width()?;
             }
-            expect(&part.tensor(&family, i), &part.shape(&d))?;
+            expect_in(d.widths, &part.tensor(&family, i), &part.shape(&d))?;
         }
     }
     Ok(())
