@@ -259,6 +259,17 @@ impl DecoderConfig {
                 format!("{nextn} prediction layers of {blocks} blocks"),
             )
         })?;
+        // Every layer has tensors of its own: a block count beyond the file's tensors is a
+        // damaged header, refused before anything is sized by it.
+        if blocks > ct.tensor_infos.len() {
+            return Err(Error::model_file(
+                path,
+                format!(
+                    "{blocks} layers, but the file holds {} tensors",
+                    ct.tensor_infos.len()
+                ),
+            ));
+        }
         let (delta, recurrent) = hybrid(ct, family, blocks, n_layer, path)?;
         let windows = windows(ct, family, n_layer, path)?;
         if family.swa_heads {
