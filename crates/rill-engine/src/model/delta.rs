@@ -107,18 +107,6 @@ fn head_step(
         return;
     }
     let _ = isa;
-    head_step_scalar(state, q, k, v, decay, beta, o);
-}
-
-fn head_step_scalar(
-    state: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    decay: f32,
-    beta: f32,
-    o: &mut [f32],
-) {
     let n = k.len();
     let scale = 1.0 / (n as f32).sqrt();
     for (j, row) in state.chunks_exact_mut(n).enumerate() {
