@@ -171,6 +171,19 @@ VARIANTS = {
     # Qwen3.5 with a multi-token-prediction block after its own four (issue 41): skipped as
     # llama.cpp's main pass skips it, so its logits are the plain file's.
     "qwen35-mtp": ("qwen35", dict(FAMILIES["qwen35"], mtp=True)),
+    # Gemma 4 E2B/E4B's block (issue 41): six layers, a global one every third, per-layer
+    # embeddings 32 wide (each layer's own row of every token, a projection of the residual
+    # stream to them, and a gated step per layer), and the last three layers reading the keys
+    # and values of layers 1 (windowed) and 2 (global), as llama.cpp picks them; those layers
+    # still carry `attn_k`/`attn_v`, which must go unread. In F16, Q8_0 and Q4_0.
+    "gemma4e": ("gemma4", dict(FAMILIES["gemma4"], per_layer=32, shared_kv=3,
+                               gemma4=dict(FAMILIES["gemma4"]["gemma4"], every=3),
+                               keys=dict(FAMILIES["gemma4"]["keys"],
+                                         embedding_length_per_layer_input=32,
+                                         **{"attention.shared_kv_layers": 3}),
+                               formats=(gguf.GGMLQuantizationType.F16,
+                                        gguf.GGMLQuantizationType.Q8_0,
+                                        gguf.GGMLQuantizationType.Q4_0))),
 }
 
 
@@ -239,9 +252,10 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
     w.add_head_count(HEADS)
     g4 = spec.get("gemma4")
     if g4:
-        # The windowed layers' key/value heads and the global ones' (every sixth), and which
-        # are windowed.
-        swa = [i % 6 != 5 for i in range(spec["layers"])]
+        # The windowed layers' key/value heads and the global ones' (every sixth, or the
+        # spec's `every`), and which are windowed.
+        every = g4.get("every", 6)
+        swa = [i % every != every - 1 for i in range(spec["layers"])]
         w.add_head_count_kv([g4["swa_kv"] if s else g4["kv"] for s in swa])
         w.add_array(f"{family}.attention.sliding_window_pattern", swa)
     else:
@@ -310,6 +324,14 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
     if g4:
         # Gemma 4's global layers' RoPE frequency factors (its "proportional" RoPE).
         w.add_tensor("rope_freqs.weight", rng.uniform(1.0, 4.0, hd // 2).astype(np.float32))
+    per_layer = spec.get("per_layer", 0)
+    if per_layer:
+        # Per-layer embeddings: rows that the model scales by √width to unit size, the
+        # projection of the residual stream (normalised after it) and the norm's weights.
+        all_layers = per_layer * layers
+        matrix("per_layer_token_embd.weight", n_vocab, all_layers, 1.0 / np.sqrt(per_layer))
+        matrix("per_layer_model_proj.weight", all_layers, hidden, 1.0 / np.sqrt(hidden))
+        vector("per_layer_proj_norm.weight", per_layer, 1.0, 0.1)
     fused = spec.get("fused", False)
     oss = spec.get("oss", False)
     ffn_norm = "post_attention_norm" if oss else spec.get("ffn_norm", "ffn_norm")
@@ -321,6 +343,13 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
             write_gemma4_attention(w, p, spec, g4, i, hidden, normal, quantized, matrix, vector)
             write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, vector, fused,
                       experts_qtype, qtype)
+            if per_layer:
+                # The layer's gated step: its gate, projection back and norm (as the
+                # post-norms).
+                post = spec["post_norm"]
+                matrix(f"{p}.inp_gate.weight", per_layer, hidden, 1.0 / np.sqrt(hidden))
+                matrix(f"{p}.proj.weight", hidden, per_layer, 1.0 / np.sqrt(per_layer))
+                vector(f"{p}.post_norm.weight", hidden, post, 0.1 * post)
             continue
         if delta and (i + 1) % delta["interval"] != 0:
             write_delta_net(w, p, delta, hidden, normal, matrix, vector, rng)
@@ -424,7 +453,8 @@ def write_gemma4_attention(w, p, spec, g4, i, hidden, normal, quantized, matrix,
     """A Gemma 4 layer's attention and its norms: a windowed layer's heads of `swa_head` with
     `swa_kv` key/value heads and an `attn_v`, a global layer's (every sixth) of the model's
     head size with `kv` key/value heads and none (its values are its keys' projection)."""
-    swa = i % 6 != 5
+    every = g4.get("every", 6)
+    swa = i % every != every - 1
     hd, kv = (g4["swa_head"], g4["swa_kv"]) if swa else (spec["head_dim"], g4["kv"])
     post = spec["post_norm"]
     vector(f"{p}.post_attention_norm.weight", hidden, post, 0.1 * post)
@@ -508,14 +538,15 @@ def main():
             else:
                 print(write(family, FAMILIES[family], qtype, path, models))
     for name, (family, spec) in VARIANTS.items():
-        path = a.out / f"{name}-test.Q8_0.gguf"
         # All of them by default; when families are named, those of them or named themselves.
         if a.families and family not in a.families and name not in a.families:
             continue
-        if path.is_file() and not a.force:
-            print(path)
-        else:
-            print(write(family, spec, gguf.GGMLQuantizationType.Q8_0, path, models))
+        for qtype in spec.get("formats", (gguf.GGMLQuantizationType.Q8_0,)):
+            path = a.out / f"{name}-test.{qtype.name}.gguf"
+            if path.is_file() and not a.force:
+                print(path)
+            else:
+                print(write(family, spec, qtype, path, models))
 
 
 if __name__ == "__main__":

@@ -11,15 +11,12 @@
 //! - answers streaming together are their answers alone, the memory budget counts the states,
 //!   and an answer evicted while paused is rebuilt exactly;
 //! - crafted `ssm.*` sizes are named errors, and a multi-token-prediction block is skipped as
-//!   llama.cpp skips it; and (a header check of the same kind) a Gemma 4 with per-layer
-//!   embeddings says it does not run yet.
+//!   llama.cpp skips it.
 
 mod common;
 
 use rill_engine::model::{KvCache, Model};
-use rill_engine::{
-    Engine, EngineConfig, Event, GenerateRequest, Message, SamplingParams, Speculation,
-};
+use rill_engine::{Engine, EngineConfig, Message, Speculation};
 
 fn model() -> Model {
     load("qwen35-test.Q8_0")
@@ -130,40 +127,22 @@ fn a_cache_cut_back_goes_to_a_kept_state_and_runs_on_alike() {
     assert!(cache.bytes() > 0);
 }
 
-/// The file's bytes with the u32 value of metadata key `key` set to `value`.
-fn with_u32(bytes: &[u8], key: &str, value: u32) -> Vec<u8> {
-    let at = bytes
-        .windows(key.len())
-        .position(|w| w == key.as_bytes())
-        .expect("the key is in the header");
-    // The key, then its value's type (u32), then the value.
-    let v = at + key.len() + 4;
-    let mut out = bytes.to_vec();
-    out[v..v + 4].copy_from_slice(&value.to_le_bytes());
-    out
-}
-
 #[test]
 fn recurrent_sizes_a_model_cannot_have_are_named_errors() {
     let path = common::test_model("qwen35-test.Q8_0");
-    let bytes = std::fs::read(&path).unwrap();
-    for (key, value, says) in [
-        // Value heads that are not a multiple of the key heads.
-        ("qwen35.ssm.time_step_rank", 3, "Gated DeltaNet sizes"),
-        // A state of 2^20 × 2^20 floats per head: refused, not allocated.
-        ("qwen35.ssm.state_size", 1 << 20, "Gated DeltaNet sizes"),
-        ("qwen35.ssm.conv_kernel", 0, "Gated DeltaNet sizes"),
-        ("qwen35.full_attention_interval", 0, "interval of 0"),
-        // More prediction layers than blocks.
-        ("qwen35.block_count", 0, "no layers"),
-    ] {
-        let crafted = with_u32(&bytes, key, value);
-        let mut reader = std::io::Cursor::new(&crafted);
-        let err = rill_engine::model::check(&mut reader, crafted.len() as u64, &path)
-            .expect_err(key)
-            .to_string();
-        assert!(err.contains(says), "{key} = {value}: {err}");
-    }
+    common::assert_header_errors(
+        &path,
+        &[
+            // Value heads that are not a multiple of the key heads.
+            ("qwen35.ssm.time_step_rank", 3, "Gated DeltaNet sizes"),
+            // A state of 2^20 × 2^20 floats per head: refused, not allocated.
+            ("qwen35.ssm.state_size", 1 << 20, "Gated DeltaNet sizes"),
+            ("qwen35.ssm.conv_kernel", 0, "Gated DeltaNet sizes"),
+            ("qwen35.full_attention_interval", 0, "interval of 0"),
+            // More prediction layers than blocks.
+            ("qwen35.block_count", 0, "no layers"),
+        ],
+    );
 }
 
 /// An engine on the qwen35 test model, checking every draft (no weighing: these tests are of
@@ -180,29 +159,7 @@ fn engine_with(change: impl FnOnce(EngineConfig) -> EngineConfig) -> Engine {
     Engine::start(change(config)).unwrap()
 }
 
-fn request(messages: Vec<Message>, speculation: Speculation) -> GenerateRequest {
-    GenerateRequest {
-        params: SamplingParams::greedy(),
-        max_tokens: Some(40),
-        ignore_eos: true,
-        speculation,
-        ..GenerateRequest::chat(messages)
-    }
-}
-
-/// An answer's token ids, the prompt tokens it reused, and its drafts (proposed, accepted).
-fn run(engine: &Engine, req: GenerateRequest) -> (Vec<u32>, usize, (usize, usize)) {
-    let (mut ids, mut reused, mut drafts) = (Vec::new(), 0, (0, 0));
-    for ev in engine.handle().generate(req).unwrap() {
-        match ev {
-            Event::Started { reused_tokens, .. } => reused = reused_tokens,
-            Event::Token { id, .. } => ids.push(id),
-            Event::Done { usage, .. } => drafts = (usage.draft_proposed, usage.draft_accepted),
-            _ => {}
-        }
-    }
-    (ids, reused, drafts)
-}
+use common::flow::{greedy_40 as request, run};
 
 #[test]
 fn a_qwen35_answer_paused_asked_again_and_speculated_is_one_plain_run() {
@@ -216,15 +173,7 @@ fn a_qwen35_answer_paused_asked_again_and_speculated_is_one_plain_run() {
     drop(fresh);
 
     // Paused after ten tokens, resumed: the same answer.
-    let mut gen = e
-        .handle()
-        .generate(request(ask.clone(), Speculation::Off))
-        .unwrap();
-    let mut ids = common::flow::take_tokens(&mut gen, 10);
-    gen.pause().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    gen.resume().unwrap();
-    ids.extend(gen.collect_blocking().unwrap().ids);
+    let ids = common::flow::paused_and_resumed(&e, request(ask.clone(), Speculation::Off), 10);
     assert_eq!(ids, plain, "paused and resumed");
 
     // Asked again (a regenerated answer): the prompt comes from the kept state at its end.
@@ -340,18 +289,4 @@ fn a_multi_token_prediction_block_is_skipped_as_llama_cpp_skips_it() {
     let tokens = text_tokens(&plain, 24);
     let logits = |m: &Model| m.weights.forward(&tokens, &mut KvCache::new()).unwrap();
     assert_eq!(logits(&mtp), logits(&plain));
-}
-
-#[test]
-fn a_gemma4_with_per_layer_embeddings_says_it_does_not_run_yet() {
-    // Gemma 4 31B's block runs (`tests/families.rs`); its E2B/E4B (per-layer embeddings,
-    // shared key/value layers) and 26B-A4B (a mixture) add steps that do not yet: a named error.
-    let path = common::test_model("gemma4-test.Q8_0");
-    let bytes = std::fs::read(&path).unwrap();
-    let crafted = with_u32(&bytes, "gemma4.embedding_length_per_layer_input", 256);
-    let mut reader = std::io::Cursor::new(&crafted);
-    let err = rill_engine::model::check(&mut reader, crafted.len() as u64, &path)
-        .expect_err("an E2B-like file")
-        .to_string();
-    assert!(err.contains("E2B") && err.contains("not run yet"), "{err}");
 }

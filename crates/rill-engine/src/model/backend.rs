@@ -10,7 +10,7 @@ use super::delta::DeltaNet;
 use super::experts::Experts;
 use super::family::{Activation, RopeStyle};
 use super::kv::KvCache;
-use super::parts::{Bias, Group, Linear, Norm, SharedExpert};
+use super::parts::{Bias, Group, Linear, Norm, PerLayerInputs, PerLayerStep, SharedExpert};
 use super::workspace::Workspace;
 use crate::error::Result;
 use candle_core::{Device, Tensor};
@@ -37,6 +37,10 @@ pub(super) struct Parts<'a> {
 pub(super) struct Attention<'a> {
     /// The layer's index (its place in each KV cache).
     pub(super) layer: usize,
+    /// The layer whose keys and values the queries read: `layer`, whose new keys and values
+    /// the step appends, or an earlier one (Gemma 4's shared layers: the step's rows are
+    /// queries only, that layer's keys already appended).
+    pub(super) kv_layer: usize,
     /// Which of the decoder's RoPE tables the layer uses (the global one, or the windowed
     /// layers' own).
     pub(super) rope: usize,
@@ -85,12 +89,38 @@ pub(super) trait Backend {
     fn qkv(&mut self, w: &Group, h: Self::Rows) -> Result<Self::Qkv>;
     /// Adds the q/k/v biases (Qwen2).
     fn qkv_bias(&mut self, qkv: &mut Self::Qkv, bias: &Bias) -> Result<()>;
-    /// RMS-normalises each head's query and key (Qwen3, Gemma 3), layer `layer`'s heads.
-    fn qk_norm(&mut self, qkv: &mut Self::Qkv, layer: usize, q: &Norm, k: &Norm) -> Result<()>;
+    /// RMS-normalises each head's query and key (Qwen3, Gemma 3), layer `layer`'s heads; the
+    /// queries only without `k` (a layer that reads another's keys: `qkv` is queries only).
+    fn qk_norm(
+        &mut self,
+        qkv: &mut Self::Qkv,
+        layer: usize,
+        q: &Norm,
+        k: Option<&Norm>,
+    ) -> Result<()>;
     /// Makes q and k (a layer without `attn_v`) q, k and v, the values the keys' projection.
     fn keys_as_values(&mut self, qkv: &mut Self::Qkv, layer: usize) -> Result<()>;
     /// RMS-normalises each value head, without weights (Gemma 4).
     fn v_norm(&mut self, qkv: &mut Self::Qkv, layer: usize) -> Result<()>;
+    /// Gemma 4's per-layer inputs of the batch's rows, `[rows][n_layer · width]`: the
+    /// projection of the embedded rows `x` scaled by `1/√hidden` and normalised per layer,
+    /// plus the tokens' rows of the per-layer table (`table`, looked up by the decoder) scaled
+    /// by `√width`, all scaled by `1/√2`.
+    fn per_layer_inputs(
+        &mut self,
+        p: &PerLayerInputs,
+        x: &Self::Rows,
+        table: Tensor,
+    ) -> Result<Self::Rows>;
+    /// Layer `layer`'s per-layer embedding step: `x ← x + norm(proj(gelu(gate(x)) · input))`,
+    /// `input` the layer's part of `inputs`.
+    fn per_layer(
+        &mut self,
+        step: &PerLayerStep,
+        layer: usize,
+        inputs: &Self::Rows,
+        x: &mut Self::Rows,
+    ) -> Result<()>;
     /// `x ← x · s` (Gemma 4's layer output scale).
     fn scale(&mut self, x: &mut Self::Rows, s: f32) -> Result<()>;
     /// RoPE on the new queries and keys, the keys and values appended to each sequence's

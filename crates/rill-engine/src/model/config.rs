@@ -8,6 +8,8 @@ use std::path::Path;
 use crate::gguf::Header;
 
 use super::family::{Family, QueryScale};
+pub use super::hybrid::DeltaConfig;
+use super::hybrid::{hybrid, layer_flags};
 use crate::error::{candle_message, Error, Result};
 
 /// Hyper-parameters read from the GGUF metadata (`<arch>.*`), and the family's description.
@@ -59,49 +61,13 @@ pub struct DecoderConfig {
     /// token's position, but pairs the interleaved sections leave to the fourth (extra)
     /// position, which text holds at 0, do not turn.
     pub rope_sections: Option<[usize; 4]>,
+    /// Per layer: the layer whose keys and values its queries read, itself but in the last
+    /// layers of Gemma 4's E2B and E4B (`attention.shared_kv_layers`, `heads.rs`).
+    pub kv_layer: Vec<usize>,
+    /// The width of each layer's own embedding of the token (Gemma 4's E2B and E4B:
+    /// `embedding_length_per_layer_input`); 0 without.
+    pub per_layer_input: usize,
 }
-
-/// A Gated DeltaNet layer's sizes (llama.cpp's `ssm.*` keys): `k_heads` key (and query)
-/// heads and `v_heads` value heads, all `head` wide, a causal convolution of `conv_kernel`
-/// taps over the queries, keys and values, and a `head × head` state per value head.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DeltaConfig {
-    /// `ssm.conv_kernel`.
-    pub conv_kernel: usize,
-    /// `ssm.state_size`: a head's width.
-    pub head: usize,
-    /// `ssm.group_count`.
-    pub k_heads: usize,
-    /// `ssm.time_step_rank`.
-    pub v_heads: usize,
-}
-
-impl DeltaConfig {
-    /// The queries' (or keys') width.
-    pub fn key_width(&self) -> usize {
-        self.k_heads * self.head
-    }
-
-    /// The values' width (and the gate's, and the output's).
-    pub fn value_width(&self) -> usize {
-        self.v_heads * self.head
-    }
-
-    /// The convolution's channels: queries, keys, values.
-    pub fn conv_width(&self) -> usize {
-        2 * self.key_width() + self.value_width()
-    }
-
-    /// Floats of a layer's recurrent state: the convolution's last `conv_kernel − 1` inputs
-    /// and each value head's `head × head` matrix.
-    pub fn state_floats(&self) -> usize {
-        (self.conv_kernel - 1) * self.conv_width() + self.v_heads * self.head * self.head
-    }
-}
-
-/// The most floats a Gated DeltaNet layer's state may take (1 GiB): a header that claims
-/// more is refused rather than allocated.
-const MAX_STATE_FLOATS: usize = 1 << 28;
 
 /// YaRN's RoPE scaling as llama.cpp applies it (ggml's `rope_yarn`, and the attention factor
 /// `llama_context` derives): each pair's angle blends the interpolated angle (the position
@@ -197,6 +163,14 @@ pub struct ExpertsConfig {
 const MAX_EXPERTS: usize = 512;
 
 impl DecoderConfig {
+    /// Floats per position in layer `layer`'s own KV cache: none where it reads another's.
+    pub fn kv_width(&self, layer: usize) -> usize {
+        match self.kv_layer.get(layer) {
+            Some(&from) if from != layer => 0,
+            _ => self.heads.get(layer).map_or(0, |h| h.kv_width()),
+        }
+    }
+
     /// The hyper-parameters of a llama-family GGUF and its RoPE width, checked against each
     /// other and against every weight's shape (nothing is loaded).
     pub(crate) fn read(
@@ -272,21 +246,18 @@ impl DecoderConfig {
         }
         let (delta, recurrent) = hybrid(ct, family, blocks, n_layer, path)?;
         let windows = windows(ct, family, n_layer, path)?;
-        if family.swa_heads {
-            // Gemma 4's smaller models (E2B, E4B: per-layer embeddings, layers sharing keys
-            // and values) and its mixture (26B-A4B) add steps not run yet.
-            let set = |k: &str| u(k).is_ok_and(|v| v > 0);
-            if set("embedding_length_per_layer_input")
-                || set("attention.shared_kv_layers")
-                || set("expert_count")
-            {
-                return Err(Error::model_file(
-                    path,
-                    "a Gemma 4 E2B, E4B or 26B-A4B (per-layer embeddings, shared key/value \
-                     layers or a mixture of experts): not run yet; Gemma 4 31B's block runs",
-                ));
-            }
+        if family.swa_heads && u("expert_count").is_ok_and(|v| v > 0) {
+            // Gemma 4's mixture (26B-A4B) adds a step not run yet.
+            return Err(Error::model_file(
+                path,
+                "a Gemma 4 26B-A4B (a mixture of experts beside its MLP): not run yet; Gemma 4 \
+                 31B, E2B and E4B run",
+            ));
         }
+        let per_layer_input = match family.swa_heads {
+            true => u("embedding_length_per_layer_input").unwrap_or(0),
+            false => 0,
+        };
         let global = super::heads::Heads {
             n_head,
             n_kv_head,
@@ -294,6 +265,7 @@ impl DecoderConfig {
             rope_dim,
         };
         let heads = super::heads::per_layer(ct, &family, global, &windows, path)?;
+        let kv_layer = super::heads::kv_layers(ct, &family, &heads, &windows, path)?;
         let rope_sections = match ct.metadata.get(&format!("{arch}.rope.dimension_sections")) {
             Some(candle_core::quantized::gguf_file::Value::Array(items)) => {
                 let mut s = [0usize; 4];
@@ -351,6 +323,7 @@ impl DecoderConfig {
                 q: h.q_width(),
                 kv: h.kv_width(),
                 head: h.head_dim,
+                per_layer: per_layer_input,
             })
             .collect();
         super::table::check_shapes(
@@ -360,7 +333,7 @@ impl DecoderConfig {
             &widths,
             rope_dim,
             experts,
-            (delta, &recurrent),
+            (delta, &recurrent, &kv_layer),
         )?;
         let f = |key: &str| md(key).ok().and_then(|v| v.to_f32().ok());
         let rope_base = f("rope.freq_base").unwrap_or(10_000.0);
@@ -442,79 +415,11 @@ impl DecoderConfig {
             delta,
             recurrent,
             rope_sections,
+            kv_layer,
+            per_layer_input,
         };
         Ok((cfg, rope_dim))
     }
-}
-
-/// A hybrid family's Gated DeltaNet sizes and which of the `n_layer` layers are recurrent
-/// (of `blocks`, the prediction layers included): `attention.recurrent_layers` (a flag per
-/// block) where the file lists them, else every layer but each `full_attention_interval`-th
-/// (4 without the key), as llama.cpp reads them. Every size is checked, so a crafted header
-/// cannot make a state of unbounded size.
-fn hybrid(
-    ct: &Header,
-    family: Family,
-    blocks: usize,
-    n_layer: usize,
-    path: &Path,
-) -> Result<(Option<DeltaConfig>, Vec<bool>)> {
-    if !family.delta_net {
-        return Ok((None, vec![false; n_layer]));
-    }
-    let arch = family.arch;
-    let get = |key: &str| ct.metadata.get(&format!("{arch}.{key}"));
-    let u = |key: &str| -> Result<usize> {
-        get(key)
-            .ok_or_else(|| Error::model_file(path, format!("metadata `{arch}.{key}` is missing")))?
-            .to_u32()
-            .map(|v| v as usize)
-            .map_err(|e| Error::model_file(path, format!("`{arch}.{key}`: {}", candle_message(&e))))
-    };
-    let d = DeltaConfig {
-        conv_kernel: u("ssm.conv_kernel")?,
-        head: u("ssm.state_size")?,
-        k_heads: u("ssm.group_count")?,
-        v_heads: u("ssm.time_step_rank")?,
-    };
-    let inner = u("ssm.inner_size")?;
-    let sane = (1..=16).contains(&d.conv_kernel)
-        && (1..=1024).contains(&d.head)
-        && (1..=1024).contains(&d.k_heads)
-        && (1..=1024).contains(&d.v_heads)
-        && d.v_heads % d.k_heads == 0
-        && d.state_floats() <= MAX_STATE_FLOATS;
-    if !sane || inner != d.value_width() {
-        return Err(Error::model_file(
-            path,
-            format!(
-                "Gated DeltaNet sizes Rill cannot run: a convolution of {} taps, {} key and {} \
-                 value heads {} wide, inner width {inner} (value heads must be a multiple of \
-                 key heads, and as wide)",
-                d.conv_kernel, d.k_heads, d.v_heads, d.head
-            ),
-        ));
-    }
-    let listed = layer_flags(
-        ct,
-        &format!("{arch}.attention.recurrent_layers"),
-        blocks,
-        path,
-    )?;
-    let recurrent: Vec<bool> = match listed {
-        Some(flags) => flags.into_iter().take(n_layer).collect(),
-        _ => {
-            let every = match get("full_attention_interval") {
-                Some(_) => u("full_attention_interval")?,
-                None => 4,
-            };
-            if every == 0 {
-                return Err(Error::model_file(path, "a full-attention interval of 0"));
-            }
-            (0..n_layer).map(|i| (i + 1) % every != 0).collect()
-        }
-    };
-    Ok((Some(d), recurrent))
 }
 
 /// Whether M-RoPE with interleaved `sections` (ggml's `IMROPE`, Qwen3-VL and Qwen3.5) turns
@@ -525,23 +430,6 @@ pub fn text_turns(sections: [usize; 4], pair: usize) -> bool {
     let all: usize = sections.iter().sum();
     let sector = pair % all.max(1);
     (0..3).any(|s| sector % 3 == s && sector < 3 * sections[s])
-}
-
-/// A flag per layer that metadata `key` lists (an array of `count` booleans), `None` where it
-/// is not an array.
-fn layer_flags(ct: &Header, key: &str, count: usize, path: &Path) -> Result<Option<Vec<bool>>> {
-    let Some(candle_core::quantized::gguf_file::Value::Array(items)) = ct.metadata.get(key) else {
-        return Ok(None);
-    };
-    if items.len() != count {
-        return Err(Error::model_file(
-            path,
-            format!("`{key}` has {} flags for {count} layers", items.len()),
-        ));
-    }
-    Ok(Some(
-        items.iter().map(|v| v.to_bool().unwrap_or(false)).collect(),
-    ))
 }
 
 /// The RoPE frequency factors' tensor a file has, as llama.cpp picks it: `rope_freqs`, else the

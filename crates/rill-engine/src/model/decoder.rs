@@ -18,7 +18,9 @@ use super::delta::DeltaNet;
 use super::experts::Experts;
 pub use super::kv::{KvCache, KV_MIN_CAPACITY};
 use super::kv_rows::KvType;
-use super::parts::{Bias, Embedding, Group, Linear, Norm, SharedExpert};
+use super::parts::{
+    Bias, Embedding, Group, Linear, Norm, PerLayerInputs, PerLayerStep, SharedExpert,
+};
 
 use crate::error::{Error, Result};
 
@@ -35,8 +37,9 @@ pub(super) struct Layer {
     /// attention's fields below are unused.
     pub(super) delta: Option<Box<DeltaNet>>,
     pub(super) bias: Option<Bias>,
-    /// Per-head RMS norms of the queries and keys, before RoPE (Qwen3).
-    pub(super) qk_norm: Option<(Norm, Norm)>,
+    /// Per-head RMS norms of the queries and keys, before RoPE (Qwen3); of the queries only
+    /// in a layer that reads another's keys (`DecoderConfig::kv_layer`).
+    pub(super) qk_norm: Option<(Norm, Option<Norm>)>,
     /// The attention's (or Gated DeltaNet's) output projection.
     pub(super) wo: Linear,
     /// Added to the attention's output (gpt-oss).
@@ -49,6 +52,8 @@ pub(super) struct Layer {
     pub(super) shared: Option<Box<SharedExpert>>,
     /// The norms of the attention's and the feed-forward's outputs (Gemma).
     pub(super) post_norms: Option<(Norm, Norm)>,
+    /// The layer's per-layer embedding step (Gemma 4's E2B and E4B).
+    pub(super) per_layer: Option<Box<PerLayerStep>>,
     /// Which of the model's RoPE tables this layer uses, and the window it attends over.
     pub(super) rope: usize,
     pub(super) window: Option<usize>,
@@ -89,6 +94,8 @@ impl Ffn {
 pub struct Decoder {
     pub(super) cfg: DecoderConfig,
     pub(super) embed: Embedding,
+    /// Every layer's own embedding of the tokens (Gemma 4's E2B and E4B).
+    pub(super) per_layer: Option<Box<PerLayerInputs>>,
     pub(super) layers: Vec<Layer>,
     pub(super) norm: Norm,
     pub(super) output: Linear,
@@ -166,13 +173,21 @@ impl Decoder {
     /// goes through (at their average size).
     pub fn step_weight_bytes(&self) -> (usize, usize) {
         let add = |(a, b): (usize, usize), (x, y): (usize, usize)| (a + x, b + y);
+        let inputs = self.per_layer.as_ref().map_or((0, 0), |p| p.proj.bytes());
         self.layers
             .iter()
             .flat_map(|l| {
                 let shared = l.shared.as_ref().map_or((0, 0), |s| s.bytes());
-                [l.qkv.bytes(), l.wo.bytes(), l.ffn.step_bytes(), shared]
+                let per_layer = l.per_layer.as_ref().map_or((0, 0), |p| p.bytes());
+                [
+                    l.qkv.bytes(),
+                    l.wo.bytes(),
+                    l.ffn.step_bytes(),
+                    shared,
+                    per_layer,
+                ]
             })
-            .fold(self.output.bytes(), add)
+            .fold(add(self.output.bytes(), inputs), add)
     }
 
     /// Multiply-adds of a prompt's row in the layers' matrices (each weight once; the output
@@ -180,13 +195,17 @@ impl Decoder {
     /// which grow with the positions): what bounds prefill, with the machine's rate of them
     /// (`kernels::byte_product_peak`).
     pub fn prompt_row_macs(&self) -> usize {
-        self.layers
-            .iter()
-            .map(|l| {
-                let shared = l.shared.as_ref().map_or(0, |s| s.weights());
-                l.qkv.weights() + l.wo.weights() + l.ffn.step_weights() + shared
-            })
-            .sum()
+        let inputs = self.per_layer.as_ref().map_or(0, |p| p.proj.weights());
+        inputs
+            + self
+                .layers
+                .iter()
+                .map(|l| {
+                    let shared = l.shared.as_ref().map_or(0, |s| s.weights());
+                    let per_layer = l.per_layer.as_ref().map_or(0, |p| p.weights());
+                    l.qkv.weights() + l.wo.weights() + l.ffn.step_weights() + shared + per_layer
+                })
+                .sum::<usize>()
     }
 
     /// Bytes of weights read where they lie in the memory-mapped file (a mixture's experts: their
@@ -205,7 +224,7 @@ impl Decoder {
     /// Bytes one position costs in `layer` (keys and values): the [`KvType`]'s on the host,
     /// f32 in candle's tensors.
     fn kv_bytes_per_position(&self, layer: usize) -> usize {
-        let width = self.cfg.heads[layer].kv_width();
+        let width = self.cfg.kv_width(layer);
         match self.host {
             true => 2 * self.kv_type.bytes(width),
             false => 2 * width * DType::F32.size_in_bytes(),
@@ -388,6 +407,10 @@ impl Decoder {
         let family = &cfg.family;
         let scale = family.embed_scale.then(|| (cfg.hidden as f32).sqrt());
         let mut x = b.embed(self.embed(ids)?, scale)?;
+        let inputs = match &self.per_layer {
+            Some(p) => Some(b.per_layer_inputs(p, &x, p.rows(ids)?)?),
+            None => None,
+        };
         for (li, layer) in self.layers.iter().enumerate() {
             let h = b.norm(&layer.attn_norm, &x)?;
             let y = match &layer.delta {
@@ -421,6 +444,9 @@ impl Decoder {
                 b.renorm(post, &mut y)?;
             }
             b.residual(&mut x, y)?;
+            if let (Some(step), Some(inputs)) = (&layer.per_layer, &inputs) {
+                b.per_layer(step, li, inputs, &mut x)?;
+            }
             if let Some(scale) = layer.out_scale {
                 b.scale(&mut x, scale)?;
             }
@@ -448,6 +474,8 @@ impl Decoder {
         spans: &[(usize, usize)],
     ) -> Result<B::Rows> {
         let (cfg, family) = (&self.cfg, &self.cfg.family);
+        // A layer that reads an earlier layer's keys and values projects queries only.
+        let own_kv = cfg.kv_layer[li] == li;
         let mut qkv = b.qkv(&layer.qkv, h)?;
         if layer.keys_as_values {
             b.keys_as_values(&mut qkv, li)?;
@@ -459,14 +487,15 @@ impl Decoder {
         if let Some(bias) = &layer.bias {
             b.qkv_bias(&mut qkv, bias)?;
         }
-        if family.v_norm {
+        if family.v_norm && own_kv {
             b.v_norm(&mut qkv, li)?;
         }
         if let Some((q, k)) = &layer.qk_norm {
-            b.qk_norm(&mut qkv, li, q, k)?;
+            b.qk_norm(&mut qkv, li, q, k.as_ref())?;
         }
         let attention = Attention {
             layer: li,
+            kv_layer: cfg.kv_layer[li],
             rope: layer.rope,
             rope_dim: cfg.heads[li].rope_dim,
             rope_style: family.rope,

@@ -99,7 +99,7 @@ fn head_step(
     isa: Isa,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if isa.avx2() && k.len() % 8 == 0 {
+    if isa.avx2() && k.len().is_multiple_of(8) {
         // SAFETY: `avx2()` ISAs are only chosen when the CPU has AVX2 and FMA; `state` holds
         // `k.len()` rows of `k.len()` values, `q` has `k.len()`, `v` and `o` at least as
         // many, and the rows' width is a multiple of 8.

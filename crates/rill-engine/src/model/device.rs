@@ -10,7 +10,7 @@ use super::delta::DeltaNet;
 use super::experts::Experts;
 use super::family::{Activation, RopeStyle};
 use super::kv::KvCache;
-use super::parts::{Bias, Group, Linear, Norm, SharedExpert};
+use super::parts::{Bias, Group, Linear, Norm, PerLayerInputs, PerLayerStep, SharedExpert};
 use crate::error::{Error, Result};
 
 /// Additive causal mask for a chunk of `t` queries at positions `pos..pos+t` over the keys
@@ -138,7 +138,7 @@ impl Backend for OnDevice<'_> {
         [q, k, _]: &mut [Tensor; 3],
         layer: usize,
         qn: &Norm,
-        kn: &Norm,
+        kn: Option<&Norm>,
     ) -> Result<()> {
         let h = self.d.cfg.heads[layer];
         let (n_head, n_kv, hd) = (h.n_head, h.n_kv_head, h.head_dim);
@@ -146,9 +146,11 @@ impl Backend for OnDevice<'_> {
         *q = qn
             .forward(&q.reshape((rows, n_head, hd))?)?
             .reshape((rows, n_head * hd))?;
-        *k = kn
-            .forward(&k.reshape((rows, n_kv, hd))?)?
-            .reshape((rows, n_kv * hd))?;
+        if let Some(kn) = kn {
+            *k = kn
+                .forward(&k.reshape((rows, n_kv, hd))?)?
+                .reshape((rows, n_kv * hd))?;
+        }
         Ok(())
     }
 
@@ -161,11 +163,17 @@ impl Backend for OnDevice<'_> {
         batch: &mut [(&[u32], &mut KvCache)],
         spans: &[(usize, usize)],
     ) -> Result<Tensor> {
+        // `family::Family::host_only` refuses such models off the CPU when they load.
         if how.sinks.is_some() {
-            // `family::Family::host_only` refuses such a model off the CPU when it loads.
             return Err(Error::param(
                 "device",
                 "attention sinks run on the CPU only",
+            ));
+        }
+        if how.kv_layer != how.layer {
+            return Err(Error::param(
+                "device",
+                "layers that share keys and values run on the CPU only",
             ));
         }
         let h = self.d.cfg.heads[how.layer];
@@ -277,6 +285,21 @@ impl Backend for OnDevice<'_> {
         let normed = heads.broadcast_div(&(mean + eps)?.sqrt()?)?;
         *v = normed.reshape((rows, h.kv_width()))?;
         Ok(())
+    }
+
+    fn per_layer_inputs(&mut self, _: &PerLayerInputs, _: &Tensor, _: Tensor) -> Result<Tensor> {
+        // `family::Family::host_only` refuses Gemma 4 off the CPU when it loads.
+        Err(Error::param(
+            "device",
+            "per-layer embeddings run on the CPU only",
+        ))
+    }
+
+    fn per_layer(&mut self, _: &PerLayerStep, _: usize, _: &Tensor, _: &mut Tensor) -> Result<()> {
+        Err(Error::param(
+            "device",
+            "per-layer embeddings run on the CPU only",
+        ))
     }
 
     fn scale(&mut self, x: &mut Tensor, s: f32) -> Result<()> {

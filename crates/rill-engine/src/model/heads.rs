@@ -116,3 +116,57 @@ pub(super) fn per_layer(
         })
         .collect()
 }
+
+/// Per layer, the layer whose keys and values its queries read: itself, but where the file has
+/// `attention.shared_kv_layers` (Gemma 4's E2B and E4B), whose last that many layers compute
+/// queries only and read the cache of a layer before them, as llama.cpp's `gemma4` picks it
+/// (`n_layer_kv_from_start`). Checked: the layer read has the same window and heads.
+pub(super) fn kv_layers(
+    ct: &Header,
+    family: &Family,
+    heads: &[Heads],
+    windows: &[Option<usize>],
+    path: &Path,
+) -> Result<Vec<usize>> {
+    let n = heads.len().min(windows.len());
+    let key = format!("{}.attention.shared_kv_layers", family.arch);
+    let shared = match (family.swa_heads, ct.metadata.get(&key)) {
+        (true, Some(v)) => v.to_u32().map_or(usize::MAX, |v| v as usize),
+        _ => 0,
+    };
+    if shared == 0 {
+        return Ok((0..n).collect());
+    }
+    let own = n
+        .checked_sub(shared)
+        .filter(|own| *own >= 2)
+        .ok_or_else(|| {
+            Error::model_file(
+                path,
+                format!("`{key}` is {shared} of {n} layers: at least two must keep their own keys"),
+            )
+        })?;
+    (0..n)
+        .map(|i| {
+            if i < own {
+                return Ok(i);
+            }
+            // llama.cpp reads layer `own − 2` for a windowed layer, `own − 1` for a global one
+            // (a real file's pattern puts the last of each kind there).
+            let from = own - if windows[i].is_some() { 2 } else { 1 };
+            let same = windows[from] == windows[i]
+                && heads[from].head_dim == heads[i].head_dim
+                && heads[from].n_kv_head == heads[i].n_kv_head;
+            match same {
+                true => Ok(from),
+                false => Err(Error::model_file(
+                    path,
+                    format!(
+                        "layer {i} would read layer {from}'s keys and values, whose window or \
+                         heads differ from its own"
+                    ),
+                )),
+            }
+        })
+        .collect()
+}

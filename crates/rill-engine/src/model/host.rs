@@ -19,7 +19,7 @@ use super::experts::{Experts, Route};
 use super::family::Activation;
 use super::kv::KvCache;
 use super::ops;
-use super::parts::{Bias, Group, Linear, Norm, SharedExpert};
+use super::parts::{Bias, Group, Linear, Norm, PerLayerInputs, PerLayerStep, SharedExpert};
 use super::workspace::Workspace;
 use crate::error::{Error, Result};
 use crate::kernels::Isa;
@@ -140,16 +140,29 @@ impl Backend for Host<'_> {
         Ok(())
     }
 
-    fn qk_norm(&mut self, qkv: &mut Vec<f32>, layer: usize, qn: &Norm, kn: &Norm) -> Result<()> {
+    fn qk_norm(
+        &mut self,
+        qkv: &mut Vec<f32>,
+        layer: usize,
+        qn: &Norm,
+        kn: Option<&Norm>,
+    ) -> Result<()> {
         let h = self.d.cfg.heads[layer];
         let (qw, kw) = (h.q_width(), h.kv_width());
+        let stride = match kn {
+            Some(_) => qw + 2 * kw,
+            None => qw,
+        };
         let mut tmp = vec![0f32; qw.max(kw)];
-        for row in qkv.chunks_exact_mut(qw + 2 * kw) {
+        for row in qkv.chunks_exact_mut(stride) {
             let (q, rest) = row.split_at_mut(qw);
-            for (part, norm) in [(q, qn), (&mut rest[..kw], kn)] {
-                let out = &mut tmp[..part.len()];
-                norm.apply(part, out);
-                part.copy_from_slice(out);
+            let out = &mut tmp[..qw];
+            qn.apply(q, out);
+            q.copy_from_slice(out);
+            if let Some(kn) = kn {
+                let (k, out) = (&mut rest[..kw], &mut tmp[..kw]);
+                kn.apply(k, out);
+                k.copy_from_slice(out);
             }
         }
         Ok(())
@@ -185,6 +198,63 @@ impl Backend for Host<'_> {
         Ok(())
     }
 
+    fn per_layer_inputs(
+        &mut self,
+        p: &PerLayerInputs,
+        x: &Vec<f32>,
+        table: candle_core::Tensor,
+    ) -> Result<Vec<f32>> {
+        let mut h = self.take(x.len());
+        h.copy_from_slice(x);
+        let mut proj = self.linear(&p.proj, h)?;
+        let by = 1.0 / (self.d.cfg.hidden as f32).sqrt();
+        proj.iter_mut().for_each(|v| *v *= by);
+        // The norm's weights are one layer's width: each layer's part is normalised alone.
+        self.renorm(&p.norm, &mut proj)?;
+        let rows = table.flatten_all()?.to_vec1::<f32>()?;
+        if rows.len() != proj.len() {
+            return Err(Error::Candle(candle_core::Error::Msg(
+                "per-layer embedding rows of another width than their projection".into(),
+            )));
+        }
+        let (a, b) = ((p.width as f32).sqrt(), std::f32::consts::FRAC_1_SQRT_2);
+        for (y, t) in proj.iter_mut().zip(&rows) {
+            *y = (*y + *t * a) * b;
+        }
+        Ok(proj)
+    }
+
+    fn per_layer(
+        &mut self,
+        step: &PerLayerStep,
+        layer: usize,
+        inputs: &Vec<f32>,
+        x: &mut Vec<f32>,
+    ) -> Result<()> {
+        let (m, width) = (self.m, step.gate.n_out());
+        let all = inputs.len() / m.max(1);
+        let mut h = self.take(x.len());
+        h.copy_from_slice(x);
+        let gate = self.linear(&step.gate, h)?;
+        // `[gelu's input | what it multiplies]` per row, as the gated feed-forward reads them.
+        let mut gate_in = self.take(m * 2 * width);
+        for ((to, g), i) in gate_in
+            .chunks_exact_mut(2 * width)
+            .zip(gate.chunks_exact(width))
+            .zip(inputs.chunks_exact(all))
+        {
+            to[..width].copy_from_slice(g);
+            to[width..].copy_from_slice(&i[layer * width..][..width]);
+        }
+        self.give(gate);
+        let mut a = self.take(m * width);
+        ops::gated(&gate_in, width, Activation::GeluTanh, self.isa, &mut a);
+        self.give(gate_in);
+        let mut y = self.linear(&step.proj, a)?;
+        self.renorm(&step.norm, &mut y)?;
+        self.residual(x, y)
+    }
+
     fn scale(&mut self, x: &mut Vec<f32>, s: f32) -> Result<()> {
         x.iter_mut().for_each(|v| *v *= s);
         Ok(())
@@ -209,7 +279,9 @@ impl Backend for Host<'_> {
             .ok_or_else(|| Error::Candle(candle_core::Error::Msg("no host RoPE table".into())))?;
         let hd = shape.head_dim;
         let (qw, kw) = (shape.n_head * hd, shape.kv_width());
-        let stride = qw + 2 * kw;
+        // A layer that reads an earlier layer's keys and values has queries only.
+        let own_kv = how.kv_layer == how.layer;
+        let stride = if own_kv { qw + 2 * kw } else { qw };
         for ((_, cache), &(row, t)) in batch.iter_mut().zip(spans) {
             for i in 0..t {
                 let r = &mut qkv[(row + i) * stride..][..stride];
@@ -224,13 +296,15 @@ impl Backend for Host<'_> {
                 for v in q.iter_mut() {
                     *v = f16::from_f32(*v).to_f32();
                 }
-                rope.apply(&mut kv[..kw], hd, cache.len() + i);
-                cache.push_host(how.layer, i, &kv[..kw], &kv[kw..]);
+                if own_kv {
+                    rope.apply(&mut kv[..kw], hd, cache.len() + i);
+                    cache.push_host(how.layer, i, &kv[..kw], &kv[kw..]);
+                }
             }
         }
         let mut seqs = Vec::with_capacity(batch.len());
         for (tokens, cache) in batch.iter() {
-            let kv = cache.host_layer(how.layer).ok_or_else(|| {
+            let kv = cache.host_layer(how.kv_layer).ok_or_else(|| {
                 Error::Candle(candle_core::Error::Msg(
                     "a GPU KV cache on a CPU model".into(),
                 ))

@@ -92,7 +92,8 @@ pub struct KvCache {
     len: usize,
     /// Positions the full layers have room for.
     capacity: usize,
-    /// Floats per position in each layer (its `n_kv_head · head_dim`).
+    /// Floats per position in each layer (its `n_kv_head · head_dim`; 0 where it reads
+    /// another's: `DecoderConfig::kv_width`).
     widths: Vec<usize>,
     /// Each layer's window (`None`: it attends over every position).
     windows: Vec<Option<usize>>,
@@ -453,7 +454,7 @@ impl KvCache {
                 .widths
                 .iter()
                 .copied()
-                .eq(cfg.heads.iter().map(|h| h.kv_width()))
+                .eq((0..cfg.n_layer).map(|i| cfg.kv_width(i)))
             && self.layers.iter().all(|r| match r {
                 Rows::Host(l) => host == Some(l.k.kind()),
                 Rows::Device { .. } => host.is_none(),
@@ -465,7 +466,7 @@ impl KvCache {
         if !built {
             // A new cache (or, defensively, one built for another model): nothing to keep.
             *self = KvCache {
-                widths: cfg.heads.iter().map(|h| h.kv_width()).collect(),
+                widths: (0..cfg.n_layer).map(|i| cfg.kv_width(i)).collect(),
                 windows: cfg.windows.clone(),
                 recurrent: Recurrent::new(cfg),
                 wanted: std::mem::take(&mut self.wanted),
@@ -484,8 +485,9 @@ impl KvCache {
         }
         for i in 0..cfg.n_layer {
             let window = self.windows[i];
-            // A recurrent layer keeps no rows: its entry stays empty.
-            let rows_of = |room: usize| match cfg.recurrent[i] {
+            // A recurrent layer, or one that reads another's keys, keeps no rows: its entry
+            // stays empty.
+            let rows_of = |room: usize| match cfg.recurrent[i] || cfg.kv_width(i) == 0 {
                 true => 0,
                 false => room,
             };

@@ -12,7 +12,9 @@ use super::decoder::{Decoder, DecoderConfig, Ffn, Layer};
 use super::delta::DeltaNet;
 use super::experts::Experts;
 use super::kv_rows::KvType;
-use super::parts::{Bias, Embedding, Group, Linear, Norm, SharedExpert};
+use super::parts::{
+    Bias, Embedding, Group, Linear, Norm, PerLayerInputs, PerLayerStep, SharedExpert,
+};
 use super::table::{self, Part};
 use super::tensors::{raw_tensor, RawTensor, TensorSource};
 use crate::error::{candle_message, Error, Result};
@@ -209,6 +211,12 @@ impl Decoder {
             }
             (false, _) => table(&embed_raw)?,
         };
+        let per_layer = match cfg.per_layer_input {
+            0 => None,
+            width => Some(Box::new(per_layer_inputs(
+                &cfg, &mut raw, width, host, path,
+            )?)),
+        };
         let norm = Norm::new(
             raw("output_norm.weight")?.qtensor()?,
             cfg.rms_eps,
@@ -243,12 +251,20 @@ impl Decoder {
                 pending_panels.extend(s.down.later());
                 pending_panels.extend(s.gate_up.later());
             }
+            if let Some(p) = &l.per_layer {
+                pending_panels.extend(p.proj.later());
+                pending_panels.extend(p.gate.later());
+            }
             pending_panels.extend(l.wo.later());
             pending_panels.extend(l.qkv.later());
+        }
+        if let Some(p) = &per_layer {
+            pending_panels.extend(p.proj.later());
         }
         Ok(Decoder {
             cfg,
             embed,
+            per_layer,
             layers,
             norm,
             output,
@@ -261,6 +277,43 @@ impl Decoder {
             locked: Vec::new(),
         })
     }
+}
+
+/// Gemma 4's per-layer inputs (`table.rs`: their tensors, whose shapes are checked): the
+/// table read in the file's map, as the embedding is, where our kernels read its format (a
+/// real file's table is billions of values: a copy in f32 would not fit), else a named error.
+fn per_layer_inputs<'a>(
+    cfg: &DecoderConfig,
+    raw: &mut impl FnMut(&str) -> Result<RawTensor<'a>>,
+    width: usize,
+    host: bool,
+    path: &Path,
+) -> Result<PerLayerInputs> {
+    let t = raw(table::PER_LAYER_TABLE)?;
+    let isa = crate::kernels::Isa::detect();
+    let map = t.map();
+    let table = crate::kernels::QLinear::from_raw_in(t.dtype, &t.dims, &t.bytes, isa, map, true)
+        .ok_or_else(|| {
+            Error::model_file(
+                path,
+                format!(
+                    "`{}` is {:?}, a format Rill does not read per-layer embeddings in",
+                    table::PER_LAYER_TABLE,
+                    t.dtype
+                ),
+            )
+        })?;
+    Ok(PerLayerInputs {
+        table,
+        proj: Linear::new(raw(table::PER_LAYER_PROJ)?, host)?,
+        norm: Norm::new(
+            raw(table::PER_LAYER_NORM)?.qtensor()?,
+            cfg.rms_eps,
+            host,
+            cfg.family.llama_cpp_rounding,
+        )?,
+        width,
+    })
 }
 
 /// A vector of the file (a bias, sinks) as f32.
@@ -285,7 +338,12 @@ fn read_layer<'a>(
     let family = &cfg.family;
     let experts = cfg.experts.zip(family.experts);
     let recurrent = cfg.recurrent[i];
-    let form = table::form(ct, family, i, recurrent);
+    let kind = table::Kind {
+        recurrent,
+        shares_kv: cfg.kv_layer[i] != i,
+        per_layer: cfg.per_layer_input > 0,
+    };
+    let form = table::form(ct, family, i, kind);
     let parts = table::parts(family, form, experts.is_some());
     let has = |p: Part| parts.contains(&p);
     let mut get = |p: Part| raw(&p.tensor(family, i));
@@ -319,6 +377,8 @@ fn read_layer<'a>(
                 false if form.keys_as_values => {
                     Group::new(vec![get(Part::Q)?, get(Part::K)?], host)?
                 }
+                // A layer that reads another's keys and values: queries only.
+                false if form.shares_kv => Group::new(vec![get(Part::Q)?], host)?,
                 false => Group::new(vec![get(Part::Q)?, get(Part::K)?, get(Part::V)?], host)?,
             };
             (qkv, Linear::new(get(Part::Out)?, host)?, None)
@@ -399,9 +459,18 @@ fn read_layer<'a>(
         })),
     };
     let (attn_norm, ffn_norm) = (norm(get(Part::AttnNorm)?)?, norm(get(Part::FfnNorm)?)?);
-    let qk_norm = match has(Part::QNorm) {
+    let qk_norm = match (has(Part::QNorm), has(Part::KNorm)) {
+        (false, _) => None,
+        (true, false) => Some((norm(get(Part::QNorm)?)?, None)),
+        (true, true) => Some((norm(get(Part::QNorm)?)?, Some(norm(get(Part::KNorm)?)?))),
+    };
+    let per_layer = match has(Part::PerLayerGate) {
         false => None,
-        true => Some((norm(get(Part::QNorm)?)?, norm(get(Part::KNorm)?)?)),
+        true => Some(Box::new(PerLayerStep {
+            gate: Linear::new(get(Part::PerLayerGate)?, host)?,
+            proj: Linear::new(get(Part::PerLayerProj)?, host)?,
+            norm: norm(get(Part::PerLayerNorm)?)?,
+        })),
     };
     let post_norms = match has(Part::PostAttnNorm) {
         false => None,
@@ -427,6 +496,7 @@ fn read_layer<'a>(
         ffn,
         shared,
         post_norms,
+        per_layer,
         rope,
         window: cfg.windows[i],
         attn_norm,

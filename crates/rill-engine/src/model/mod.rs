@@ -17,6 +17,7 @@ mod device;
 pub mod experts;
 pub mod family;
 mod heads;
+mod hybrid;
 pub use crate::gguf;
 mod host;
 mod kv;

@@ -375,3 +375,47 @@ impl SharedExpert {
         self.gate_up.weights() + self.down.weights()
     }
 }
+
+/// Gemma 4's per-layer embeddings (E2B, E4B): every layer's own embedding of each token, one
+/// row of `n_layer · width` per token (`per_layer_token_embd`, read in the file's map and
+/// looked up as the model's embedding is), and the projection of the embedded residual
+/// stream to the same widths with its norm (`per_layer_model_proj`, `per_layer_proj_norm`).
+pub(super) struct PerLayerInputs {
+    pub(super) table: crate::kernels::QLinear,
+    pub(super) proj: Linear,
+    pub(super) norm: Norm,
+    /// One layer's width.
+    pub(super) width: usize,
+}
+
+impl PerLayerInputs {
+    /// The table's rows of `ids`, `[ids][n_layer · width]`.
+    pub(super) fn rows(&self, ids: &[u32]) -> Result<Tensor> {
+        match self.table.rows(ids) {
+            Some(r) => Ok(r?),
+            None => Err(crate::error::Error::param(
+                "prompt",
+                "a token id is outside the model's per-layer embedding table",
+            )),
+        }
+    }
+}
+
+/// A layer's per-layer embedding step (Gemma 4's E2B and E4B): `x + norm(proj(gelu(gate(x)) ·
+/// input))`, `input` the layer's part of the token's per-layer inputs.
+pub(super) struct PerLayerStep {
+    pub(super) gate: Linear,
+    pub(super) proj: Linear,
+    pub(super) norm: Norm,
+}
+
+impl PerLayerStep {
+    pub(super) fn bytes(&self) -> (usize, usize) {
+        let ((a, b), (c, d)) = (self.gate.bytes(), self.proj.bytes());
+        (a + c, b + d)
+    }
+
+    pub(super) fn weights(&self) -> usize {
+        self.gate.weights() + self.proj.weights()
+    }
+}

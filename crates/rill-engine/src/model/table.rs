@@ -15,6 +15,12 @@ use super::family::Family;
 use crate::error::{Error, Result};
 use crate::gguf::Header;
 
+/// Gemma 4's per-layer embeddings (E2B, E4B): every layer's embedding of each token, one row
+/// per token; the projection of the residual stream to them; their norm.
+pub(super) const PER_LAYER_TABLE: &str = "per_layer_token_embd.weight";
+pub(super) const PER_LAYER_PROJ: &str = "per_layer_model_proj.weight";
+pub(super) const PER_LAYER_NORM: &str = "per_layer_proj_norm.weight";
+
 /// One tensor of a layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Part {
@@ -71,6 +77,11 @@ pub(super) enum Part {
     SsmOut,
     /// The layer's output scale (Gemma 4's `layer_output_scale`, one value).
     LayerScale,
+    /// Gemma 4's per-layer embedding step: the gate from the residual stream to the layer's
+    /// input width, the projection back, and its norm.
+    PerLayerGate,
+    PerLayerProj,
+    PerLayerNorm,
 }
 
 /// The widths a layer's tensors follow.
@@ -82,6 +93,8 @@ pub(super) struct Widths {
     /// Of all key (or value) heads.
     pub(super) kv: usize,
     pub(super) head: usize,
+    /// Of the layer's own embedding of the token (Gemma 4's E2B and E4B; 0 without).
+    pub(super) per_layer: usize,
 }
 
 /// What a layer's shapes are made of besides the widths: the feed-forward's width (0 in a
@@ -143,6 +156,9 @@ impl Part {
             SsmNorm => ("ssm_norm", "weight"),
             SsmOut => ("ssm_out", "weight"),
             LayerScale => ("layer_output_scale", "weight"),
+            PerLayerGate => ("inp_gate", "weight"),
+            PerLayerProj => ("proj", "weight"),
+            PerLayerNorm => ("post_norm", "weight"),
         }
     }
 
@@ -162,6 +178,7 @@ impl Part {
             q,
             kv,
             head,
+            per_layer,
         } = d.widths;
         let (count, eff, sff) = d
             .experts
@@ -206,6 +223,9 @@ impl Part {
             SsmNorm => vec![delta.head],
             SsmOut => vec![hidden, values],
             LayerScale => vec![1],
+            PerLayerGate => vec![per_layer, hidden],
+            PerLayerProj => vec![hidden, per_layer],
+            PerLayerNorm => vec![hidden],
         }
     }
 }
@@ -221,17 +241,33 @@ pub(super) struct Form {
     pub(super) keys_as_values: bool,
     /// A `layer_output_scale` (Gemma 4).
     pub(super) scale: bool,
+    /// Queries only: the layer reads an earlier layer's keys and values (Gemma 4's last
+    /// layers in E2B and E4B).
+    pub(super) shares_kv: bool,
+    /// A per-layer embedding step (Gemma 4's E2B and E4B).
+    pub(super) per_layer: bool,
 }
 
-/// How layer `layer` of the file is laid out (`recurrent`: the configuration's flag).
-pub(super) fn form(ct: &Header, family: &Family, layer: usize, recurrent: bool) -> Form {
+/// How a layer is laid out as the configuration says: a recurrent layer, one that reads
+/// another's keys and values, one with a per-layer embedding step.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Kind {
+    pub(super) recurrent: bool,
+    pub(super) shares_kv: bool,
+    pub(super) per_layer: bool,
+}
+
+/// How layer `layer` of the file is laid out (`kind`: what the configuration says of it).
+pub(super) fn form(ct: &Header, family: &Family, layer: usize, kind: Kind) -> Form {
     let has = |p: Part| ct.tensor_infos.contains_key(&p.tensor(family, layer));
-    let fused_qkv = has(Part::Qkv);
+    let fused_qkv = !kind.shares_kv && has(Part::Qkv);
     Form {
         fused_qkv,
-        recurrent,
-        keys_as_values: family.v_norm && !fused_qkv && !has(Part::V),
+        recurrent: kind.recurrent,
+        keys_as_values: family.v_norm && !fused_qkv && !kind.shares_kv && !has(Part::V),
         scale: family.layer_scale && has(Part::LayerScale),
+        shares_kv: kind.shares_kv,
+        per_layer: kind.per_layer,
     }
 }
 
@@ -242,6 +278,10 @@ pub(super) fn parts(family: &Family, form: Form, experts: bool) -> Vec<Part> {
     let when = |on: bool, parts: &[Part]| if on { parts.to_vec() } else { Vec::new() };
     let mut p = vec![AttnNorm, FfnNorm];
     p.extend(when(form.scale, &[LayerScale]));
+    p.extend(when(
+        form.per_layer,
+        &[PerLayerGate, PerLayerProj, PerLayerNorm],
+    ));
     if form.recurrent {
         p.extend([
             Mix, MixGate, SsmBeta, SsmAlpha, SsmConv, SsmDt, SsmA, SsmNorm, SsmOut,
@@ -251,14 +291,16 @@ pub(super) fn parts(family: &Family, form: Form, experts: bool) -> Vec<Part> {
     }
     p.extend(when(family.out_bias, &[OutBias]));
     p.extend(when(family.attn_sinks, &[Sinks]));
-    match (form.fused_qkv, form.keys_as_values) {
-        (true, _) => p.push(Qkv),
-        (false, true) => p.extend([Q, K]),
-        (false, false) => p.extend([Q, K, V]),
+    match (form.shares_kv, form.fused_qkv, form.keys_as_values) {
+        (true, _, _) => p.push(Q),
+        (_, true, _) => p.push(Qkv),
+        (_, false, true) => p.extend([Q, K]),
+        (_, false, false) => p.extend([Q, K, V]),
     }
     p.push(Out);
     p.extend(when(family.qkv_bias, &[QBias, KBias, VBias]));
-    p.extend(when(family.qk_norm, &[QNorm, KNorm]));
+    p.extend(when(family.qk_norm && form.shares_kv, &[QNorm]));
+    p.extend(when(family.qk_norm && !form.shares_kv, &[QNorm, KNorm]));
     p.extend(when(family.post_norms, &[PostAttnNorm, PostFfnNorm]));
     p.extend(feed_forward(family, experts));
     p
@@ -284,8 +326,8 @@ fn feed_forward(family: &Family, experts: bool) -> Vec<Part> {
 }
 
 /// Checks every weight's shape against the metadata before anything is loaded.
-/// `hybrid`: a hybrid family's Gated DeltaNet sizes, and which layers are recurrent (one flag
-/// per layer).
+/// `layout`: a hybrid family's Gated DeltaNet sizes, which layers are recurrent (one flag per
+/// layer), and the layer whose keys and values each reads.
 pub(super) fn check_shapes(
     ct: &Header,
     path: &Path,
@@ -293,9 +335,9 @@ pub(super) fn check_shapes(
     layer_widths: &[Widths],
     rope_dim: usize,
     experts: Option<ExpertsConfig>,
-    (delta, recurrent): (Option<DeltaConfig>, &[bool]),
+    (delta, recurrent, kv_layer): (Option<DeltaConfig>, &[bool], &[usize]),
 ) -> Result<()> {
-    let n_layer = recurrent.len().min(layer_widths.len());
+    let n_layer = recurrent.len().min(layer_widths.len()).min(kv_layer.len());
     let Some(&first) = layer_widths.first() else {
         return Err(Error::model_file(path, "the model has no layers"));
     };
@@ -349,6 +391,13 @@ pub(super) fn check_shapes(
             expect(&name, &[factors_len])?;
         }
     }
+    let per_layer = first.per_layer;
+    if per_layer > 0 {
+        let all = per_layer.saturating_mul(n_layer);
+        expect(PER_LAYER_TABLE, &[vocab, all])?;
+        expect(PER_LAYER_PROJ, &[all, hidden])?;
+        expect(PER_LAYER_NORM, &[per_layer])?;
+    }
     for i in 0..n_layer {
         // The feed-forward width, read when its first tensor is checked: from the gate, or
         // with a fused gate-up from the down projection.
@@ -374,7 +423,12 @@ pub(super) fn check_shapes(
             gated_query: family.gated_query,
             delta,
         };
-        let form = form(ct, &family, i, recurrent[i]);
+        let kind = Kind {
+            recurrent: recurrent[i],
+            shares_kv: kv_layer[i] != i,
+            per_layer: per_layer > 0,
+        };
+        let form = form(ct, &family, i, kind);
         for part in parts(&family, form, experts.is_some()) {
             if matches!(part, Part::Gate | Part::Up | Part::Down) && d.ff == 0 {
                 d.ff = ff_width()?;

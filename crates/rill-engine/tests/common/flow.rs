@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use rill_engine::{
-    Engine, EngineConfig, Event, GenerateRequest, Generation, Message, SamplingParams,
+    Engine, EngineConfig, Event, GenerateRequest, Generation, Message, SamplingParams, Speculation,
 };
 
 use super::model_path;
@@ -51,3 +51,41 @@ pub fn take_tokens(gen: &mut Generation, n: usize) -> Vec<u32> {
 /// A question with a long answer, and one with a short answer.
 pub const LONG: &str = "Write a long essay about the history of the river boats of Europe.";
 pub const SHORT: &str = "What is the capital of France? Answer in one word.";
+
+/// A greedy request of 40 tokens for `messages`, ignoring end-of-generation, with
+/// `speculation`.
+pub fn greedy_40(messages: Vec<Message>, speculation: Speculation) -> GenerateRequest {
+    GenerateRequest {
+        params: SamplingParams::greedy(),
+        max_tokens: Some(40),
+        ignore_eos: true,
+        speculation,
+        ..GenerateRequest::chat(messages)
+    }
+}
+
+/// An answer's token ids, the prompt tokens it reused, and its drafts (proposed, accepted).
+pub fn run(engine: &Engine, req: GenerateRequest) -> (Vec<u32>, usize, (usize, usize)) {
+    let (mut ids, mut reused, mut drafts) = (Vec::new(), 0, (0, 0));
+    for ev in engine.handle().generate(req).unwrap() {
+        match ev {
+            Event::Started { reused_tokens, .. } => reused = reused_tokens,
+            Event::Token { id, .. } => ids.push(id),
+            Event::Done { usage, .. } => drafts = (usage.draft_proposed, usage.draft_accepted),
+            Event::Error { message } => panic!("{message}"),
+            _ => {}
+        }
+    }
+    (ids, reused, drafts)
+}
+
+/// `req`'s token ids when it is paused after `after` tokens for 300 ms and resumed.
+pub fn paused_and_resumed(engine: &Engine, req: GenerateRequest, after: usize) -> Vec<u32> {
+    let mut gen = engine.handle().generate(req).unwrap();
+    let mut ids = take_tokens(&mut gen, after);
+    gen.pause().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    gen.resume().unwrap();
+    ids.extend(gen.collect_blocking().unwrap().ids);
+    ids
+}

@@ -174,3 +174,24 @@ pub fn greedy(prompt: Prompt, max_tokens: usize) -> GenerateRequest {
         ..GenerateRequest::new(prompt)
     }
 }
+
+/// Asserts that the file at `path`, with each metadata key's u32 value set as listed, is
+/// refused by [`rill_engine::model::check`] with an error that contains the listed words.
+pub fn assert_header_errors(path: &std::path::Path, cases: &[(&str, u32, &str)]) {
+    let bytes = std::fs::read(path).unwrap();
+    for &(key, value, says) in cases {
+        let at = bytes
+            .windows(key.len())
+            .position(|w| w == key.as_bytes())
+            .expect("the key is in the header");
+        // The key, then its value's type (u32), then the value.
+        let v = at + key.len() + 4;
+        let mut crafted = bytes.clone();
+        crafted[v..v + 4].copy_from_slice(&value.to_le_bytes());
+        let mut reader = std::io::Cursor::new(&crafted);
+        let err = rill_engine::model::check(&mut reader, crafted.len() as u64, path)
+            .expect_err(key)
+            .to_string();
+        assert!(err.contains(says), "{key} = {value}: {err}");
+    }
+}
