@@ -184,6 +184,14 @@ VARIANTS = {
                                formats=(gguf.GGMLQuantizationType.F16,
                                         gguf.GGMLQuantizationType.Q8_0,
                                         gguf.GGMLQuantizationType.Q4_0))),
+    # Gemma 4 26B-A4B's block (issue 41): the gemma4 model with, beside each layer's MLP, a
+    # mixture of 8 GELU experts of which 2 are used, their gate and up in one tensor as the
+    # converter writes them, each expert's output scale, the router reading the residual
+    # stream normalised and scaled per value, and the mixture's own norms. In F16 and Q8_0.
+    "gemma4moe": ("gemma4", dict(FAMILIES["gemma4"],
+                                 experts=dict(count=8, used=2, ff=96, router_std=1.5),
+                                 formats=(gguf.GGMLQuantizationType.F16,
+                                          gguf.GGMLQuantizationType.Q8_0))),
 }
 
 
@@ -341,8 +349,10 @@ def write(family: str, spec: dict, qtype: gguf.GGMLQuantizationType, path: Path,
         vector(f"{p}.{ffn_norm}.weight", hidden, 1.0, 0.1)
         if g4:
             write_gemma4_attention(w, p, spec, g4, i, hidden, normal, quantized, matrix, vector)
-            write_ffn(w, p, spec, hidden, ff, normal, quantized, matrix, vector, fused,
+            write_ffn(w, p, {}, hidden, ff, normal, quantized, matrix, vector, fused,
                       experts_qtype, qtype)
+            if experts:
+                write_gemma4_experts(w, p, spec, experts, hidden, normal, quantized, vector)
             if per_layer:
                 # The layer's gated step: its gate, projection back and norm (as the
                 # post-norms).
@@ -471,6 +481,26 @@ def write_gemma4_attention(w, p, spec, g4, i, hidden, normal, quantized, matrix,
     vector(f"{p}.attn_q_norm.weight", hd, g, 0.2 * g)
     vector(f"{p}.attn_k_norm.weight", hd, g, 0.2 * g)
     vector(f"{p}.layer_output_scale.weight", 1, 1.0, 0.05)
+
+
+def write_gemma4_experts(w, p, spec, experts, hidden, normal, quantized, vector):
+    """Gemma 4's mixture beside a layer's MLP, as llama.cpp's converter writes 26B-A4B's: the
+    router (F32) and its scale per input value, every expert's gate and up in one tensor (the
+    gate first) and down, each expert's output scale, and the norms before the experts and
+    after the MLP and the experts."""
+    n, eff = experts["count"], experts["ff"]
+    # The router reads a row of RMS 1/√hidden: weights of `router_std` spread its logits so.
+    w.add_tensor(f"{p}.ffn_gate_inp.weight", normal((n, hidden), experts["router_std"]))
+    vector(f"{p}.ffn_gate_inp.scale", hidden, 1.0, 0.2)
+    gate_up = np.concatenate([normal((n, eff, hidden), 1.0 / np.sqrt(hidden)),
+                              normal((n, eff, hidden), 1.0 / np.sqrt(hidden))], axis=1)
+    quantized(f"{p}.ffn_gate_up_exps.weight", gate_up)
+    quantized(f"{p}.ffn_down_exps.weight", normal((n, hidden, eff), 1.0 / np.sqrt(eff)))
+    vector(f"{p}.ffn_down_exps.scale", n, 1.0, 0.3)
+    post = spec["post_norm"]
+    vector(f"{p}.pre_ffw_norm_2.weight", hidden, 1.0, 0.1)
+    vector(f"{p}.post_ffw_norm_1.weight", hidden, post, 0.1 * post)
+    vector(f"{p}.post_ffw_norm_2.weight", hidden, post, 0.1 * post)
 
 
 def write_delta_net(w, p, d, hidden, normal, matrix, vector, rng):

@@ -114,9 +114,32 @@ fn qwen35moe_routes_as_llama_cpp_does() {
     }
 }
 
+/// Gemma 4 26B-A4B's mixture beside the MLP (its router reading the residual stream
+/// normalised and scaled, fused gate-up experts with output scales), in Q8_0: every token
+/// through llama.cpp's experts but at one near-tie (of 498 routes).
+///
+/// Known gap: their weights agree within 0.02, not 0.01. At layer 0 the router's logits are
+/// llama.cpp's within 1e-6 but at positions 21 and 22, where the windowed attention's f16
+/// steps (Gemma's, `tests/families.rs`: the 31B block's Q8_0 file is within 4.5e-6, not bit
+/// for bit) land on another rounding edge; this router, which reads a row normalised to unit
+/// size rather than the residual stream's, passes such a step on at full size, and the weights
+/// of those rows part by 0.005 at layer 1 and 0.018 by layer 5 (the logits stay within
+/// normalised MSE 1.1e-5). The F16 file is not compared route by route: its products' f32
+/// activations (llama.cpp rounds them to f16, as for gpt-oss's F16) part its router's logits
+/// by 1e-3 from layer 0 on.
+#[test]
+fn gemma4moe_routes_as_llama_cpp_does() {
+    routes_match_within("gemma4moe-test.Q8_0", Some(1), 0.02);
+}
+
 /// Our routes against llama.cpp's on `name`'s recorded text, near-ties aside (`ties`: how
-/// many there must be, where known).
+/// many there must be, where known), each weight within 0.01 of llama.cpp's.
 fn routes_match(name: &str, ties_known: Option<usize>) {
+    routes_match_within(name, ties_known, 0.01)
+}
+
+/// [`routes_match`], each weight within `close` of llama.cpp's.
+fn routes_match_within(name: &str, ties_known: Option<usize>, close: f64) {
     {
         let name = name.to_string();
         let r = reference(&name);
@@ -146,7 +169,7 @@ fn routes_match(name: &str, ties_known: Option<usize>) {
                 compared += 1;
                 let (tie, close) = match diverged[pos] {
                     true => (4.0 * ROUTE_TIE, 0.05),
-                    false => (ROUTE_TIE, 0.01),
+                    false => (ROUTE_TIE, close),
                 };
                 let (theirs, theirs_w) = (&experts[layer][pos], &weights[layer][pos]);
                 let p = &probs[layer][pos];

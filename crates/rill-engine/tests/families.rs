@@ -105,6 +105,21 @@ fn gemma4_e_models_match_llama_cpp() {
     }
 }
 
+/// Gemma 4 26B-A4B's block: beside each layer's MLP, a mixture of 8 GELU experts (2 used)
+/// with its own norms, a router reading the residual stream normalised and scaled per value,
+/// every expert's gate and up in one tensor and its output scaled. Its routes are llama.cpp's
+/// (`tests/experts.rs`). Q8_0 agrees at every clear position and step (normalised MSE 1.1e-5).
+///
+/// Known gap of the F16 file: normalised MSE 6.3e-5 and one clear position the other way (77,
+/// top two 0.159 apart): its products' f32 activations (llama.cpp rounds them to f16) move the
+/// router's logits by 1e-3 from the first layer on, and the router's weights carry that on.
+#[test]
+fn gemma4_moe_matches_llama_cpp() {
+    for (format, flips) in [("Q8_0", 0), ("F16", 1)] {
+        parity_but(&format!("gemma4moe-test.{format}"), flips);
+    }
+}
+
 /// Fused qkv and gate-up tensors, RoPE over 24 of each head's 32 dimensions, the long RoPE
 /// factors and their attention factor.
 #[test]
@@ -219,7 +234,24 @@ fn the_candle_path_agrees_with_the_fast_path() {
 #[test]
 fn a_step_reads_every_matrix_of_the_file() {
     use candle_core::quantized::gguf_file;
-    for name in ["qwen3-test.Q8_0", "qwen3-test.Q4_0", "gemma3-test.Q8_0"] {
+    // gemma4e's last three layers read earlier layers' keys and values: their own `attn_k`
+    // and `attn_v` go unread, as its per-layer table but for the rows looked up.
+    let unread = |model: &str, n: &str| {
+        let shared = ["3", "4", "5"].iter().any(|l| {
+            [
+                format!("blk.{l}.attn_k.weight"),
+                format!("blk.{l}.attn_v.weight"),
+            ]
+            .contains(&n.to_string())
+        });
+        model.starts_with("gemma4e") && (shared || n == "per_layer_token_embd.weight")
+    };
+    for name in [
+        "qwen3-test.Q8_0",
+        "qwen3-test.Q4_0",
+        "gemma3-test.Q8_0",
+        "gemma4e-test.Q8_0",
+    ] {
         let path = common::test_model(name);
         let mut f = std::fs::File::open(&path).unwrap();
         let header = gguf_file::Content::read(&mut f).unwrap();
@@ -228,6 +260,7 @@ fn a_step_reads_every_matrix_of_the_file() {
             .tensor_infos
             .iter()
             .filter(|(n, t)| t.shape.dims().len() == 2 && (*n != "token_embd.weight" || tied))
+            .filter(|(n, _)| !unread(name, n))
             .map(|(_, t)| {
                 t.shape.elem_count() / t.ggml_dtype.block_size() * t.ggml_dtype.type_size()
             })

@@ -7,7 +7,8 @@
 //!   bit for bit, and a cache cut back runs on as if it had never gone further;
 //! - in the flow, an answer paused and resumed, asked again (prefix reuse) and speculated is
 //!   each time one plain run's greedy text;
-//! - header values that the block cannot have are named errors.
+//! - header values that the block cannot have are named errors, of the 26B-A4B's mixture
+//!   too (the gemma4moe test model).
 
 mod common;
 
@@ -149,6 +150,15 @@ fn header_values_the_block_cannot_have_are_named_errors() {
                 u32::MAX,
                 "per_layer_token_embd",
             ),
+        ],
+    );
+    // Gemma 4 26B-A4B's mixture: sizes its tensors do not have.
+    common::assert_header_errors(
+        &common::test_model("gemma4moe-test.Q8_0"),
+        &[
+            ("gemma4.expert_count", 4, "ffn_gate_inp"),
+            ("gemma4.expert_used_count", 9, "experts of which 9 are used"),
+            ("gemma4.expert_feed_forward_length", 64, "ffn_down_exps"),
         ],
     );
 }

@@ -140,8 +140,14 @@ pub(super) trait Backend {
         act: Activation,
         h: Self::Rows,
     ) -> Result<Self::Rows>;
-    /// A mixture of experts.
-    fn experts(&mut self, experts: &Experts, h: Self::Rows) -> Result<Self::Rows>;
+    /// A mixture of experts over `h`, routed by the router's logits of `route_by` where given
+    /// (Gemma 4's), else of `h`.
+    fn experts(
+        &mut self,
+        experts: &Experts,
+        h: Self::Rows,
+        route_by: Option<Self::Rows>,
+    ) -> Result<Self::Rows>;
     /// A mixture's shared expert: `σ(h · gate) · down(silu(gate(h)) · up(h))` per row.
     fn shared_expert(&mut self, s: &SharedExpert, h: Self::Rows) -> Result<Self::Rows>;
     /// Takes each query head's output gate out of the queries (the query projection gives

@@ -50,6 +50,8 @@ pub(super) struct Layer {
     pub(super) ffn: Ffn,
     /// A mixture's shared expert, added to its routed experts' output (Qwen3.5 MoE).
     pub(super) shared: Option<Box<SharedExpert>>,
+    /// A mixture beside the dense feed-forward (Gemma 4 26B-A4B).
+    pub(super) beside: Option<Box<Beside>>,
     /// The norms of the attention's and the feed-forward's outputs (Gemma).
     pub(super) post_norms: Option<(Norm, Norm)>,
     /// The layer's per-layer embedding step (Gemma 4's E2B and E4B).
@@ -67,6 +69,18 @@ pub(super) enum Ffn {
         down: Linear,
     },
     Experts(Box<Experts>),
+}
+
+/// Gemma 4 26B-A4B's mixture beside a layer's MLP: its experts, the norm before them
+/// (`pre_ffw_norm_2`), the norms after the MLP (`post_ffw_norm_1`) and after the experts
+/// (`post_ffw_norm_2`), and the router's input: the residual stream RMS-normalised with the
+/// weights `ffn_gate_inp.scale / √width` (llama.cpp's plain norm, `1/√width`, then the scale).
+pub(super) struct Beside {
+    pub(super) experts: Experts,
+    pub(super) pre: Norm,
+    pub(super) post_mlp: Norm,
+    pub(super) post_experts: Norm,
+    pub(super) router_norm: Norm,
 }
 
 impl Ffn {
@@ -203,7 +217,9 @@ impl Decoder {
                 .map(|l| {
                     let shared = l.shared.as_ref().map_or(0, |s| s.weights());
                     let per_layer = l.per_layer.as_ref().map_or(0, |p| p.weights());
-                    l.qkv.weights() + l.wo.weights() + l.ffn.step_weights() + shared + per_layer
+                    let beside = l.beside.as_ref().map_or(0, |b| b.experts.step_weights());
+                    let ffn = l.ffn.step_weights() + beside;
+                    l.qkv.weights() + l.wo.weights() + ffn + shared + per_layer
                 })
                 .sum::<usize>()
     }
@@ -214,9 +230,15 @@ impl Decoder {
     pub fn mapped_weight_bytes(&self) -> usize {
         self.layers
             .iter()
-            .map(|l| match &l.ffn {
-                Ffn::Experts(e) => e.mapped_bytes(),
-                Ffn::Dense { gate_up, down } => gate_up.mapped_bytes() + down.mapped_bytes(),
+            .map(|l| {
+                let beside = l.beside.as_ref().map_or(0, |b| b.experts.mapped_bytes());
+                beside
+                    + match &l.ffn {
+                        Ffn::Experts(e) => e.mapped_bytes(),
+                        Ffn::Dense { gate_up, down } => {
+                            gate_up.mapped_bytes() + down.mapped_bytes()
+                        }
+                    }
             })
             .sum()
     }
@@ -434,8 +456,15 @@ impl Decoder {
             };
             let mut y = match &layer.ffn {
                 Ffn::Dense { gate_up, down } => b.dense(gate_up, down, family.activation, h)?,
-                Ffn::Experts(e) => b.experts(e, h)?,
+                Ffn::Experts(e) => b.experts(e, h, None)?,
             };
+            if let Some(side) = &layer.beside {
+                b.renorm(&side.post_mlp, &mut y)?;
+                let (h, by) = (b.norm(&side.pre, &x)?, b.norm(&side.router_norm, &x)?);
+                let mut z = b.experts(&side.experts, h, Some(by))?;
+                b.renorm(&side.post_experts, &mut z)?;
+                b.residual(&mut y, z)?;
+            }
             if let (Some(s), Some(h)) = (&layer.shared, shared_in) {
                 let z = b.shared_expert(s, h)?;
                 b.residual(&mut y, z)?;

@@ -260,8 +260,13 @@ impl Backend for OnDevice<'_> {
         down.forward(&(gate * up)?)
     }
 
-    fn experts(&mut self, experts: &Experts, h: Tensor) -> Result<Tensor> {
-        experts.forward(&h)
+    fn experts(
+        &mut self,
+        experts: &Experts,
+        h: Tensor,
+        route_by: Option<Tensor>,
+    ) -> Result<Tensor> {
+        experts.forward(&h, route_by.as_ref())
     }
 
     fn shared_expert(&mut self, s: &SharedExpert, h: Tensor) -> Result<Tensor> {

@@ -55,6 +55,8 @@ pub(super) struct Experts {
     cfg: ExpertsConfig,
     gating: Gating,
     activation: Activation,
+    /// Each expert's output multiplied by its own scale (Gemma 4's `ffn_down_exps.scale`).
+    scales: Option<Vec<f32>>,
 }
 
 /// The router's matrix. Converted files keep it in f32; its products are then made on the host,
@@ -261,35 +263,44 @@ impl ExpertSpace {
 }
 
 impl Experts {
-    /// A layer's mixture from its tensors: the router, and the gate, up and down tensors of
-    /// every expert at once, each split into one matrix per expert; their biases where the
-    /// family has them (checked against these shapes at load: `config.rs`).
+    /// A layer's mixture from its tensors: the router, and the gate and up tensors (or one
+    /// tensor of both, the gate first) and down tensor of every expert at once, each split
+    /// into one matrix per expert; their biases where the family has them (checked against
+    /// these shapes at load: `table.rs`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         router: RawTensor,
-        [gate, up, down]: [RawTensor; 3],
+        gate_up: Vec<RawTensor>,
+        down: RawTensor,
         biases: Option<ExpertBiases>,
         cfg: ExpertsConfig,
         gating: Gating,
         activation: Activation,
         host: bool,
     ) -> Result<Experts> {
-        let n = cfg.count;
+        let (n, ff) = (cfg.count, cfg.ff);
         let width = down.dims.get(1).copied().unwrap_or(0);
-        let (gates, ups, downs) = (
-            split(gate, n, "gate")?,
-            split(up, n, "up")?,
-            split(down, n, "down")?,
-        );
-        let (ff, b) = (cfg.ff, biases.as_ref());
-        let experts = gates
+        let mut gate_up = gate_up.into_iter();
+        let groups: Vec<Group> = match (gate_up.next(), gate_up.next()) {
+            (Some(gate), Some(up)) => split(gate, n, "gate")?
+                .into_iter()
+                .zip(split(up, n, "up")?)
+                .map(|(g, u)| Group::new(vec![g, u], host))
+                .collect::<Result<_>>()?,
+            (Some(both), None) => split(both, n, "gate_up")?
+                .into_iter()
+                .map(|t| Group::fused(t, vec![ff, ff], host))
+                .collect::<Result<_>>()?,
+            _ => return Err(Error::param("experts", "no gate and up projections")),
+        };
+        let (downs, b) = (split(down, n, "down")?, biases.as_ref());
+        let experts = groups
             .into_iter()
-            .zip(ups)
             .zip(downs)
             .enumerate()
-            .map(|(e, ((g, u), d))| {
+            .map(|(e, (gate_up, d))| {
                 Ok(Expert {
-                    gate_up: Group::new(vec![g, u], host)?,
+                    gate_up,
                     down: Linear::new(d, host)?,
                     bias: b.map(|b| {
                         let gate_up = [&b.gate[e * ff..][..ff], &b.up[e * ff..][..ff]].concat();
@@ -305,7 +316,17 @@ impl Experts {
             cfg,
             gating,
             activation,
+            scales: None,
         })
+    }
+
+    /// The mixture with each expert's output multiplied by its scale in `scales` (one per
+    /// expert, checked at load).
+    pub(super) fn with_scales(self, scales: Vec<f32>) -> Experts {
+        Experts {
+            scales: Some(scales),
+            ..self
+        }
     }
 
     /// Bytes of weights held and in the file: the router and every expert.
@@ -370,17 +391,21 @@ impl Experts {
         }
     }
 
-    /// The mixture's output for `m` rows of `h` on the host into `out` (`m × width`).
+    /// The mixture's output for `m` rows of `h` on the host into `out` (`m × width`), routed
+    /// by the router's logits of `route_by`'s rows where given (Gemma 4's), else of `h`'s.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_host_into(
         &self,
         h: &[f32],
+        route_by: Option<&[f32]>,
         m: usize,
         isa: Isa,
         w: &mut ExpertSpace,
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let (k, width, ff) = (self.cfg.used, h.len() / m.max(1), self.cfg.ff);
-        self.router.forward_host_into(h, m, &mut w.logits)?;
+        self.router
+            .forward_host_into(route_by.unwrap_or(h), m, &mut w.logits)?;
         self.routes(&mut w.logits, &mut w.routes);
         w.slots_of.resize_with(self.experts.len(), Vec::new);
         w.slots_of.iter_mut().for_each(Vec::clear);
@@ -393,17 +418,18 @@ impl Experts {
         // a wait for every thread (measured on the 30B-A3B shape: prefill +14–26%, four
         // streams +20%, one stream's decode the same). Each expert's few buffers are its own
         // (some kB a step).
-        let chosen: Vec<(&Expert, &[usize])> = self
+        let chosen: Vec<(usize, &Expert, &[usize])> = self
             .experts
             .iter()
             .zip(&w.slots_of)
-            .filter(|(_, s)| !s.is_empty())
-            .map(|(e, s)| (e, s.as_slice()))
+            .enumerate()
+            .filter(|(_, (_, s))| !s.is_empty())
+            .map(|(i, (e, s))| (i, e, s.as_slice()))
             .collect();
         let activation = self.activation;
         let outs: Vec<Result<Vec<f32>>> = chosen
             .par_iter()
-            .map(|&(expert, slots)| {
+            .map(|&(i, expert, slots)| {
                 let mut xs = Vec::with_capacity(slots.len() * width);
                 for &slot in slots {
                     xs.extend_from_slice(&h[slot / k * width..][..width]);
@@ -419,13 +445,17 @@ impl Experts {
                 }
                 ops::gated(&gate_up, ff, activation, isa, &mut act);
                 expert.down.forward_host_into(&act, slots.len(), &mut ys)?;
+                if let Some(s) = &self.scales {
+                    // One scale per expert: `table.rs` checked the tensor's shape.
+                    ys.iter_mut().for_each(|v| *v *= s[i]);
+                }
                 if let Some((_, b)) = &expert.bias {
                     ys.chunks_exact_mut(width).for_each(|r| ops::add(r, b));
                 }
                 Ok(ys)
             })
             .collect();
-        for ((_, slots), ys) in chosen.iter().zip(outs) {
+        for ((_, _, slots), ys) in chosen.iter().zip(outs) {
             let ys = ys?;
             for (i, &slot) in slots.iter().enumerate() {
                 w.slots[slot * width..][..width].copy_from_slice(&ys[i * width..][..width]);
@@ -449,14 +479,15 @@ impl Experts {
         Ok(())
     }
 
-    /// The mixture on candle's tensors (GPUs): the route on the host, then each chosen expert
-    /// over the rows routed to it, weighed and added into the output.
-    pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// The mixture on candle's tensors (GPUs): the route on the host (of `route_by`'s rows
+    /// where given), then each chosen expert over the rows routed to it, weighed and added
+    /// into the output.
+    pub(super) fn forward(&self, x: &Tensor, route_by: Option<&Tensor>) -> Result<Tensor> {
         let (m, width) = x.dims2()?;
         if self.router_bias.is_some() {
             return Err(cpu_only());
         }
-        let mut logits = self.router.logits(x)?;
+        let mut logits = self.router.logits(route_by.unwrap_or(x))?;
         let mut routes = Vec::new();
         self.routes(&mut logits, &mut routes);
         let k = self.cfg.used;
@@ -467,7 +498,10 @@ impl Experts {
                 .iter()
                 .enumerate()
                 .filter(|(_, r)| r.expert == e)
-                .map(|(slot, r)| ((slot / k) as u32, r.weight))
+                .map(|(slot, r)| {
+                    let scale = self.scales.as_ref().map_or(1.0, |s| s[e]);
+                    ((slot / k) as u32, r.weight * scale)
+                })
                 .unzip();
             if rows.is_empty() {
                 continue;

@@ -137,6 +137,10 @@ pub struct Family {
     /// Each layer's output is multiplied by its `layer_output_scale` where the file has one
     /// (Gemma 4).
     pub layer_scale: bool,
+    /// Where a file has a mixture (`expert_count`), its layers run it beside their dense MLP,
+    /// each with norms of its own, the router reading the residual stream normalised and
+    /// scaled per value (`ffn_gate_inp.scale`): Gemma 4 26B-A4B (`model/experts.rs`).
+    pub experts_beside_mlp: bool,
 }
 
 const LLAMA: Family = Family {
@@ -165,6 +169,7 @@ const LLAMA: Family = Family {
     swa_heads: false,
     v_norm: false,
     layer_scale: false,
+    experts_beside_mlp: false,
 };
 
 /// Gemma's block: GELU, post-norms, √width embeddings, NEOX, queries pre-scaled.
@@ -296,6 +301,8 @@ pub const FAMILIES: &[Family] = &[
         swa_heads: true,
         v_norm: true,
         layer_scale: true,
+        experts: Some(Gating::SoftmaxTopK),
+        experts_beside_mlp: true,
         ..GEMMA
     },
     // Qwen3.5 dense (0.8B to 27B).

@@ -348,18 +348,27 @@ impl Backend for Host<'_> {
         self.linear(down, a)
     }
 
-    fn experts(&mut self, experts: &Experts, h: Vec<f32>) -> Result<Vec<f32>> {
+    fn experts(
+        &mut self,
+        experts: &Experts,
+        h: Vec<f32>,
+        route_by: Option<Vec<f32>>,
+    ) -> Result<Vec<f32>> {
         let (m, isa) = (self.m, self.isa);
         let mut y = self.take(m * self.d.cfg.hidden);
         let ws = match &mut self.space {
             Space::Kept(w) => &mut **w,
             Space::Own(w) => w,
         };
-        experts.forward_host_into(&h, m, isa, &mut ws.experts, &mut y)?;
+        let by = route_by.as_deref();
+        experts.forward_host_into(&h, by, m, isa, &mut ws.experts, &mut y)?;
         if let Some(r) = self.routes.as_deref_mut() {
             r.push(ws.experts.routes().to_vec());
         }
         self.give(h);
+        if let Some(by) = route_by {
+            self.give(by);
+        }
         Ok(y)
     }
 

@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::attention::Rope;
 use super::backend::RopeTable;
-use super::decoder::{Decoder, DecoderConfig, Ffn, Layer};
+use super::decoder::{Beside, Decoder, DecoderConfig, Ffn, Layer};
 use super::delta::DeltaNet;
 use super::experts::Experts;
 use super::kv_rows::KvType;
@@ -316,6 +316,64 @@ fn per_layer_inputs<'a>(
     })
 }
 
+/// A layer's mixture beside its MLP (Gemma 4 26B-A4B: `decoder::Beside`), its tensors read
+/// through `get` as `form` lays them out.
+fn beside<'a>(
+    cfg: &DecoderConfig,
+    e: super::config::ExpertsConfig,
+    gating: super::family::Gating,
+    form: table::Form,
+    get: &mut impl FnMut(Part) -> Result<RawTensor<'a>>,
+    host: bool,
+) -> Result<Beside> {
+    let like_ggml = cfg.family.llama_cpp_rounding;
+    let norm = |t: RawTensor| Norm::new(t.qtensor()?, cfg.rms_eps, host, like_ggml);
+    let gate_up = match form.fused_experts {
+        true => vec![get(Part::GateUpExps)?],
+        false => vec![get(Part::GateExps)?, get(Part::UpExps)?],
+    };
+    let activation = cfg.family.activation;
+    let experts = Experts::new(
+        get(Part::Router)?,
+        gate_up,
+        get(Part::DownExps)?,
+        None,
+        e,
+        gating,
+        activation,
+        host,
+    )?;
+    let experts = match form.expert_scales {
+        true => experts.with_scales(floats(get(Part::DownExpsScale)?)?),
+        false => experts,
+    };
+    // llama.cpp's router input: the plain norm, times `1/√width`, times the scale; here one
+    // norm whose weights are the scale's values times `1/√width`.
+    let by = 1.0 / (cfg.hidden as f32).sqrt();
+    let weights: Vec<f32> = floats(get(Part::RouterScale)?)?
+        .into_iter()
+        .map(|s| s * by)
+        .collect();
+    let n = weights.len();
+    let weights = Tensor::from_vec(weights, n, &Device::Cpu)?;
+    let router_norm = Norm::new(
+        candle_core::quantized::QTensor::quantize(
+            &weights,
+            candle_core::quantized::GgmlDType::F32,
+        )?,
+        cfg.rms_eps,
+        host,
+        like_ggml,
+    )?;
+    Ok(Beside {
+        experts,
+        pre: norm(get(Part::PreFfnNorm2)?)?,
+        post_mlp: norm(get(Part::PostFfnNorm1)?)?,
+        post_experts: norm(get(Part::PostFfnNorm2)?)?,
+        router_norm,
+    })
+}
+
 /// A vector of the file (a bias, sinks) as f32.
 fn floats(t: RawTensor) -> Result<Vec<f32>> {
     Ok(t.qtensor()?
@@ -392,7 +450,9 @@ fn read_layer<'a>(
         true => Some(floats(get(Part::Sinks)?)?),
         false => None,
     };
-    let ffn = match experts {
+    // A mixture beside the MLP is read below (`beside`).
+    let routed = experts.filter(|_| !family.experts_beside_mlp);
+    let ffn = match routed {
         Some((e, gating)) => {
             let biases = match has(Part::RouterBias) {
                 false => None,
@@ -405,11 +465,8 @@ fn read_layer<'a>(
             };
             Ffn::Experts(Box::new(Experts::new(
                 get(Part::Router)?,
-                [
-                    get(Part::GateExps)?,
-                    get(Part::UpExps)?,
-                    get(Part::DownExps)?,
-                ],
+                vec![get(Part::GateExps)?, get(Part::UpExps)?],
+                get(Part::DownExps)?,
                 biases,
                 e,
                 gating,
@@ -458,6 +515,10 @@ fn read_layer<'a>(
             gate: floats(get(Part::SharedRouter)?)?,
         })),
     };
+    let beside = match (experts, form.beside) {
+        (Some((e, gating)), true) => Some(Box::new(beside(cfg, e, gating, form, &mut get, host)?)),
+        _ => None,
+    };
     let (attn_norm, ffn_norm) = (norm(get(Part::AttnNorm)?)?, norm(get(Part::FfnNorm)?)?);
     let qk_norm = match (has(Part::QNorm), has(Part::KNorm)) {
         (false, _) => None,
@@ -495,6 +556,7 @@ fn read_layer<'a>(
         sinks,
         ffn,
         shared,
+        beside,
         post_norms,
         per_layer,
         rope,

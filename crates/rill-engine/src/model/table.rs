@@ -82,6 +82,15 @@ pub(super) enum Part {
     PerLayerGate,
     PerLayerProj,
     PerLayerNorm,
+    /// A mixture beside the MLP (Gemma 4 26B-A4B): every expert's gate and up in one tensor
+    /// (the gate first), the router's scale per input value, each expert's output scale, the
+    /// norm before the experts and those after the MLP and after the experts.
+    GateUpExps,
+    RouterScale,
+    DownExpsScale,
+    PreFfnNorm2,
+    PostFfnNorm1,
+    PostFfnNorm2,
 }
 
 /// The widths a layer's tensors follow.
@@ -159,6 +168,12 @@ impl Part {
             PerLayerGate => ("inp_gate", "weight"),
             PerLayerProj => ("proj", "weight"),
             PerLayerNorm => ("post_norm", "weight"),
+            GateUpExps => ("ffn_gate_up_exps", "weight"),
+            RouterScale => ("ffn_gate_inp", "scale"),
+            DownExpsScale => ("ffn_down_exps", "scale"),
+            PreFfnNorm2 => ("pre_ffw_norm_2", "weight"),
+            PostFfnNorm1 => ("post_ffw_norm_1", "weight"),
+            PostFfnNorm2 => ("post_ffw_norm_2", "weight"),
         }
     }
 
@@ -225,7 +240,11 @@ impl Part {
             LayerScale => vec![1],
             PerLayerGate => vec![per_layer, hidden],
             PerLayerProj => vec![hidden, per_layer],
-            PerLayerNorm => vec![hidden],
+            PerLayerNorm | RouterScale | PreFfnNorm2 | PostFfnNorm1 | PostFfnNorm2 => {
+                vec![hidden]
+            }
+            GateUpExps => vec![count, 2 * eff, hidden],
+            DownExpsScale => vec![count],
         }
     }
 }
@@ -246,6 +265,11 @@ pub(super) struct Form {
     pub(super) shares_kv: bool,
     /// A per-layer embedding step (Gemma 4's E2B and E4B).
     pub(super) per_layer: bool,
+    /// A mixture beside the MLP (Gemma 4 26B-A4B: the layer has a router), with every
+    /// expert's gate and up in one tensor, and with each expert's output scale.
+    pub(super) beside: bool,
+    pub(super) fused_experts: bool,
+    pub(super) expert_scales: bool,
 }
 
 /// How a layer is laid out as the configuration says: a recurrent layer, one that reads
@@ -260,6 +284,7 @@ pub(super) struct Kind {
 /// How layer `layer` of the file is laid out (`kind`: what the configuration says of it).
 pub(super) fn form(ct: &Header, family: &Family, layer: usize, kind: Kind) -> Form {
     let has = |p: Part| ct.tensor_infos.contains_key(&p.tensor(family, layer));
+    let beside = family.experts_beside_mlp && has(Part::Router);
     let fused_qkv = !kind.shares_kv && has(Part::Qkv);
     Form {
         fused_qkv,
@@ -268,6 +293,9 @@ pub(super) fn form(ct: &Header, family: &Family, layer: usize, kind: Kind) -> Fo
         scale: family.layer_scale && has(Part::LayerScale),
         shares_kv: kind.shares_kv,
         per_layer: kind.per_layer,
+        beside,
+        fused_experts: beside && has(Part::GateUpExps),
+        expert_scales: beside && has(Part::DownExpsScale),
     }
 }
 
@@ -286,7 +314,7 @@ pub(super) fn parts(family: &Family, form: Form, experts: bool) -> Vec<Part> {
         p.extend([
             Mix, MixGate, SsmBeta, SsmAlpha, SsmConv, SsmDt, SsmA, SsmNorm, SsmOut,
         ]);
-        p.extend(feed_forward(family, experts));
+        p.extend(feed_forward(family, form, experts));
         return p;
     }
     p.extend(when(family.out_bias, &[OutBias]));
@@ -302,13 +330,29 @@ pub(super) fn parts(family: &Family, form: Form, experts: bool) -> Vec<Part> {
     p.extend(when(family.qk_norm && form.shares_kv, &[QNorm]));
     p.extend(when(family.qk_norm && !form.shares_kv, &[QNorm, KNorm]));
     p.extend(when(family.post_norms, &[PostAttnNorm, PostFfnNorm]));
-    p.extend(feed_forward(family, experts));
+    p.extend(feed_forward(family, form, experts));
     p
 }
 
-/// The feed-forward's tensors: a mixture's experts, or one gated MLP.
-fn feed_forward(family: &Family, experts: bool) -> Vec<Part> {
+/// The feed-forward's tensors: a mixture's experts, or one gated MLP, and a mixture beside
+/// it where the layer has one.
+fn feed_forward(family: &Family, form: Form, experts: bool) -> Vec<Part> {
     use Part::*;
+    if family.experts_beside_mlp {
+        let mut p = vec![Gate, Up, Down];
+        if form.beside {
+            p.extend([Router, RouterScale, DownExps]);
+            p.extend([PreFfnNorm2, PostFfnNorm1, PostFfnNorm2]);
+            match form.fused_experts {
+                true => p.push(GateUpExps),
+                false => p.extend([GateExps, UpExps]),
+            }
+            if form.expert_scales {
+                p.push(DownExpsScale);
+            }
+        }
+        return p;
+    }
     match (experts, family.fused_gate_up) {
         (true, _) => {
             let mut p = vec![Router, GateExps, UpExps, DownExps];
