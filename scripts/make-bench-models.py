@@ -28,6 +28,10 @@ real model's does.
 layers with 16 key and 32 value heads of 128 and a 4-tap convolution; feed-forward 9216;
 Qwen3.5's 248,320 tokens, tied embeddings): Q4_0 directly, Q4_K_M from it.
 
+`gemma4e2b` is Gemma 4 E2B's shape (`G4E` below: per-layer embeddings, 20 layers reading
+earlier layers' keys and values, Gemma 4's 262,144 tokens): Q4_0 directly (the per-layer
+table's 2.3 billion values as random Q4_0 blocks), Q4_K_M from it.
+
 `gpt-oss` is gpt-oss-20b's shape (width 2880, 64 query and 8 KV heads of 64, 32 experts of
 feed-forward 2880 of which 4 are used, a 128-position window on every other layer, YaRN),
 its experts in MXFP4 and the other matrices in Q8_0 as the released file has them, with
@@ -379,6 +383,118 @@ def write_qwen35(qtype, out: Path, models: Path) -> Path:
     return finish(w, tmp, path)
 
 
+# Gemma 4 E2B's shape (`gemma4e2b`): width 1536, 35 layers of which every fifth is global,
+# 8 query heads and 1 KV head, 256 wide on the windowed layers (window 512) and 512 on the
+# global ones (RoPE over a quarter of them), feed-forward 6144 (twice that on the 20 layers
+# that read earlier layers' keys and values), per-layer embeddings 256 wide, Gemma 4's
+# 262,144 tokens, tied embeddings.
+G4E = dict(hidden=1536, layers=35, heads=8, kv_heads=1, head_swa=256, head=512, ff=6144,
+           per_layer=256, shared=20, window=512, every=5)
+
+
+def random_q4_0(rows: int, cols: int, rng) -> np.ndarray:
+    """A Q4_0 matrix of random nibbles under one small scale, as bytes: what quantising
+    `rows × cols` random values would take minutes for (the per-layer table's billions)."""
+    blocks = rows * cols // 32
+    data = rng.integers(0, 256, size=(blocks, 18), dtype=np.uint8)
+    data[:, :2] = np.frombuffer(np.float16(0.01).tobytes(), dtype=np.uint8)
+    return data.reshape(rows, cols // 32 * 18)
+
+
+def write_gemma4e2b(out: Path, models: Path) -> Path:
+    """A Gemma-4-E2B-shape gemma4 file in Q4_0: one random block of each kind (windowed,
+    global; own keys or shared) written for its layers."""
+    m, qtype = G4E, gguf.GGMLQuantizationType.Q4_0
+    rng = np.random.default_rng(11)
+    path = out / "gemma4-e2b.Q4_0.gguf"
+    tmp = path.with_suffix(".partial")
+    w = gguf.GGUFWriter(str(tmp), "gemma4")
+    w.add_name("gemma4 E2B-shape benchmark model (random weights)")
+    n_vocab = tm.copy_tokenizer(w, models / "ggml-vocab-gemma-4.gguf")
+    w.add_chat_template((models / "templates/google-gemma-4-31B-it.jinja")
+                        .read_text(encoding="utf-8"))
+    hidden, layers, ff, pl = m["hidden"], m["layers"], m["ff"], m["per_layer"]
+    own = layers - m["shared"]
+    swa = [i % m["every"] != m["every"] - 1 for i in range(layers)]
+    w.add_context_length(32768)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_array("gemma4.feed_forward_length", [ff if i < own else 2 * ff for i in range(layers)])
+    w.add_head_count(m["heads"])
+    w.add_head_count_kv(m["kv_heads"])
+    w.add_key_length(m["head"])
+    w.add_value_length(m["head"])
+    w.add_uint32("gemma4.attention.key_length_swa", m["head_swa"])
+    w.add_uint32("gemma4.attention.value_length_swa", m["head_swa"])
+    w.add_rope_dimension_count(m["head"])
+    w.add_uint32("gemma4.rope.dimension_count_swa", m["head_swa"])
+    w.add_rope_freq_base(1_000_000.0)
+    w.add_float32("gemma4.rope.freq_base_swa", 10_000.0)
+    w.add_uint32("gemma4.attention.sliding_window", m["window"])
+    w.add_array("gemma4.attention.sliding_window_pattern", swa)
+    w.add_uint32("gemma4.embedding_length_per_layer_input", pl)
+    w.add_uint32("gemma4.attention.shared_kv_layers", m["shared"])
+    w.add_float32("gemma4.final_logit_softcapping", 30.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(int(qtype))
+
+    def normal(shape, std):
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+
+    def q(data):
+        return gguf.quants.quantize(data, qtype)
+
+    def add(name, data):
+        w.add_tensor(name, data, raw_dtype=qtype)
+
+    add("token_embd.weight", q(normal((n_vocab, hidden), 1.0 / np.sqrt(hidden))))
+    add("per_layer_token_embd.weight", random_q4_0(n_vocab, layers * pl, rng))
+    add("per_layer_model_proj.weight", q(normal((layers * pl, hidden), 1.0 / np.sqrt(hidden))))
+    w.add_tensor("per_layer_proj_norm.weight", np.ones(pl, dtype=np.float32))
+    w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
+    # The global layers' RoPE turns a quarter of each head (the converter's factors: 1, then
+    # 1e30 for the pairs that do not turn).
+    quarter = m["head"] // 8
+    w.add_tensor("rope_freqs.weight", np.array([1.0] * quarter + [1e30] * (m["head"] // 2 - quarter),
+                                               dtype=np.float32))
+    blocks = {}
+    for windowed in (True, False):
+        hd = m["head_swa"] if windowed else m["head"]
+        qw, kw = m["heads"] * hd, m["kv_heads"] * hd
+        blocks[windowed] = {
+            "attn_q.weight": q(normal((qw, hidden), 1.0 / np.sqrt(hidden))),
+            "attn_k.weight": q(normal((kw, hidden), 1.0 / np.sqrt(hidden))),
+            "attn_v.weight": q(normal((kw, hidden), 1.0 / np.sqrt(hidden))),
+            "attn_output.weight": q(normal((hidden, qw), 1.0 / np.sqrt(qw))),
+        }
+    ffn = {}
+    for width in (ff, 2 * ff):
+        ffn[width] = {
+            "ffn_gate.weight": q(normal((width, hidden), 1.0 / np.sqrt(hidden))),
+            "ffn_up.weight": q(normal((width, hidden), 1.0 / np.sqrt(hidden))),
+            "ffn_down.weight": q(normal((hidden, width), 1.0 / np.sqrt(width))),
+        }
+    per_layer = {
+        "inp_gate.weight": q(normal((pl, hidden), 1.0 / np.sqrt(hidden))),
+        "proj.weight": q(normal((hidden, pl), 1.0 / np.sqrt(pl))),
+    }
+    for i in range(layers):
+        hd = m["head_swa"] if swa[i] else m["head"]
+        for n in ["attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm", "post_norm"]:
+            w.add_tensor(f"blk.{i}.{n}.weight", np.ones(hidden, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.attn_q_norm.weight", np.ones(hd, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.ones(hd, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.layer_output_scale.weight", np.ones(1, dtype=np.float32))
+        attention = dict(blocks[swa[i]])
+        if i >= own:
+            # A layer that reads an earlier one's keys and values has queries only.
+            attention = {k: v for k, v in attention.items() if k.startswith(("attn_q", "attn_o"))}
+        layer = {**attention, **ffn[ff if i < own else 2 * ff], **per_layer}
+        for name, data in layer.items():
+            add(f"blk.{i}.{name}", data)
+    return finish(w, tmp, path)
+
+
 def q4_k_m(src: Path, dst: Path):
     """llama.cpp's quantiser (`llama-quantize`, built by `scripts/build-llama-bench.sh`)."""
     bin_dir = subprocess.run(["bash", str(ROOT / "scripts/build-llama-bench.sh")], check=True,
@@ -430,6 +546,16 @@ def main():
             q4_k_m(a.out / "qwen35-4b.Q4_0.gguf", k)
         print(k)
         a.families.remove("qwen35")
+    if "gemma4e2b" in a.families:
+        path = a.out / "gemma4-e2b.Q4_0.gguf"
+        if a.force or not path.is_file():
+            write_gemma4e2b(a.out, models)
+        print(path)
+        k = a.out / "gemma4-e2b.Q4_K_M.gguf"
+        if a.force or not k.is_file():
+            q4_k_m(path, k)
+        print(k)
+        a.families.remove("gemma4e2b")
     big = a.size != "1b"
     for family in a.families:
         for qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0):

@@ -271,18 +271,20 @@ fn a_batch_routes_each_row_as_alone_on(name: &str) {
 }
 
 /// What `rill bench` divides the bandwidth by: of a mixture, a one-row step reads the router
-/// and the 2 of 8 experts it chose, not all 8.
+/// and the 2 of 8 experts it chose, not all 8 (beside the MLP too: Gemma 4 26B-A4B).
 #[test]
 fn a_step_of_a_mixture_reads_its_chosen_experts() {
     use rill_engine::model::gguf;
-    for name in ["qwen3moe-test.Q8_0", GPT_OSS[0]] {
+    for name in ["qwen3moe-test.Q8_0", GPT_OSS[0], "gemma4moe-test.Q8_0"] {
         let path = common::test_model(name);
         let len = std::fs::metadata(&path).unwrap().len();
         let header = gguf::read(&mut std::fs::File::open(&path).unwrap(), len).unwrap();
         let bytes = |t: &gguf::TensorInfo| {
             t.shape.elem_count() / t.dtype.block_size() * t.dtype.type_size()
         };
-        // Matrices, not biases (gpt-oss's experts' are `[experts, width]` too).
+        // Matrices, not biases (gpt-oss's experts' are `[experts, width]` too); the
+        // embeddings where they are the output's too (Gemma's).
+        let tied = !header.tensor_infos.contains_key("output.weight");
         let (mut dense, mut experts) = (0, 0);
         for (n, t) in header
             .tensor_infos
@@ -291,7 +293,7 @@ fn a_step_of_a_mixture_reads_its_chosen_experts() {
         {
             match t.shape.dims().len() {
                 3 => experts += bytes(t),
-                2 if n != "token_embd.weight" => dense += bytes(t),
+                2 if n != "token_embd.weight" || tied => dense += bytes(t),
                 _ => {}
             }
         }

@@ -193,10 +193,11 @@ impl Decoder {
             .flat_map(|l| {
                 let shared = l.shared.as_ref().map_or((0, 0), |s| s.bytes());
                 let per_layer = l.per_layer.as_ref().map_or((0, 0), |p| p.bytes());
+                let beside = l.beside.as_ref().map_or((0, 0), |b| b.experts.step_bytes());
                 [
                     l.qkv.bytes(),
                     l.wo.bytes(),
-                    l.ffn.step_bytes(),
+                    add(l.ffn.step_bytes(), beside),
                     shared,
                     per_layer,
                 ]

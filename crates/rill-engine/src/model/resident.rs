@@ -45,6 +45,17 @@ impl Decoder {
                 all.extend(s.gate_up.ours());
                 all.extend(s.down.ours());
             }
+            if let Some(b) = &l.beside {
+                all.extend(b.experts.ours());
+            }
+            if let Some(p) = &l.per_layer {
+                all.extend(p.gate.ours());
+                all.extend(p.proj.ours());
+            }
+        }
+        if let Some(p) = &self.per_layer {
+            all.push(&p.table);
+            all.extend(p.proj.ours());
         }
         all.extend(self.output.ours());
         all
