@@ -10,7 +10,9 @@
 //! The budget comes from a [`Pacer`]: with no answer streaming it is the whole configured
 //! chunk; while answers stream it is what fits so that a round carrying prompt tokens takes at
 //! most [`STALL`] times a round without them. A new prompt then costs the streaming answers a
-//! bounded slowdown instead of a pause, and still makes progress every round.
+//! bounded slowdown instead of a pause, and still makes progress every round. A short prompt
+//! (by the measured cost of prompt tokens, at most [`SHORT_PROMPT_MS`]) goes in whole instead:
+//! a quick question beside long answers gets its first token about as soon as alone.
 
 /// What a sequence is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -79,6 +81,12 @@ pub fn plan_round(seqs: &[SeqView], prefill_budget: usize) -> Vec<Work> {
 /// streaming answers without them: the slowdown a new prompt may cause the answers streaming.
 pub const STALL: f64 = 1.75;
 
+/// The most a whole waiting prompt may add to a round while answers stream, by the pacer's
+/// estimate: a short question's prompt then goes in at once, ahead of the [`STALL`] pacing, and
+/// its first token comes about as soon as it would alone (issue 43); the streaming answers see
+/// one round this much longer.
+pub const SHORT_PROMPT_MS: f64 = 150.0;
+
 /// Decode-row counts the pacer tells apart; larger batches share the last entry.
 const MAX_ROWS: usize = 64;
 
@@ -140,6 +148,23 @@ impl Pacer {
         let fit = (STALL - 1.0) * decode / per_token;
         let ramp = (2 * self.last_prompt).max(4).min(self.chunk);
         (fit.min(ramp as f64) as usize).max(1)
+    }
+
+    /// Prompt tokens the next round may carry beside `decode_rows` streaming rows when the
+    /// oldest waiting prompt has `next` tokens left: [`prefill_budget`](Self::prefill_budget),
+    /// or all of them where the prompt tokens' measured cost puts them within
+    /// [`SHORT_PROMPT_MS`] (and the chunk). Before any prompt token was measured, the paced
+    /// budget.
+    pub fn budget_for(&self, decode_rows: usize, next: usize) -> usize {
+        let paced = self.prefill_budget(decode_rows);
+        if next <= paced || next > self.chunk || self.prompt_tokens == 0.0 {
+            return paced;
+        }
+        let per_token = self.prompt_ms / self.prompt_tokens;
+        match per_token * next as f64 <= SHORT_PROMPT_MS {
+            true => next,
+            false => paced,
+        }
     }
 
     /// Records a pass of `decode_rows` decode rows and `prompt_tokens` prompt tokens that took
@@ -217,6 +242,28 @@ mod tests {
             want.extend(decodes);
             assert_eq!(plan_round(&seqs, budget), want, "budget {budget}");
         }
+    }
+
+    #[test]
+    fn a_short_prompt_goes_in_whole_and_a_long_one_is_paced() {
+        let mut p = Pacer::new(256);
+        // Nothing measured: the pacing's first steps, whatever the prompt.
+        assert_eq!(p.budget_for(3, 37), 0);
+        p.record(3, 0, 10.0);
+        assert_eq!(p.budget_for(3, 37), 1);
+        // Prompt tokens at 2 ms each: 37 take 74 ms, within the bound, so all go in; the
+        // paced budget would be 3 (0.75 · 10 ms / 2 ms).
+        p.record(3, 2, 14.0);
+        assert_eq!(p.prefill_budget(3), 3);
+        assert_eq!(p.budget_for(3, 37), 37);
+        // 100 tokens (200 ms) are over it: paced. So is a prompt past the chunk.
+        assert_eq!(p.budget_for(3, 100), 3);
+        let mut small = Pacer::new(16);
+        small.record(3, 0, 10.0);
+        small.record(3, 2, 14.0);
+        assert_eq!(small.budget_for(3, 37), 3);
+        // Nothing streaming: the whole chunk, as before.
+        assert_eq!(p.budget_for(0, 1000), 256);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! plans a round (scheduler.rs) and runs it as batched forward passes, then retires what
 //! finished, keeping complete answers' caches for prefix reuse. The round's prompt budget comes
 //! from the [`Pacer`], which times every pass, so a new prompt slows the streaming answers by a
-//! bounded factor instead of pausing them.
+//! bounded factor instead of pausing them, and a short one runs first, whole.
 
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
@@ -310,7 +310,8 @@ impl Worker {
     }
 
     /// Runs one round: the plan's work as batched forward passes. A sequence with priority p
-    /// takes part in the first p passes, everyone else in the first.
+    /// takes part in the first p passes, everyone else in the first; a short prompt that goes
+    /// in whole (`Pacer::budget_for`) runs in a pass of its own before them.
     fn round(&mut self) {
         let views: Vec<_> = self.seqs.iter().map(Sequence::view).collect();
         // The decode rows this round's passes will carry: one per decoding answer, and as many
@@ -321,7 +322,15 @@ impl Worker {
             .filter(|s| s.state() == SequenceState::Decoding)
             .map(Sequence::expected_rows)
             .sum();
-        let plan = plan_round(&views, self.pacer.prefill_budget(decode_rows));
+        // The oldest waiting prompt's tokens left: a short one goes in whole, in a pass of its
+        // own ahead of the streaming answers' (its first token as soon as alone).
+        let next = views
+            .iter()
+            .find(|v| v.state == SequenceState::Prefilling && v.prompt_left > 0)
+            .map_or(0, |v| v.prompt_left);
+        let budget = self.pacer.budget_for(decode_rows, next);
+        let ahead = usize::from(decode_rows > 0 && budget > self.pacer.prefill_budget(decode_rows));
+        let plan = plan_round(&views, budget);
         let passes = plan
             .iter()
             .map(|w| {
@@ -334,13 +343,17 @@ impl Worker {
             .max()
             .unwrap_or(0);
         let mut rows_of: Vec<(u64, usize)> = Vec::new();
-        for pass in 0..passes {
-            // (sequence id, tokens to run) for this pass.
+        for pass in 0..passes + ahead {
+            // (sequence id, tokens to run) for this pass; with a prompt ahead, the first pass
+            // is its own and the decode steps follow.
+            let decode_pass = pass.checked_sub(ahead);
             let mut want: Vec<(u64, usize)> = Vec::new();
             for w in &plan {
                 match *w {
                     Work::Prefill { id, tokens } if pass == 0 => want.push((id, tokens)),
-                    Work::Decode { id, steps } if pass < steps => want.push((id, 1)),
+                    Work::Decode { id, steps } if decode_pass.is_some_and(|p| p < steps) => {
+                        want.push((id, 1))
+                    }
                     _ => {}
                 }
             }
