@@ -151,19 +151,19 @@ impl Pacer {
     }
 
     /// Prompt tokens the next round may carry beside `decode_rows` streaming rows when the
-    /// oldest waiting prompt has `next` tokens left: [`prefill_budget`](Self::prefill_budget),
-    /// or all of them where the prompt tokens' measured cost puts them within
-    /// [`SHORT_PROMPT_MS`] (and the chunk). Before any prompt token was measured, the paced
-    /// budget.
-    pub fn budget_for(&self, decode_rows: usize, next: usize) -> usize {
+    /// oldest waiting prompt has `next` tokens left, and whether that prompt goes in whole
+    /// (ahead of the decode step): [`prefill_budget`](Self::prefill_budget), or all of `next`
+    /// where the prompt tokens' measured cost puts them within [`SHORT_PROMPT_MS`] (and the
+    /// chunk). Before any prompt token was measured, the paced budget.
+    pub fn budget_for(&self, decode_rows: usize, next: usize) -> (usize, bool) {
         let paced = self.prefill_budget(decode_rows);
         if next <= paced || next > self.chunk || self.prompt_tokens == 0.0 {
-            return paced;
+            return (paced, false);
         }
         let per_token = self.prompt_ms / self.prompt_tokens;
         match per_token * next as f64 <= SHORT_PROMPT_MS {
-            true => next,
-            false => paced,
+            true => (next, true),
+            false => (paced, false),
         }
     }
 
@@ -248,22 +248,22 @@ mod tests {
     fn a_short_prompt_goes_in_whole_and_a_long_one_is_paced() {
         let mut p = Pacer::new(256);
         // Nothing measured: the pacing's first steps, whatever the prompt.
-        assert_eq!(p.budget_for(3, 37), 0);
+        assert_eq!(p.budget_for(3, 37), (0, false));
         p.record(3, 0, 10.0);
-        assert_eq!(p.budget_for(3, 37), 1);
+        assert_eq!(p.budget_for(3, 37), (1, false));
         // Prompt tokens at 2 ms each: 37 take 74 ms, within the bound, so all go in; the
         // paced budget would be 3 (0.75 · 10 ms / 2 ms).
         p.record(3, 2, 14.0);
         assert_eq!(p.prefill_budget(3), 3);
-        assert_eq!(p.budget_for(3, 37), 37);
+        assert_eq!(p.budget_for(3, 37), (37, true));
         // 100 tokens (200 ms) are over it: paced. So is a prompt past the chunk.
-        assert_eq!(p.budget_for(3, 100), 3);
+        assert_eq!(p.budget_for(3, 100), (3, false));
         let mut small = Pacer::new(16);
         small.record(3, 0, 10.0);
         small.record(3, 2, 14.0);
-        assert_eq!(small.budget_for(3, 37), 3);
+        assert_eq!(small.budget_for(3, 37), (3, false));
         // Nothing streaming: the whole chunk, as before.
-        assert_eq!(p.budget_for(0, 1000), 256);
+        assert_eq!(p.budget_for(0, 1000), (256, false));
     }
 
     #[test]

@@ -328,8 +328,8 @@ impl Worker {
             .iter()
             .find(|v| v.state == SequenceState::Prefilling && v.prompt_left > 0)
             .map_or(0, |v| v.prompt_left);
-        let budget = self.pacer.budget_for(decode_rows, next);
-        let ahead = usize::from(decode_rows > 0 && budget > self.pacer.prefill_budget(decode_rows));
+        let (budget, whole) = self.pacer.budget_for(decode_rows, next);
+        let ahead = usize::from(whole);
         let plan = plan_round(&views, budget);
         let passes = plan
             .iter()
