@@ -43,6 +43,7 @@ experts repeats; each layer's router is its own.
 
 import argparse
 import importlib.util
+from functools import partial
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,11 @@ FAMILIES = {
 }
 # The real models' windows and patterns where the test models shrink them.
 WINDOWS = {"gemma2": 4096, "gemma3": 512}
+
+
+def gaussian(rng, shape, std) -> np.ndarray:
+    """Normal f32 values of deviation `std`, drawn from `rng` (every writer's weights)."""
+    return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
 
 
 def finish(w: gguf.GGUFWriter, tmp: Path, path: Path) -> Path:
@@ -111,8 +117,7 @@ def write(family: str, qtype, out: Path, models: Path, size: str = "1b") -> Path
     if family in WINDOWS:
         w.add_uint32(f"{arch}.attention.sliding_window", WINDOWS[family])
 
-    def normal(shape, std):
-        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+    normal = partial(gaussian, rng)
 
     def q(data):
         return gguf.quants.quantize(data, qtype)
@@ -193,8 +198,7 @@ def write_moe(qtype, out: Path, models: Path, layers: int) -> Path:
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(int(qtype))
 
-    def normal(shape, std):
-        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+    normal = partial(gaussian, rng)
 
     def q(data):
         return gguf.quants.quantize(data, qtype)
@@ -261,8 +265,7 @@ def write_oss(out: Path, models: Path, layers: int) -> Path:
     w.add_uint32("gpt-oss.rope.scaling.original_context_length", 4096)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
 
-    def normal(shape, std):
-        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+    normal = partial(gaussian, rng)
 
     def q(data, qtype=q8):
         return gguf.quants.quantize(data, qtype)
@@ -337,8 +340,7 @@ def write_qwen35(qtype, out: Path, models: Path) -> Path:
     w.add_full_attention_interval(d["interval"])
     w.add_file_type(int(qtype))
 
-    def normal(shape, std):
-        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+    normal = partial(gaussian, rng)
 
     def q(data):
         return gguf.quants.quantize(data, qtype)
@@ -438,8 +440,7 @@ def write_gemma4e2b(out: Path, models: Path) -> Path:
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(int(qtype))
 
-    def normal(shape, std):
-        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+    normal = partial(gaussian, rng)
 
     def q(data):
         return gguf.quants.quantize(data, qtype)
