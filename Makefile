@@ -23,6 +23,7 @@ model:
 fixtures:
 	@bash scripts/fetch-llama-cpp-assets.sh >/dev/null
 	@python3 scripts/make-test-models.py >/dev/null
+	@python3 scripts/make-test-projectors.py >/dev/null
 
 # The web UI: dependencies from package-lock.json, then a production build into ui/dist,
 # which the app embeds when it is compiled.

@@ -171,6 +171,12 @@ VARIANTS = {
     # Qwen3.5 with a multi-token-prediction block after its own four (issue 41): skipped as
     # llama.cpp's main pass skips it, so its logits are the plain file's.
     "qwen35-mtp": ("qwen35", dict(FAMILIES["qwen35"], mtp=True)),
+    # Gemma 3 for the image tests (issue 42): its weights with a window of 1,024, so that the
+    # image a question is about stays in sight of every layer (with the window of 8, only the
+    # global layer would see it, and the answer would barely depend on it).
+    "gemma3v": ("gemma3", dict(FAMILIES["gemma3"],
+                               keys=dict(FAMILIES["gemma3"]["keys"],
+                                         **{"attention.sliding_window": 1024}))),
     # Gemma 4 E2B/E4B's block (issue 41): six layers, a global one every third, per-layer
     # embeddings 32 wide (each layer's own row of every token, a projection of the residual
     # stream to them, and a gated step per layer), and the last three layers reading the keys

@@ -34,7 +34,7 @@
 //! Modules import downward only (`scripts/check-layers.py` fails `make test` on a circle). From
 //! the ground up: `error`, `message` (a conversation's words), `system`, `stop`, `scheduler`,
 //! `weigh`; `kernels`, `sampler`, `tools`; `gguf`, `event`, `reasoning`; `template`,
-//! `tokenizer`; `model`, `constraint`; `request`, `config`, `hub`, `prefix_cache`;
+//! `tokenizer`; `model`, `constraint`, `vision`; `request`, `config`, `hub`, `prefix_cache`;
 //! `prompting`, `sequence`; `draft`; `command`; `generation`, `worker`; `handle`; `engine`.
 //! Inside `model/`, the block (`decoder.rs`) is written once over a backend (`backend.rs`:
 //! `host.rs` on our kernels, `device.rs` on candle's tensors). docs/architecture.md says what
@@ -66,6 +66,7 @@ mod system;
 pub mod template;
 pub mod tokenizer;
 pub mod tools;
+pub mod vision;
 mod weigh;
 mod worker;
 

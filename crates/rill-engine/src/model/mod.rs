@@ -23,12 +23,12 @@ mod host;
 mod kv;
 pub mod kv_rows;
 mod load;
-mod ops;
+pub(crate) mod ops;
 mod parts;
 mod recurrent;
 mod resident;
 mod table;
-mod tensors;
+pub(crate) mod tensors;
 mod workspace;
 
 use std::fs::File;
@@ -119,7 +119,10 @@ fn open(path: &Path) -> Result<(File, u64)> {
 /// lies inside the file (a truncated download is caught here, not when the tensor is read).
 /// Every number in it is checked before use ([`gguf`]), so a crafted file is an error here.
 /// With `summary`, metadata arrays are checked but not held ([`gguf::read_summary`]).
-fn read_header(path: &Path, summary: bool) -> Result<(gguf::Header, BufReader<File>, u64)> {
+pub(crate) fn read_header(
+    path: &Path,
+    summary: bool,
+) -> Result<(gguf::Header, BufReader<File>, u64)> {
     let (file, len) = open(path)?;
     let mut reader = BufReader::new(file);
     let mut magic = [0u8; 4];

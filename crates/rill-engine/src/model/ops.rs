@@ -179,6 +179,29 @@ pub fn add(x: &mut [f32], y: &[f32]) {
     }
 }
 
+/// GELU in place, as [`geglu`] computes it (an image encoder's feed-forward, `vision/`).
+pub fn gelu(x: &mut [f32]) {
+    x.par_chunks_mut(4096)
+        .for_each(|c| c.iter_mut().for_each(|v| *v = gelu_like_llama_cpp(*v)));
+}
+
+/// GELU's quick form `x·sigmoid(1.702x)` in place, as llama.cpp's CPU backend computes it:
+/// through half precision (its table), as [`gelu_like_llama_cpp`].
+pub fn gelu_quick(x: &mut [f32]) {
+    let quick = |g: f32| {
+        let g = f16::from_f32(g).to_f32();
+        f16::from_f32(g / (1.0 + (-1.702 * g).exp())).to_f32()
+    };
+    x.par_chunks_mut(4096)
+        .for_each(|c| c.iter_mut().for_each(|v| *v = quick(*v)));
+}
+
+/// SiLU `x·sigmoid(x)` in place, in f32.
+pub fn silu(x: &mut [f32]) {
+    x.par_chunks_mut(4096)
+        .for_each(|c| c.iter_mut().for_each(|v| *v /= 1.0 + (-*v).exp()));
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;

@@ -1,0 +1,225 @@
+//! A projector file's hyper-parameters (`clip.*` metadata, the keys llama.cpp's converter
+//! writes: `tools/mtmd/clip-impl.h`), read and checked against each other before a weight is
+//! read, so a file whose numbers disagree is a named error, never an index out of bounds
+//! while an image is encoded.
+
+use candle_core::quantized::gguf_file::Value;
+
+use crate::gguf::Header;
+
+/// The projector types Rill runs. llama.cpp knows some forty (`clip.projector_type`); the
+/// others are refused by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProjectorKind {
+    /// Gemma 3's SigLIP: the patches average-pooled `merge` × `merge`, RMS-normalised and
+    /// projected (`mm.soft_emb_norm`, `mm.input_projection`).
+    Gemma3,
+}
+
+/// The encoder's feed-forward activation (`clip.use_gelu`, `clip.use_silu`; neither: GELU's
+/// quick form, as llama.cpp takes it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VitActivation {
+    Gelu,
+    GeluQuick,
+    Silu,
+}
+
+/// Hyper-parameters of a vision projector file.
+#[derive(Clone, Debug)]
+pub struct ClipConfig {
+    pub kind: ProjectorKind,
+    /// The side of the square image the encoder reads, and of its patches, in pixels.
+    pub image_size: usize,
+    pub patch_size: usize,
+    /// The encoder's width, feed-forward width, layers and heads.
+    pub width: usize,
+    pub ff: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub eps: f32,
+    pub activation: VitActivation,
+    /// The text model's width, which the image rows are projected to.
+    pub text_width: usize,
+    pub mean: [f32; 3],
+    pub std: [f32; 3],
+    /// Patches pooled per side into one image token.
+    pub merge: usize,
+}
+
+/// Largest numbers a file may give: past any real encoder (SigLIP 400M: 1,152 wide, 4,304 in
+/// its feed-forward, 27 layers, 896-pixel images).
+const MAX_WIDTH: usize = 16_384;
+const MAX_LAYERS: usize = 256;
+const MAX_IMAGE: usize = 4_096;
+
+impl ClipConfig {
+    pub fn patches_per_side(&self) -> usize {
+        self.image_size / self.patch_size
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.width / self.heads
+    }
+
+    /// Image tokens one image becomes.
+    pub fn tokens_per_image(&self) -> usize {
+        let side = self.patches_per_side() / self.merge;
+        side * side
+    }
+
+    /// Reads and checks the metadata; the text says what is wrong.
+    pub fn from_header(ct: &Header) -> Result<ClipConfig, String> {
+        let arch = string(ct, "general.architecture")?;
+        if arch != "clip" {
+            return Err(format!(
+                "`general.architecture` is `{arch}`, not `clip`: this is not a projector file"
+            ));
+        }
+        if !matches!(
+            ct.metadata.get("clip.has_vision_encoder"),
+            Some(Value::Bool(true))
+        ) {
+            return Err(
+                "the file has no vision encoder (`clip.has_vision_encoder`): an audio \
+                        projector, which Rill does not run"
+                    .into(),
+            );
+        }
+        let kind = match ct.metadata.get("clip.projector_type") {
+            Some(_) => string(ct, "clip.projector_type")?,
+            None => string(ct, "clip.vision.projector_type")?,
+        };
+        let kind = match kind.as_str() {
+            "gemma3" => ProjectorKind::Gemma3,
+            other => {
+                return Err(format!(
+                    "projector type `{other}` is not one Rill runs yet (it runs `gemma3`)"
+                ))
+            }
+        };
+        let n = |key: &str, max: usize| -> Result<usize, String> {
+            let v = uint(ct, key)?;
+            match v {
+                1.. if v <= max => Ok(v),
+                _ => Err(format!("`{key}` is {v}; it must be 1 to {max}")),
+            }
+        };
+        let image_size = n("clip.vision.image_size", MAX_IMAGE)?;
+        let patch_size = n("clip.vision.patch_size", image_size)?;
+        let width = n("clip.vision.embedding_length", MAX_WIDTH)?;
+        let ff = n("clip.vision.feed_forward_length", 4 * MAX_WIDTH)?;
+        let layers = n("clip.vision.block_count", MAX_LAYERS)?;
+        let heads = n("clip.vision.attention.head_count", width)?;
+        let text_width = n("clip.vision.projection_dim", MAX_WIDTH)?;
+        let eps = float(ct, "clip.vision.attention.layer_norm_epsilon")?;
+        if !(eps > 0.0 && eps < 1.0) {
+            return Err(format!(
+                "`clip.vision.attention.layer_norm_epsilon` is {eps}; it must be in (0, 1)"
+            ));
+        }
+        if !width.is_multiple_of(heads) {
+            return Err(format!(
+                "the encoder's width {width} is not a whole number of its {heads} heads"
+            ));
+        }
+        if let Some(kv) = ct.metadata.get("clip.vision.attention.head_count_kv") {
+            if kv.to_u32().ok() != Some(heads as u32) {
+                return Err(
+                    "the encoder's key/value heads differ from its heads: not a \
+                            projector Rill runs"
+                        .into(),
+                );
+            }
+        }
+        if !image_size.is_multiple_of(patch_size) {
+            return Err(format!(
+                "the image side {image_size} is not a whole number of {patch_size}-pixel patches"
+            ));
+        }
+        let flag = |key: &str| matches!(ct.metadata.get(key), Some(Value::Bool(true)));
+        let activation = match (flag("clip.use_gelu"), flag("clip.use_silu")) {
+            (true, true) => return Err("both `clip.use_gelu` and `clip.use_silu` are set".into()),
+            (true, false) => VitActivation::Gelu,
+            (false, true) => VitActivation::Silu,
+            (false, false) => VitActivation::GeluQuick,
+        };
+        let mean = triple(ct, "clip.vision.image_mean")?;
+        let std = triple(ct, "clip.vision.image_std")?;
+        if std.iter().any(|s| !(s.is_finite() && *s > 0.0)) || mean.iter().any(|m| !m.is_finite()) {
+            return Err(format!(
+                "the image normalisation (mean {mean:?}, std {std:?}) is not finite and positive"
+            ));
+        }
+        // Gemma 3 pools 4 × 4 unless the file says otherwise (llama.cpp's default).
+        let merge = match ct.metadata.get("clip.vision.projector.scale_factor") {
+            Some(_) => n("clip.vision.projector.scale_factor", image_size)?,
+            None => 4,
+        };
+        let side = image_size / patch_size;
+        if !side.is_multiple_of(merge) {
+            return Err(format!(
+                "{side} patches a side do not pool {merge} × {merge} into whole tokens"
+            ));
+        }
+        Ok(ClipConfig {
+            kind,
+            image_size,
+            patch_size,
+            width,
+            ff,
+            layers,
+            heads,
+            eps,
+            activation,
+            text_width,
+            mean,
+            std,
+            merge,
+        })
+    }
+}
+
+fn get<'a>(ct: &'a Header, key: &str) -> Result<&'a Value, String> {
+    ct.metadata
+        .get(key)
+        .ok_or_else(|| format!("`{key}` is missing"))
+}
+
+fn string(ct: &Header, key: &str) -> Result<String, String> {
+    match get(ct, key)? {
+        Value::String(s) => Ok(s.clone()),
+        _ => Err(format!("`{key}` is not a string")),
+    }
+}
+
+fn uint(ct: &Header, key: &str) -> Result<usize, String> {
+    let v = get(ct, key)?;
+    v.to_u32()
+        .map(|v| v as usize)
+        .or_else(|_| v.to_u64().map(|v| usize::try_from(v).unwrap_or(usize::MAX)))
+        .or_else(|_| {
+            v.to_i32()
+                .map_err(|_| ())
+                .and_then(|v| usize::try_from(v).map_err(|_| ()))
+        })
+        .map_err(|_| format!("`{key}` is not a whole number"))
+}
+
+fn float(ct: &Header, key: &str) -> Result<f32, String> {
+    get(ct, key)?
+        .to_f32()
+        .map_err(|_| format!("`{key}` is not a number"))
+}
+
+/// The first three values of an array of numbers (llama.cpp reads three, one per channel).
+fn triple(ct: &Header, key: &str) -> Result<[f32; 3], String> {
+    let Value::Array(items) = get(ct, key)? else {
+        return Err(format!("`{key}` is not an array"));
+    };
+    let values: Vec<f32> = items.iter().filter_map(|v| v.to_f32().ok()).collect();
+    match values.as_slice() {
+        [a, b, c, ..] if values.len() == items.len() => Ok([*a, *b, *c]),
+        _ => Err(format!("`{key}` must hold at least three numbers")),
+    }
+}

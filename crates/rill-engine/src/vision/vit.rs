@@ -1,0 +1,242 @@
+//! The vision transformer (ViT) of a projector file: llama.cpp's `clip_graph::build_vit` for
+//! the SigLIP family — patches embedded by a convolution (a matrix over each patch's pixels),
+//! learned position embeddings added, then pre-norm blocks of attention among all patches
+//! (both ways: an image has no order) and a feed-forward, LayerNorm with biases, and a final
+//! norm.
+//!
+//! The arithmetic follows ggml's CPU backend where it rounds: LayerNorm's sums in f64, the
+//! GELU through its f16 table, and queries, keys and values rounded to f16 before attention
+//! (llama.cpp runs the encoder's attention as flash attention, which casts them so).
+
+use candle_core::{Device, Tensor};
+use half::f16;
+
+use super::config::{ClipConfig, VitActivation};
+use super::matrix::Matrix;
+use super::Weights;
+use crate::model::ops;
+
+/// LayerNorm's weights and bias.
+pub(crate) struct Norm {
+    w: Vec<f32>,
+    b: Option<Vec<f32>>,
+}
+
+/// A matrix with its optional bias.
+pub(crate) struct Affine {
+    m: Matrix,
+    b: Option<Vec<f32>>,
+}
+
+impl Affine {
+    fn run(&self, x: &[f32], rows: usize) -> candle_core::Result<Vec<f32>> {
+        self.m.affine(x, rows, self.b.as_deref())
+    }
+}
+
+struct Layer {
+    ln1: Norm,
+    q: Affine,
+    k: Affine,
+    v: Affine,
+    out: Affine,
+    ln2: Norm,
+    up: Affine,
+    down: Affine,
+}
+
+/// The encoder: pixels in, one row of `width` per patch out.
+pub(crate) struct Vit {
+    cfg: ClipConfig,
+    patch: Affine,
+    position: Option<Vec<f32>>,
+    pre_ln: Option<Norm>,
+    layers: Vec<Layer>,
+    post_ln: Option<Norm>,
+}
+
+impl Vit {
+    /// The encoder's tensors (`v.*`), every shape checked against `cfg`.
+    pub(crate) fn load(cfg: &ClipConfig, t: &mut Weights) -> Result<Vit, String> {
+        let (d, ff) = (cfg.width, cfg.ff);
+        let n = cfg.patches_per_side() * cfg.patches_per_side();
+        let pixels = 3 * cfg.patch_size * cfg.patch_size;
+        let norm = |t: &mut Weights, name: &str| -> Result<Option<Norm>, String> {
+            match t.vector(&format!("{name}.weight"), d, false)? {
+                Some(w) => Ok(Some(Norm {
+                    w,
+                    b: t.vector(&format!("{name}.bias"), d, false)?,
+                })),
+                None => Ok(None),
+            }
+        };
+        let need = |t: &mut Weights, name: &str| {
+            norm(t, name)?.ok_or_else(|| format!("tensor `{name}.weight` is missing"))
+        };
+        let affine = |t: &mut Weights, name: &str, n_out, k| -> Result<Affine, String> {
+            Ok(Affine {
+                m: t.matrix(&format!("{name}.weight"), n_out, k)?,
+                b: t.vector(&format!("{name}.bias"), n_out, false)?,
+            })
+        };
+        let patch = Affine {
+            m: t.patch_matrix("v.patch_embd.weight", d, cfg.patch_size)?,
+            b: t.vector("v.patch_embd.bias", d, false)?,
+        };
+        let position = t.vector("v.position_embd.weight", n * d, false)?;
+        let pre_ln = norm(t, "v.pre_ln")?;
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for i in 0..cfg.layers {
+            let p = format!("v.blk.{i}");
+            // Files from an old converter have the feed-forward's up and down under each
+            // other's names (llama.cpp swaps them back by shape, as here).
+            let (up, down) = match t.dims(&format!("{p}.ffn_up.weight")) {
+                Some([rows, cols]) if (*rows, *cols) == (d, ff) && d != ff => {
+                    ("ffn_down", "ffn_up")
+                }
+                _ => ("ffn_up", "ffn_down"),
+            };
+            layers.push(Layer {
+                ln1: need(t, &format!("{p}.ln1"))?,
+                q: affine(t, &format!("{p}.attn_q"), d, d)?,
+                k: affine(t, &format!("{p}.attn_k"), d, d)?,
+                v: affine(t, &format!("{p}.attn_v"), d, d)?,
+                out: affine(t, &format!("{p}.attn_out"), d, d)?,
+                ln2: need(t, &format!("{p}.ln2"))?,
+                up: affine(t, &format!("{p}.{up}"), ff, d)?,
+                down: affine(t, &format!("{p}.{down}"), d, ff)?,
+            });
+        }
+        let post_ln = norm(t, "v.post_ln")?;
+        debug_assert_eq!(pixels, 3 * cfg.patch_size * cfg.patch_size);
+        Ok(Vit {
+            cfg: cfg.clone(),
+            patch,
+            position,
+            pre_ln,
+            layers,
+            post_ln,
+        })
+    }
+
+    /// The encoder's output for an image of `cfg.image_size` pixels a side (planar RGB,
+    /// normalised): `[patches][width]`, patches row by row.
+    pub(crate) fn forward(&self, pixels: &[f32]) -> candle_core::Result<Vec<f32>> {
+        let cfg = &self.cfg;
+        let (p, side, d) = (cfg.patch_size, cfg.image_size, cfg.width);
+        let per_side = cfg.patches_per_side();
+        let n = per_side * per_side;
+        if pixels.len() != 3 * side * side {
+            candle_core::bail!("{} pixel values for a {side}-pixel square", pixels.len());
+        }
+        // Each patch's pixels in the convolution kernel's order: channel, row, column.
+        let k = 3 * p * p;
+        let mut patches = vec![0f32; n * k];
+        for (i, row) in patches.chunks_exact_mut(k).enumerate() {
+            let (py, px) = (i / per_side, i % per_side);
+            for c in 0..3 {
+                for y in 0..p {
+                    let from = c * side * side + (py * p + y) * side + px * p;
+                    row[c * p * p + y * p..][..p].copy_from_slice(&pixels[from..from + p]);
+                }
+            }
+        }
+        let mut x = self.patch.run(&patches, n)?;
+        if let Some(pos) = &self.position {
+            ops::add(&mut x, pos);
+        }
+        if let Some(norm) = &self.pre_ln {
+            layer_norm(&mut x, norm, cfg.eps);
+        }
+        let mut h = vec![0f32; n * d];
+        for layer in &self.layers {
+            h.copy_from_slice(&x);
+            layer_norm(&mut h, &layer.ln1, cfg.eps);
+            let attn = self.attention(layer, &h, n)?;
+            let o = layer.out.run(&attn, n)?;
+            ops::add(&mut x, &o);
+            h.copy_from_slice(&x);
+            layer_norm(&mut h, &layer.ln2, cfg.eps);
+            let mut f = layer.up.run(&h, n)?;
+            match cfg.activation {
+                VitActivation::Gelu => ops::gelu(&mut f),
+                VitActivation::GeluQuick => ops::gelu_quick(&mut f),
+                VitActivation::Silu => ops::silu(&mut f),
+            }
+            let f = layer.down.run(&f, n)?;
+            ops::add(&mut x, &f);
+        }
+        if let Some(norm) = &self.post_ln {
+            layer_norm(&mut x, norm, cfg.eps);
+        }
+        Ok(x)
+    }
+
+    /// Attention among all `n` rows, head by head: `softmax(q·kᵀ/√head_dim)·v`.
+    fn attention(&self, layer: &Layer, h: &[f32], n: usize) -> candle_core::Result<Vec<f32>> {
+        let (heads, hd) = (self.cfg.heads, self.cfg.head_dim());
+        let as_heads = |a: &Affine| -> candle_core::Result<Tensor> {
+            let mut v = a.run(h, n)?;
+            for x in &mut v {
+                *x = f16::from_f32(*x).to_f32();
+            }
+            Tensor::from_vec(v, (n, heads, hd), &Device::Cpu)?
+                .transpose(0, 1)?
+                .contiguous()
+        };
+        let (q, k, v) = (
+            as_heads(&layer.q)?,
+            as_heads(&layer.k)?,
+            as_heads(&layer.v)?,
+        );
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut outs = Vec::with_capacity(heads);
+        // One head at a time: a 4,096-patch image's scores are 64 MB a head.
+        for i in 0..heads {
+            let scores = (q.get(i)?.matmul(&k.get(i)?.t()?)? * scale)?;
+            let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+            outs.push(weights.matmul(&v.get(i)?)?);
+        }
+        Tensor::stack(&outs, 1)?.flatten_all()?.to_vec1::<f32>()
+    }
+}
+
+/// LayerNorm in place, as ggml's `norm` then its multiply and add: the mean and the variance
+/// summed in f64, `1/√(variance + eps)` in f32.
+fn layer_norm(x: &mut [f32], norm: &Norm, eps: f32) {
+    use rayon::prelude::*;
+    let d = norm.w.len();
+    x.par_chunks_exact_mut(d).for_each(|row| {
+        let mean = (row.iter().map(|v| f64::from(*v)).sum::<f64>() / d as f64) as f32;
+        let mut var = 0f64;
+        for v in row.iter_mut() {
+            *v -= mean;
+            var += f64::from(*v * *v);
+        }
+        let scale = 1.0 / ((var / d as f64) as f32 + eps).sqrt();
+        for (i, v) in row.iter_mut().enumerate() {
+            *v = *v * scale * norm.w[i] + norm.b.as_ref().map_or(0.0, |b| b[i]);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_norm_centres_and_scales_each_row() {
+        let norm = Norm {
+            w: vec![2.0; 4],
+            b: Some(vec![1.0; 4]),
+        };
+        let mut x = vec![1.0, 2.0, 3.0, 4.0, 5.0, 5.0, 5.0, 5.0];
+        layer_norm(&mut x, &norm, 1e-6);
+        let s = 1.0 / (1.25f32 + 1e-6).sqrt();
+        let want = [-1.5 * s, -0.5 * s, 0.5 * s, 1.5 * s].map(|v| v * 2.0 + 1.0);
+        for (g, w) in x[..4].iter().zip(want) {
+            assert!((g - w).abs() < 1e-6, "{g} {w}");
+        }
+        assert_eq!(&x[4..], &[1.0; 4]);
+    }
+}
