@@ -52,6 +52,7 @@ fn attention(c: &mut Criterion) {
         let spans: Vec<Span> = caches
             .iter()
             .map(|kv| Span {
+                both_ways: &[],
                 t: rows,
                 pos: context - rows,
                 kv,
@@ -102,6 +103,7 @@ fn long_context(c: &mut Criterion) {
                 b.iter(|| {
                     for kv in &caches {
                         let span = [Span {
+                            both_ways: &[],
                             t: 1,
                             pos: context - 1,
                             kv,

@@ -224,3 +224,97 @@ fn a_file_that_is_not_an_image_is_a_named_error() {
         "{err}"
     );
 }
+
+/// The reference's prompt as ids, the image's rows as placeholders (0), and where they start.
+fn prompt_ids(parts: &serde_json::Value) -> (Vec<u32>, usize) {
+    let (mut ids, mut at) = (Vec::new(), 0);
+    for part in parts.as_array().unwrap() {
+        match part.get("tokens") {
+            Some(t) => ids.extend(common::parity::ids(t)),
+            None => {
+                at = ids.len();
+                ids.extend(std::iter::repeat_n(
+                    0,
+                    part["image"].as_u64().unwrap() as usize,
+                ));
+            }
+        }
+    }
+    (ids, at)
+}
+
+#[test]
+fn a_question_about_a_picture_gets_llama_cpps_answer() {
+    use rill_engine::model::decoder::Injected;
+    use rill_engine::model::{KvCache, Model};
+    let r = reference();
+    let path = common::test_model("gemma3v-test.Q8_0");
+    assert_eq!(sha256(&path), r["model_sha256"]);
+    let model = Model::load(&path, &candle_core::Device::Cpu, None).unwrap();
+    let projector = projector();
+    // The text around the image tokenizes as mtmd split it: the turn up to the image, its
+    // opening marker, then its closing marker and the rest, each piece on its own.
+    let prompt = r["prompt"].as_str().unwrap();
+    let (before, after) = prompt.split_once("<__media__>").unwrap();
+    let parts = &r["images"]["shapes.png"]["parts"];
+    let encode = |t: &str| model.tokenizer.encode_with(t, false).unwrap();
+    let first = [
+        vec![model.tokenizer.bos_id().unwrap()],
+        encode(before),
+        encode("<start_of_image>"),
+    ];
+    assert_eq!(first.concat(), common::parity::ids(&parts[0]["tokens"]));
+    let last = [encode("<end_of_image>"), encode(after)].concat();
+    assert_eq!(last, common::parity::ids(&parts[2]["tokens"]));
+    let images = [
+        ("shapes.png", fixture_image("shapes.png")),
+        ("test-1.jpeg", test_image()),
+    ];
+    let mut answers = Vec::new();
+    for (name, image) in images {
+        let want = &r["images"][name];
+        let rows = projector
+            .encode(&Picture::decode(&std::fs::read(image).unwrap()).unwrap())
+            .unwrap();
+        let (ids, at) = prompt_ids(&want["parts"]);
+        let mut cache = KvCache::new();
+        let inject = [Injected {
+            seq: 0,
+            at,
+            rows: &rows.values,
+            both_ways: true,
+        }];
+        let mut logits = model
+            .weights
+            .forward_rows_with(&mut [(&ids, &mut cache)], &[1], &inject)
+            .unwrap()
+            .remove(0);
+        let greedy = common::parity::ids(&want["greedy"]);
+        let gaps: Vec<f64> = want["greedy_gaps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_f64().unwrap())
+            .collect();
+        let (mut ours, mut same) = (Vec::new(), 0);
+        for (step, (&theirs, &gap)) in greedy.iter().zip(&gaps).enumerate() {
+            let mine = common::parity::argmax(&logits);
+            ours.push(mine);
+            // Where llama.cpp's own top two were within a near-tie, either is its answer, and
+            // the comparison goes on from its choice.
+            same += usize::from(mine == theirs);
+            assert!(
+                mine == theirs || gap < f64::from(common::parity::NEAR_TIE),
+                "{name}: step {step}: {mine} where llama.cpp chose {theirs} (its gap {gap})"
+            );
+            logits = model.weights.forward(&[theirs], &mut cache).unwrap();
+        }
+        eprintln!(
+            "{name}: {same} of {} greedy steps as llama.cpp's",
+            greedy.len()
+        );
+        answers.push(ours);
+    }
+    // The answer is about the picture: another picture, another answer.
+    assert_ne!(answers[0], answers[1]);
+}

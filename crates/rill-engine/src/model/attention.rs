@@ -131,6 +131,10 @@ pub struct Span<'a> {
     pub t: usize,
     pub pos: usize,
     pub kv: &'a LayerKv,
+    /// Runs of the new rows (first row, count) that attend to each other both ways: an
+    /// image's rows in Gemma 3, which llama.cpp decodes with its causal mask off. A query in a
+    /// run sees every key up to the run's end; others see up to their own position.
+    pub both_ways: &'a [(usize, usize)],
 }
 
 /// Multiply-adds below which a step's attention runs on the calling thread: handing it to the
@@ -167,6 +171,10 @@ pub fn attend(
     for s in spans {
         let filled = (s.pos + s.t).saturating_sub(s.kv.start) * shape.kv_width();
         assert!(s.kv.k.len() >= filled && s.kv.v.len() >= filled);
+        assert!(s
+            .both_ways
+            .iter()
+            .all(|&(first, count)| first + count <= s.t));
     }
     assert!(scores.sinks.is_none_or(|s| s.len() == shape.n_head));
     // Each chunk of `out` is the query heads of one KV head in one row (they read the same keys
@@ -177,8 +185,14 @@ pub fn attend(
     let mut work = 0;
     for (s, span) in spans.iter().enumerate() {
         for i in 0..span.t {
-            // The keys a query sees: the window before it (its own position included).
-            let n = span.pos + i + 1;
+            // The keys a query sees: the window before it (its own position included), or
+            // up to the end of the run of rows it attends to both ways.
+            let run_end = span
+                .both_ways
+                .iter()
+                .find(|&&(first, count)| (first..first + count).contains(&i))
+                .map_or(0, |&(first, count)| first + count);
+            let n = span.pos + (i + 1).max(run_end);
             let first = scores.window.map_or(0, |w| n.saturating_sub(w));
             // The cache holds them all (a windowed layer's first kept row is before them).
             assert!(

@@ -112,7 +112,12 @@ fn every_path_equals_the_definition() {
         {
             let kv = cache_of(&mut rng, pos + t, shape.kv_width(), kind);
             let q = rng.vec(t * n_head * hd);
-            let spans = [Span { t, pos, kv: &kv }];
+            let spans = [Span {
+                both_ways: &[],
+                t,
+                pos,
+                kv: &kv,
+            }];
             // Llama's scores, and Gemma 2's: unscaled (the queries were), soft-capped at a
             // cap the scores reach, over a window shorter and longer than the context.
             let gemma = |window| Scores {
@@ -183,6 +188,7 @@ fn a_query_gives_the_same_bits_in_any_step() {
             let mut qs = Vec::new();
             if beside {
                 spans.push(Span {
+                    both_ways: &[],
                     t: 1,
                     pos: 39,
                     kv: &other,
@@ -190,6 +196,7 @@ fn a_query_gives_the_same_bits_in_any_step() {
                 qs.extend(rng_free_row(qw));
             }
             spans.push(Span {
+                both_ways: &[],
                 t,
                 pos: pos + from,
                 kv: &kv,
@@ -248,7 +255,20 @@ fn a_window_sees_the_same_bits_in_a_cache_that_dropped_its_past() {
     for isa in crate::kernels::Isa::available() {
         let run = |kv: &LayerKv| {
             let mut out = vec![0f32; t * qw];
-            attend(shape, how, &q, qw, &[Span { t, pos, kv }], &mut out, isa);
+            attend(
+                shape,
+                how,
+                &q,
+                qw,
+                &[Span {
+                    both_ways: &[],
+                    t,
+                    pos,
+                    kv,
+                }],
+                &mut out,
+                isa,
+            );
             out
         };
         assert!(run(&whole) == run(&cut), "{isa:?}");
@@ -276,6 +296,7 @@ fn a_cache_that_dropped_a_window_is_refused() {
     };
     let mut out = vec![0f32; 8];
     let span = [Span {
+        both_ways: &[],
         t: 1,
         pos: 12,
         kv: &kv,
@@ -318,6 +339,7 @@ fn a_head_gives_the_same_bits_alone_and_in_its_group() {
             let kv = cache_of(&mut rng, n_keys, shape.kv_width(), kind);
             let q = rng.vec(n_head * hd);
             let spans = [Span {
+                both_ways: &[],
                 t: 1,
                 pos: n_keys - 1,
                 kv: &kv,
@@ -343,6 +365,7 @@ fn a_head_gives_the_same_bits_alone_and_in_its_group() {
                         start: 0,
                     };
                     let span = [Span {
+                        both_ways: &[],
                         t: 1,
                         pos: n_keys - 1,
                         kv: &kv1,

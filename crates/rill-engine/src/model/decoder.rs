@@ -16,6 +16,7 @@ use super::backend::{Attention, Backend, Parts, RopeTable};
 pub use super::config::DecoderConfig;
 use super::delta::DeltaNet;
 use super::experts::Experts;
+pub use super::inject::Injected;
 pub use super::kv::{KvCache, KV_MIN_CAPACITY};
 use super::kv_rows::KvType;
 use super::parts::{
@@ -310,6 +311,17 @@ impl Decoder {
         batch: &mut [(&[u32], &mut KvCache)],
         outs: &[usize],
     ) -> Result<Vec<Vec<f32>>> {
+        self.forward_rows_with(batch, outs, &[])
+    }
+
+    /// [`forward_rows`](Self::forward_rows) where some rows are given as embeddings rather
+    /// than tokens (`injected`: an image's rows, whose token ids are placeholders).
+    pub fn forward_rows_with(
+        &self,
+        batch: &mut [(&[u32], &mut KvCache)],
+        outs: &[usize],
+        injected: &[Injected],
+    ) -> Result<Vec<Vec<f32>>> {
         let cfg = &self.cfg;
         if batch.is_empty() {
             return Ok(Vec::new());
@@ -353,14 +365,20 @@ impl Decoder {
             .zip(outs)
             .flat_map(|(&(row, t), &o)| row + t - o..row + t)
             .collect();
+        let (rows, both_ways) = super::inject::place(injected, &spans, cfg.hidden, &mut ids)?;
         match self.host {
             true => {
-                let mut host = super::host::Host::new(self.parts(), ids.len(), None);
-                self.run(&mut host, &ids, batch, &spans, &out_rows, outs)
+                let host = super::host::Host::new(self.parts(), ids.len(), None);
+                let mut host = host.with_both_ways(&both_ways);
+                self.run(&mut host, &ids, &rows, batch, &spans, &out_rows, outs)
             }
+            false if !injected.is_empty() => Err(Error::param(
+                "image",
+                "images run on the CPU for now (this model is on a GPU)",
+            )),
             false => {
                 let mut device = super::device::OnDevice::new(self.parts(), batch)?;
-                self.run(&mut device, &ids, batch, &spans, &out_rows, outs)
+                self.run(&mut device, &ids, &[], batch, &spans, &out_rows, outs)
             }
         }
     }
@@ -395,6 +413,7 @@ impl Decoder {
         let mut logits = self.run(
             &mut host,
             tokens,
+            &[],
             &mut batch,
             &spans,
             &[tokens.len() - 1],
@@ -415,12 +434,15 @@ impl Decoder {
     }
 
     /// The block, for every family, on backend `b`: `ids` are the batch's rows in order
-    /// (`spans`: each sequence's first row and count), and the rows `out_rows` are projected to
-    /// the vocabulary, `outs[i]` of them for sequence `i`.
+    /// (`spans`: each sequence's first row and count), `injected` rows (first row, values) take
+    /// the place of their tokens' embeddings, and the rows `out_rows` are projected to the
+    /// vocabulary, `outs[i]` of them for sequence `i`.
+    #[allow(clippy::too_many_arguments)]
     fn run<B: Backend>(
         &self,
         b: &mut B,
         ids: &[u32],
+        injected: &[(usize, &[f32])],
         batch: &mut [(&[u32], &mut KvCache)],
         spans: &[(usize, usize)],
         out_rows: &[usize],
@@ -430,6 +452,11 @@ impl Decoder {
         let family = &cfg.family;
         let scale = family.embed_scale.then(|| (cfg.hidden as f32).sqrt());
         let mut x = b.embed(self.embed(ids)?, scale)?;
+        // An image's rows are the model's width already: not scaled (llama.cpp's Gemma 3
+        // scales token embeddings only).
+        for &(row, values) in injected {
+            b.inject(&mut x, row, values)?;
+        }
         let inputs = match &self.per_layer {
             Some(p) => Some(b.per_layer_inputs(p, &x, p.rows(ids)?)?),
             None => None,

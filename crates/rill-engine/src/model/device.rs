@@ -98,6 +98,11 @@ impl Backend for OnDevice<'_> {
         })
     }
 
+    fn inject(&mut self, _x: &mut Tensor, _row: usize, _values: &[f32]) -> Result<()> {
+        // `Decoder::forward_rows_with` refuses images before a device step is made.
+        Err(Error::param("image", "images run on the CPU for now"))
+    }
+
     fn norm(&mut self, norm: &Norm, x: &Tensor) -> Result<Tensor> {
         norm.forward(x)
     }

@@ -38,6 +38,8 @@ pub(super) struct Host<'a> {
     space: Space<'a>,
     /// Receives each mixture-of-experts layer's routes of every row, when given.
     routes: Option<&'a mut Vec<Vec<Route>>>,
+    /// Per sequence: runs of its rows that attend to each other both ways (`inject.rs`).
+    both_ways: &'a [Vec<(usize, usize)>],
 }
 
 impl<'a> Host<'a> {
@@ -53,7 +55,13 @@ impl<'a> Host<'a> {
             isa: Isa::detect(),
             space,
             routes,
+            both_ways: &[],
         }
+    }
+
+    /// The pass with runs of rows that attend both ways, per sequence.
+    pub(super) fn with_both_ways(self, both_ways: &'a [Vec<(usize, usize)>]) -> Self {
+        Host { both_ways, ..self }
     }
 
     fn space(&mut self) -> &mut Workspace {
@@ -92,6 +100,17 @@ impl Backend for Host<'_> {
             x.iter_mut().for_each(|v| *v *= s);
         }
         Ok(x)
+    }
+
+    fn inject(&mut self, x: &mut Vec<f32>, row: usize, values: &[f32]) -> Result<()> {
+        let n = values.len();
+        match x.get_mut(row * n..(row + 1) * n) {
+            Some(dst) => {
+                dst.copy_from_slice(values);
+                Ok(())
+            }
+            None => Err(Error::param("image", "an image row outside the step")),
+        }
     }
 
     fn norm(&mut self, norm: &Norm, x: &Vec<f32>) -> Result<Vec<f32>> {
@@ -303,7 +322,8 @@ impl Backend for Host<'_> {
             }
         }
         let mut seqs = Vec::with_capacity(batch.len());
-        for (tokens, cache) in batch.iter() {
+        let runs = self.both_ways;
+        for (si, (tokens, cache)) in batch.iter().enumerate() {
             let kv = cache.host_layer(how.kv_layer).ok_or_else(|| {
                 Error::Candle(candle_core::Error::Msg(
                     "a GPU KV cache on a CPU model".into(),
@@ -313,6 +333,7 @@ impl Backend for Host<'_> {
                 t: tokens.len(),
                 pos: cache.len(),
                 kv,
+                both_ways: runs.get(si).map_or(&[], |r| r.as_slice()),
             });
         }
         let scores = Scores {

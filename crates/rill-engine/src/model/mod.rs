@@ -18,6 +18,7 @@ pub mod experts;
 pub mod family;
 mod heads;
 mod hybrid;
+mod inject;
 pub use crate::gguf;
 mod host;
 mod kv;

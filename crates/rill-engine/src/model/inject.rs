@@ -1,0 +1,61 @@
+//! Rows of a step given as embeddings rather than tokens ([`Injected`]): an image's rows from a
+//! vision projector (`vision/`), which take the place of placeholder tokens in the prompt.
+//! Their placeholders are looked up as token 0 (any id would do: the row is replaced), and a
+//! run of them may attend to itself both ways, as llama.cpp decodes Gemma 3's images.
+
+use crate::error::{Error, Result};
+
+/// Rows of one sequence's step that are not its tokens' embeddings.
+#[derive(Clone, Copy, Debug)]
+pub struct Injected<'a> {
+    /// Which sequence of the batch, and the first of its step's rows they replace.
+    pub seq: usize,
+    pub at: usize,
+    /// `count × hidden` values, row after row.
+    pub rows: &'a [f32],
+    /// Whether these rows attend to each other both ways (Gemma 3's images).
+    pub both_ways: bool,
+}
+
+/// Each injected row's place in the batch, with its values.
+type Placed<'a> = Vec<(usize, &'a [f32])>;
+/// Per sequence: runs of its step's rows (first, count) that attend to each other both ways.
+type Runs = Vec<Vec<(usize, usize)>>;
+
+/// Checks `injected` against the step (`spans`: each sequence's first row and count) and sets
+/// their rows' ids to 0; returns each row's place in the batch with its values, and each
+/// sequence's runs of rows that attend both ways.
+pub(super) fn place<'a>(
+    injected: &[Injected<'a>],
+    spans: &[(usize, usize)],
+    hidden: usize,
+    ids: &mut [u32],
+) -> Result<(Placed<'a>, Runs)> {
+    let mut rows = Vec::new();
+    let mut both_ways = vec![Vec::new(); spans.len()];
+    for inj in injected {
+        let count = inj.rows.len() / hidden.max(1);
+        let fits = spans
+            .get(inj.seq)
+            .is_some_and(|&(_, t)| inj.at + count <= t);
+        if !fits || count == 0 || inj.rows.len() != count * hidden {
+            return Err(Error::param(
+                "image",
+                format!(
+                    "{} values at row {} do not make whole rows of {hidden} inside the step",
+                    inj.rows.len(),
+                    inj.at
+                ),
+            ));
+        }
+        let first = spans[inj.seq].0 + inj.at;
+        ids[first..first + count].fill(0);
+        for (i, row) in inj.rows.chunks_exact(hidden).enumerate() {
+            rows.push((first + i, row));
+        }
+        if inj.both_ways {
+            both_ways[inj.seq].push((inj.at, count));
+        }
+    }
+    Ok((rows, both_ways))
+}
