@@ -16,7 +16,8 @@ nothing); a remote server's key is kept apart from the conversation; other famil
 models chat in the window as `rill run` does; a thinking model's reasoning streams into an open
 Thinking block that folds when the answer starts, and is saved, and gpt-oss's analysis channel
 does the same with no Think switch (it always reasons); an API client's tool calls,
-kept as a conversation, show as call cards. Screenshots of the window
+kept as a conversation, show as call cards; a picture dropped into a chat is answered about,
+saved, exported, imported and shown again after a restart (tests/e2e_images.py). Screenshots of the window
 go to tests/screenshots/ (git-ignored).
 
 The app's dialogs are answered through RILL_TEST_DIALOG (read by debug builds only): the test
@@ -42,6 +43,7 @@ from selenium.webdriver.common.keys import Keys
 
 from e2e_lib import App, free_port, wait_port
 from e2e_speed import speed_up
+from e2e_images import after_restart, images_chat, vision_model
 
 QUESTION = "What is the capital of France? Answer in one word."
 LONG = "Write a long story about a dragon who learns to paint. Make it at least ten paragraphs."
@@ -183,6 +185,8 @@ def main() -> int:
         shutil.copy(ROOT / "models/test-models" / name, work / "models" / name)
         family_models.append(work / "models" / name)
     thinking_model, harmony_model = family_models.pop(), family_models.pop()
+    seeing_model = vision_model(work / "models")  # step 10
+    image_chat = None
     # SmolLM2 in the models folder too: the draft model the window suggests (step 6b).
     shutil.copy(model, work / "models" / model.name)
     port, native_port = free_port(), free_port()
@@ -613,6 +617,8 @@ def main() -> int:
             # 9. gpt-oss: its analysis channel is the reasoning, in the same Thinking block, its
             #    final channel the answer (the budget ends the analysis of the random model).
             think_thinking(app, d, harmony_model, db, failures, "gpt-oss")
+            # 10. A picture dropped into a chat (tests/e2e_images.py).
+            image_chat = images_chat(app, d, seeing_model, db, work, rill, env, dialog_answer, failures)
         except Exception:
             app.shot("app-failure")
             print("page text at failure:", d.find_element(By.TAG_NAME, "body").text[:2000])
@@ -620,6 +626,13 @@ def main() -> int:
             raise
         finally:
             d.quit()
+        # 11. The app again, on the same SQLite file: the picture is still there.
+        if image_chat:
+            d = webdriver.Remote(command_executor=f"http://127.0.0.1:{port}", options=options)
+            try:
+                after_restart(App(d), d, image_chat, failures)
+            finally:
+                d.quit()
     finally:
         tauri_driver.terminate()
         tauri_driver.wait(10)

@@ -277,7 +277,8 @@ pub async fn context_usage(state: State<'_, AppState>, conversation: i64) -> Res
     let handle = state.handle()?;
     let conv = state.store.conversation(conversation).await?;
     let path = state.store.current_path(conversation).await?;
-    let messages = rill_chat::history(conv.system_prompt.as_deref(), &path);
+    let messages =
+        rill_chat::history_with_images(&state.store, conv.system_prompt.as_deref(), &path).await?;
     let used_tokens = handle.tokenize_prompt(&Prompt::Messages(messages))?.len();
     Ok(ContextUsage {
         used_tokens,
@@ -294,20 +295,29 @@ pub async fn send_message(
     state: State<'_, AppState>,
     conversation: i64,
     text: String,
+    images: Option<Vec<String>>,
     on_event: Channel<ChatEvent>,
 ) -> Result<Sent> {
-    if text.trim().is_empty() {
+    let images = images.unwrap_or_default();
+    if text.trim().is_empty() && images.is_empty() {
         return Err(CommandError::Invalid("the message is empty".into()));
     }
     let chat = Chat::of(&state, conversation).await?;
-    let user = state
-        .store
-        .append(conversation, NewMessage::user(text))
-        .await?;
+    let images = chat.check_images(images).await?;
+    let mut message = NewMessage::user(text);
+    message.images = images;
+    let user = state.store.append(conversation, message).await?;
     let answer_id = chat
         .answer(app, &state, conversation, Some(user.id), on_event)
         .await?;
     Ok(Sent { user, answer_id })
+}
+
+/// A stored picture (a message's `images` names them by hash), as a data URL for an `<img>`.
+#[tauri::command]
+pub async fn message_image(state: State<'_, AppState>, hash: String) -> Result<String> {
+    let image = state.store.image(&hash).await?;
+    Ok(rill_engine::ImageData::new(image.bytes).to_url())
 }
 
 /// A new answer to the same question, as a sibling branch of `message` (an assistant message).
@@ -399,6 +409,23 @@ impl Chat {
             }
         };
         Ok(Chat { backend, settings })
+    }
+
+    /// The question's pictures (data URLs) as bytes to store, refused before anything is
+    /// written when this machine's model cannot read them. A remote server judges its own.
+    async fn check_images(&self, urls: Vec<String>) -> Result<Vec<Vec<u8>>> {
+        let images = urls
+            .iter()
+            .map(|u| rill_engine::ImageData::from_url(u).map_err(rill_engine::Error::Image))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        if let Backend::Local(handle) = &self.backend {
+            // Decoding a large picture takes a while: off the async runtime's threads.
+            let (handle, checked) = (handle.clone(), images.clone());
+            tauri::async_runtime::spawn_blocking(move || handle.check_images(&checked))
+                .await
+                .map_err(|e| CommandError::Invalid(format!("checking the images failed: {e}")))??;
+        }
+        Ok(images.iter().map(|i| i.bytes().to_vec()).collect())
     }
 
     /// Starts the answer under `parent`; it streams to `on_event` in the background.

@@ -36,6 +36,7 @@ impl CommandError {
             CommandError::NotRunning => "not_running",
             CommandError::Engine(rill_engine::Error::InvalidParam { .. }) => "invalid_param",
             CommandError::Engine(rill_engine::Error::PromptTooLong { .. }) => "prompt_too_long",
+            CommandError::Engine(rill_engine::Error::Image(_)) => "image",
             CommandError::Engine(rill_engine::Error::DownloadCancelled) => "cancelled",
             CommandError::Engine(_) => "engine",
             CommandError::Store(_) => "store",

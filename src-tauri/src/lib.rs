@@ -117,6 +117,7 @@ pub fn run(builder: tauri::Builder<tauri::Wry>) -> anyhow::Result<()> {
             commands::save_preset,
             commands::delete_preset,
             commands::send_message,
+            commands::message_image,
             commands::regenerate,
             commands::edit_message,
             commands::switch_branch,

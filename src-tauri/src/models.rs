@@ -30,6 +30,10 @@ pub struct CatalogueEntry {
     pub ram_bytes: u64,
     #[serde(default)]
     pub recommended: bool,
+    /// The vision projector (`mmproj-*.gguf`) in the same repository, fetched with the model
+    /// so that it reads images (its size is in `size_bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projector: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -196,8 +200,22 @@ pub async fn download_model(
         started: Instant::now(),
         last_sent: Instant::now(),
     };
+    // A catalogue model that reads images brings its projector, into the same folder of the
+    // Hugging Face cache, where the engine pairs them (`vision::beside`).
+    let projector = catalogue()
+        .into_iter()
+        .find(|e| e.spec == spec)
+        .and_then(|e| e.projector)
+        .map(|file| format!("{}:{file}", spec.split(':').next().unwrap_or(&spec)));
     let spec2 = spec.clone();
-    let result = blocking(move || hub::pull(&spec2, &mut progress)).await;
+    let result = blocking(move || {
+        let model = hub::pull(&spec2, &mut progress)?;
+        if let Some(projector) = projector {
+            hub::pull(&projector, &mut progress)?;
+        }
+        Ok::<_, rill_engine::Error>(model)
+    })
+    .await;
     app.state::<AppState>().end_download(&spec);
     let result = match result {
         Ok(Ok(path)) => load(&app, path).await,
@@ -246,6 +264,16 @@ mod tests {
             assert!(e.spec.contains('/'), "{}", e.spec);
             assert!(e.ram_bytes >= e.size_bytes, "{}", e.name);
             assert!(runs.contains(&e.family), "{}: {}", e.name, e.family);
+        }
+        // A projector is a file name in its model's repository.
+        let seeing: Vec<_> = c.iter().filter_map(|e| e.projector.as_ref()).collect();
+        assert!(!seeing.is_empty());
+        for p in seeing {
+            rill_engine::hub::check_file_name(p).unwrap();
+            assert!(
+                rill_engine::vision::is_projector(std::path::Path::new(p)),
+                "{p}"
+            );
         }
         for family in ["Qwen3", "Qwen3.5", "Gemma 3", "Phi-3", "Qwen2"] {
             assert!(c.iter().any(|e| e.family == family), "no {family} model");

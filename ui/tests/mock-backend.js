@@ -67,6 +67,9 @@ export function createMockBackend() {
     downloads: new Map(), tokens: new Map(), activity: [], exports: [], conversations: [], messages: [], byId: new Map(), nextId: 1, channels: new Map(), calls: [], presets: [],
     // More models on this machine than the loaded one (a test adds them).
     extraModels: [],
+    // Stored pictures by hash (the data URL itself stands in for its bytes); a test may set
+    // `refuseImages` to an error the app gives for a model with no projector.
+    images: new Map(), refuseImages: null,
     // The catalogue and this machine's memory (a test sets them).
     catalogue, machineRam: 16e9 };
   const conv = (id) => state.conversations.find((c) => c.id === id);
@@ -140,8 +143,14 @@ export function createMockBackend() {
     presets: () => state.presets,
     save_preset: ({ name, settings }) => { state.presets.push({ id: state.nextId++, name, settings }); },
     delete_preset: ({ name }) => { state.presets = state.presets.filter((p) => p.name !== name); },
-    send_message: ({ conversation, text, onEvent }) => {
+    send_message: ({ conversation, text, images = [], onEvent }) => {
+      if (images.length && state.refuseImages) throw state.refuseImages;
       const user = addMessage(conversation, conv(conversation).current_leaf_id, "user", text, "done");
+      user.images = images.map((url) => {
+        const hash = `h${[...url].reduce((h, c) => (h * 31 + c.charCodeAt(0)) >>> 0, 7)}`;
+        state.images.set(hash, url);
+        return hash;
+      });
       return { user, answer_id: startAnswer(conversation, user.id, onEvent) };
     },
     regenerate: ({ message, onEvent }) => startAnswer(msg(message).conversation_id, msg(message).parent_id, onEvent),
@@ -156,6 +165,10 @@ export function createMockBackend() {
     models: () => ({ loaded: state.model, local: state.model ? [{ ...model, source: "models" }, ...state.extraModels] : [], catalogue: state.catalogue, machine_ram_bytes: state.machineRam }),
     download_model: ({ spec, onProgress }) =>
       new Promise((resolve, reject) => state.downloads.set(spec, { channel: onProgress, resolve, reject })),
+    message_image: ({ hash }) => {
+      if (!state.images.has(hash)) throw { kind: "not_found", message: `no image ${hash}` };
+      return state.images.get(hash);
+    },
     message_tokens: ({ message }) => state.tokens.get(message) ?? null,
     export_answer: ({ message }) => { state.exports.push({ message }); return `/tmp/answer-${message}.json`; },
     open_link: ({ url }) => true,

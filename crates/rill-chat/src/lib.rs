@@ -158,6 +158,26 @@ pub fn history(system_prompt: Option<&str>, path: &[rill_store::Message]) -> Vec
         .collect()
 }
 
+/// [`history`] with each message's images read from the store (issue 42).
+pub async fn history_with_images(
+    store: &Store,
+    system_prompt: Option<&str>,
+    path: &[rill_store::Message],
+) -> Result<Vec<Message>> {
+    let mut messages = history(system_prompt, path);
+    // The system prompt, when there is one, comes first.
+    let skip = messages.len() - path.len();
+    for (message, stored) in messages[skip..].iter_mut().zip(path) {
+        for hash in &stored.images {
+            let image = store.image(hash).await?;
+            message
+                .images
+                .push(rill_engine::ImageData::new(image.bytes));
+        }
+    }
+    Ok(messages)
+}
+
 /// Answers the conversation's current branch: a new assistant message under its leaf, written
 /// as it streams. `on_event` sees every event (to print or forward tokens).
 pub async fn answer(
@@ -232,7 +252,7 @@ pub async fn prompt_under(
         Some(p) => store.path_to(p).await?,
         None => Vec::new(),
     };
-    Ok(history(conv.system_prompt.as_deref(), &path))
+    history_with_images(store, conv.system_prompt.as_deref(), &path).await
 }
 
 /// Starts continuing a stopped or interrupted answer (see [`continue_answer`]).
@@ -245,6 +265,13 @@ pub async fn begin_continue(
     let partial = store.message(message).await?;
     let conv = store.conversation(partial.conversation_id).await?;
     let path = store.path_to(message).await?;
+    // A continued answer's prompt is text (the partial answer written after the template's
+    // turn), which carries no image: refused rather than answered without the picture.
+    if path.iter().any(|m| !m.images.is_empty()) {
+        return Err(Error::Generation(
+            "an answer about an image cannot be continued yet; regenerate it instead".into(),
+        ));
+    }
     let before = history(conv.system_prompt.as_deref(), &path[..path.len() - 1]);
     // The template opens the assistant's turn; the partial answer follows it verbatim, its
     // thinking block written back around its reasoning.

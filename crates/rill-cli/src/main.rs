@@ -93,6 +93,10 @@ pub(crate) struct ModelArgs {
     /// says how much was locked.
     #[arg(long)]
     pub(crate) mlock: bool,
+    /// The vision projector (mmproj-*.gguf) that lets the model read images (default: the
+    /// one beside the model file, if there is one).
+    #[arg(long, value_name = "FILE")]
+    mmproj: Option<PathBuf>,
 }
 
 fn parse_kv_cache(s: &str) -> Result<KvType, String> {
@@ -116,6 +120,7 @@ impl ModelArgs {
             kv_cache: self.kv_cache,
             draft_model: self.draft_model.clone(),
             lock_weights: self.mlock,
+            projector: self.mmproj.clone(),
             ..EngineConfig::new(model)
         };
         Ok(Engine::start(config)?)
@@ -219,6 +224,10 @@ struct RunArgs {
     /// A JSON list of {"role","content"}: a whole conversation to continue.
     #[arg(long)]
     messages: Option<PathBuf>,
+    /// An image for the model to look at (JPEG, PNG or WebP), before the message's text;
+    /// repeat for several. With --messages, they go to the last user message.
+    #[arg(long, value_name = "FILE")]
+    image: Vec<PathBuf>,
     /// One JSON object per line: token events, then a done event.
     #[arg(long)]
     json: bool,
@@ -342,7 +351,36 @@ fn dispatch(cli: Cli) -> Result<()> {
     }
 }
 
+/// The conversation to answer, with `--image` files on its last user message.
 fn read_messages(a: &RunArgs) -> Result<Vec<Message>> {
+    let mut messages = read_text_messages(a)?;
+    if !a.image.is_empty() {
+        let Some(last) = messages
+            .iter_mut()
+            .rfind(|m| m.role == rill_engine::Role::User)
+        else {
+            bail!("--image needs a user message to go with")
+        };
+        for path in &a.image {
+            // Not read whole when it is larger than any image the engine takes.
+            let size = std::fs::metadata(path)
+                .with_context(|| format!("reading {}", path.display()))?
+                .len();
+            if size > rill_engine::vision::picture::MAX_BYTES as u64 {
+                bail!(
+                    "{}: the image is {size} bytes; the limit is 20 MB",
+                    path.display()
+                );
+            }
+            let bytes =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            last.images.push(rill_engine::ImageData::new(bytes));
+        }
+    }
+    Ok(messages)
+}
+
+fn read_text_messages(a: &RunArgs) -> Result<Vec<Message>> {
     if let Some(path) = &a.messages {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;

@@ -75,4 +75,6 @@ pub(crate) struct Shared {
     pub(crate) panels_pending: AtomicBool,
     /// Bytes of weights locked in memory ([`EngineConfig::lock_weights`]).
     pub(crate) locked_weight_bytes: usize,
+    /// The vision projector paired with the model, when there is one.
+    pub(crate) vision: Option<crate::vision::Vision>,
 }

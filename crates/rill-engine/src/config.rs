@@ -66,6 +66,11 @@ pub struct EngineConfig {
     /// warning says how much was locked and the model runs on
     /// ([`Handle::locked_weight_bytes`](crate::Handle::locked_weight_bytes)).
     pub lock_weights: bool,
+    /// The vision projector (`mmproj-*.gguf`) that lets the model read images; `None` takes
+    /// the one beside the model file, if there is one (`vision::beside`). One given here that
+    /// cannot be read or belongs to another model is an error; one found beside it is then
+    /// left aside with a warning.
+    pub projector: Option<PathBuf>,
 }
 
 impl EngineConfig {
@@ -81,6 +86,7 @@ impl EngineConfig {
             draft_model: None,
             weigh_speculation: true,
             lock_weights: false,
+            projector: None,
         }
     }
 }

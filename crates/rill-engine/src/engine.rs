@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::handle::Handle;
 use crate::model::Model;
 use crate::system::available_memory;
+use crate::vision::{Projector, Vision};
 use crate::worker::{self, Worker};
 
 /// A running engine. Dropping it stops the inference thread (after the current step).
@@ -69,6 +70,7 @@ impl Engine {
             true => pool.install(|| crate::model::lock_weights(&mut weights, draft.as_mut())),
             false => 0,
         };
+        let vision = pool.install(|| load_vision(&config, &tokenizer, weights.config().hidden))?;
         let tokenizer = Arc::new(tokenizer);
         let shared = Arc::new(Shared {
             info,
@@ -89,6 +91,7 @@ impl Engine {
             ),
             draft: Mutex::new(draft_info),
             locked_weight_bytes,
+            vision,
         });
         let full_context = weights.kv_bytes(shared.context_length);
         let budget = config
@@ -116,6 +119,30 @@ impl Engine {
 
     pub fn handle(&self) -> Handle {
         self.handle.clone()
+    }
+}
+
+/// The vision projector of [`EngineConfig::projector`], else the one beside the model.
+fn load_vision(
+    config: &EngineConfig,
+    tokenizer: &crate::tokenizer::Tokenizer,
+    hidden: usize,
+) -> Result<Option<Vision>> {
+    let pair = |path: &std::path::Path| {
+        Projector::load(path).and_then(|p| Vision::new(p, tokenizer, hidden))
+    };
+    if let Some(path) = &config.projector {
+        return pair(path).map(Some);
+    }
+    let Some(path) = crate::vision::beside(&config.model) else {
+        return Ok(None);
+    };
+    match pair(&path) {
+        Ok(v) => Ok(Some(v)),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "the projector beside the model is left aside");
+            Ok(None)
+        }
     }
 }
 

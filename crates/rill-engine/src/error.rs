@@ -43,6 +43,11 @@ pub enum Error {
     #[error("grammar: {0}")]
     Grammar(String),
 
+    /// An image that cannot be read (not an image, damaged, too large), or sent to a model
+    /// that reads none; the text says which.
+    #[error("image: {0}")]
+    Image(String),
+
     /// The prompt does not fit the model's context window.
     #[error("prompt has {prompt_tokens} tokens but the context holds {context} (including room for at least one answer token)")]
     PromptTooLong {

@@ -18,6 +18,7 @@ use crate::draft::{DraftInfo, DraftModel};
 use crate::error::{Error, Result};
 use crate::event::Activity;
 use crate::generation::{Control, Generation};
+use crate::message::ImageData;
 use crate::model::ModelInfo;
 use crate::prompting::Prompter;
 use crate::reasoning::ReasoningSplit;
@@ -31,6 +32,7 @@ use crate::stop::StopStrings;
 use crate::template::Message;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::tools::ToolFormat;
+use crate::vision::PromptImage;
 
 /// A cheap, cloneable way to talk to the engine from any thread or task.
 #[derive(Clone)]
@@ -142,6 +144,13 @@ impl Handle {
         };
         let (mut prompt, dropped_messages) =
             prompter.fit(&req.prompt, &req.chat, req.max_tokens, req.overflow)?;
+        let images = self.prompt_images(&req.prompt, &prompt)?;
+        // A draft model reads tokens only: an answer about an image does not speculate with
+        // one (lookup drafts skip image rows).
+        let speculation = match req.speculation {
+            Speculation::Draft if !images.is_empty() => Speculation::Off,
+            s => s,
+        };
         // gpt-oss's harmony messages are split by their channels; with tools offered, the
         // tool reader reads them instead (it knows the calls too).
         let harmony = self.tool_format() == ToolFormat::Harmony && req.chat.tools.is_empty();
@@ -194,7 +203,8 @@ impl Handle {
             constraint,
             split,
             thinking_budget: req.thinking_budget,
-            speculation: req.speculation,
+            speculation,
+            images,
             events: events_tx,
             submitted: Instant::now(),
         });
@@ -211,6 +221,51 @@ impl Handle {
         })
     }
 
+    /// The images of a conversation's prompt, each where its rows go, encoded (or kept from
+    /// an earlier request).
+    fn prompt_images(&self, prompt: &Prompt, ids: &[u32]) -> Result<Vec<PromptImage>> {
+        let (Prompt::Messages(messages), Some(vision)) = (prompt, &self.shared.vision) else {
+            return Ok(Vec::new());
+        };
+        let images: Vec<&ImageData> = messages.iter().flat_map(|m| &m.images).collect();
+        match images.is_empty() {
+            true => Ok(Vec::new()),
+            false => vision.place(ids, &images),
+        }
+    }
+
+    /// Refuses, before anything is written, images this model cannot take: any at all when
+    /// it has no vision projector, and bytes that are not a picture Rill decodes (checked
+    /// whole, so a damaged file is named now rather than when its answer starts).
+    pub fn check_images(&self, images: &[ImageData]) -> Result<()> {
+        if images.is_empty() {
+            return Ok(());
+        }
+        if self.shared.vision.is_none() {
+            return Err(crate::prompting::no_projector());
+        }
+        for (i, image) in images.iter().enumerate() {
+            crate::vision::Picture::decode(image.bytes())
+                .map_err(|e| Error::Image(format!("image {}: {e}", i + 1)))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the model reads images (a vision projector is paired with it).
+    pub fn reads_images(&self) -> bool {
+        self.shared.vision.is_some()
+    }
+
+    /// The vision projector's file, when the model has one.
+    pub fn projector_path(&self) -> Option<&Path> {
+        self.shared.vision.as_ref().map(|v| v.projector().path())
+    }
+
+    /// Images encoded so far (an image seen lately is not encoded again).
+    pub fn images_encoded(&self) -> usize {
+        self.shared.vision.as_ref().map_or(0, |v| v.encoded())
+    }
+
     /// The chat side of the model, for rendering and tokenising prompts (`prompting.rs`).
     fn prompter(&self) -> Prompter<'_> {
         Prompter {
@@ -218,6 +273,7 @@ impl Handle {
             tokenizer: &self.shared.tokenizer,
             context_length: self.shared.context_length,
             thinking: self.shared.info.thinking,
+            vision: self.shared.vision.as_ref(),
         }
     }
 
@@ -267,6 +323,7 @@ impl Handle {
             None,
             Overflow::DropOldest,
         )?;
+        let images = self.prompt_images(&req.prompt, &prompt)?;
         let (events_tx, events) = unbounded_channel();
         let seq = Sequence::new(SequenceSpec {
             id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),
@@ -284,6 +341,7 @@ impl Handle {
             split: None,
             thinking_budget: None,
             speculation: Speculation::Off,
+            images,
             events: events_tx,
             submitted: Instant::now(),
         })

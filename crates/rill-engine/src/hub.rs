@@ -88,6 +88,9 @@ pub struct LocalModel {
     /// cannot: it is listed all the same, so the user sees what is wrong with it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The vision projector beside it, when there is one: the model reads images.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub projector: Option<PathBuf>,
 }
 
 /// Every GGUF model on this machine that Rill knows of: the models folder, imported files and
@@ -112,12 +115,15 @@ pub fn list(dir: &Path) -> Vec<LocalModel> {
     let mut seen = std::collections::HashSet::new();
     found
         .into_iter()
+        // A projector is not a model: it shows as its model's `projector`.
+        .filter(|(_, p)| !crate::vision::is_projector(p))
         .filter(|(_, p)| seen.insert(std::fs::canonicalize(p).unwrap_or_else(|_| p.clone())))
         .map(|(source, p)| match inspect(&p) {
             Ok(info) => LocalModel {
                 source,
                 info,
                 error: None,
+                projector: crate::vision::beside(&p),
             },
             Err(e) => {
                 tracing::warn!(path = %p.display(), error = %e, "a model file that cannot be used");
@@ -125,6 +131,7 @@ pub fn list(dir: &Path) -> Vec<LocalModel> {
                     source,
                     info: ModelInfo::unreadable(&p),
                     error: Some(e.to_string()),
+                    projector: None,
                 }
             }
         })

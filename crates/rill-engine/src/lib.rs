@@ -78,6 +78,7 @@ pub use error::{Error, Result};
 pub use event::{Activity, Event, Timings, Usage};
 pub use generation::{Collected, Control, Generation};
 pub use handle::Handle;
+pub use message::ImageData;
 pub use model::{inspect, KvType, ModelInfo};
 pub use request::{
     ChatArgs, GenerateRequest, Overflow, PreviewRequest, Prompt, Speculation, MAX_PRIORITY,

@@ -11,6 +11,7 @@ use crate::request::{ChatArgs, GenerateRequest, Overflow, Prompt};
 use crate::template::{fold_system, ChatTemplate, Message, RenderOptions, Role, Thinking};
 use crate::tokenizer::Tokenizer;
 use crate::tools::{self, ToolFormat};
+use crate::vision::Vision;
 
 /// What rendering and tokenising a prompt needs of the model: its chat template, tokenizer,
 /// context and how it thinks. [`crate::Handle`] makes one for each request.
@@ -19,7 +20,13 @@ pub(crate) struct Prompter<'a> {
     pub(crate) tokenizer: &'a Tokenizer,
     pub(crate) context_length: usize,
     pub(crate) thinking: Option<Thinking>,
+    /// The vision projector, when the model has one.
+    pub(crate) vision: Option<&'a Vision>,
 }
+
+/// Where an image stands in a rendered prompt: text no message writes (llama.cpp's media
+/// marker), replaced by the image's tokens once the template has run.
+const IMAGE_MARKER: &str = "<__media__>";
 
 impl Prompter<'_> {
     /// The conversation rendered with tools and template variables. A template that does not
@@ -110,11 +117,16 @@ impl Prompter<'_> {
         let empty = || Error::param("prompt", "is empty");
         let ids = match prompt {
             Prompt::Messages(m) => {
-                let said = |m: &Message| !m.content.trim().is_empty() || !m.tool_calls.is_empty();
+                let said = |m: &Message| {
+                    !m.content.trim().is_empty() || !m.tool_calls.is_empty() || !m.images.is_empty()
+                };
                 if !m.iter().any(said) {
                     return Err(empty());
                 }
-                self.tokenizer.encode(&self.render_chat(m, args)?)?
+                match m.iter().any(|m| !m.images.is_empty()) {
+                    true => self.tokenize_with_images(m, args)?,
+                    false => self.tokenizer.encode(&self.render_chat(m, args)?)?,
+                }
             }
             Prompt::Text(t) if t.is_empty() => return Err(empty()),
             Prompt::Text(t) => self.tokenizer.encode(t)?,
@@ -131,6 +143,48 @@ impl Prompter<'_> {
         };
         if ids.is_empty() {
             return Err(empty());
+        }
+        Ok(ids)
+    }
+
+    /// A conversation with images: each message's images stand before its text as markers
+    /// while the template renders, then each marker becomes the image's tokens (its opening
+    /// tokens, a placeholder per row, its closing tokens), and the text between is tokenised
+    /// piece by piece, as llama.cpp's `mtmd_tokenize` does.
+    fn tokenize_with_images(&self, messages: &[Message], args: &ChatArgs) -> Result<Vec<u32>> {
+        let Some(vision) = self.vision else {
+            return Err(no_projector());
+        };
+        let marked: Vec<Message> = messages
+            .iter()
+            .map(|m| {
+                let mut m = m.clone();
+                if !m.images.is_empty() {
+                    m.content = format!("{}{}", IMAGE_MARKER.repeat(m.images.len()), m.content);
+                }
+                m
+            })
+            .collect();
+        let images: Vec<_> = messages.iter().flat_map(|m| &m.images).collect();
+        let text = self.render_chat(&marked, args)?;
+        let pieces: Vec<&str> = text.split(IMAGE_MARKER).collect();
+        if pieces.len() != images.len() + 1 {
+            return Err(Error::Template(format!(
+                "the chat template wrote {} of the conversation's {} images",
+                pieces.len() - 1,
+                images.len()
+            )));
+        }
+        let (begin, end) = vision.markers();
+        let mut ids = self.tokenizer.encode(pieces[0])?;
+        for (image, piece) in images.iter().zip(&pieces[1..]) {
+            ids.extend_from_slice(begin);
+            ids.extend(std::iter::repeat_n(
+                image.placeholder(),
+                vision.rows_per_image(),
+            ));
+            ids.extend_from_slice(end);
+            ids.extend(self.tokenizer.encode_with(piece, false)?);
         }
         Ok(ids)
     }
@@ -350,4 +404,13 @@ impl Prompter<'_> {
         prompt.extend(open);
         true
     }
+}
+
+/// The error for images sent to a model with no vision projector.
+pub(crate) fn no_projector() -> Error {
+    Error::Image(
+        "this model reads no images: it has no vision projector (an mmproj-*.gguf file beside \
+         it, or one chosen by hand)"
+            .into(),
+    )
 }

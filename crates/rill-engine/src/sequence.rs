@@ -25,6 +25,7 @@ use crate::sampler::Sampler;
 use crate::scheduler::{SeqView, SequenceState};
 use crate::stop::{StopReason, StopStrings};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::vision::PromptImage;
 
 mod emit;
 mod speculation;
@@ -95,6 +96,8 @@ pub(crate) struct Sequence {
     draft_skipped: usize,
     /// Rows its last decode step ran (1, or 1 + its draft).
     last_rows: usize,
+    /// The prompt's images: where each one's rows go, and the rows.
+    images: Vec<PromptImage>,
 }
 
 pub(crate) struct SequenceSpec {
@@ -114,6 +117,7 @@ pub(crate) struct SequenceSpec {
     pub split: Option<ReasoningSplit>,
     pub thinking_budget: Option<usize>,
     pub speculation: Speculation,
+    pub images: Vec<PromptImage>,
     pub events: UnboundedSender<Event>,
     pub submitted: Instant,
 }
@@ -156,6 +160,7 @@ impl Sequence {
             failure: None,
             share: 0.0,
             drafter: Drafter::new(s.speculation),
+            images: s.images,
             draft: Vec::new(),
             verify: Vec::new(),
             draft_cache: KvCache::new(),
@@ -278,6 +283,15 @@ impl Sequence {
             // Prompt reuse is counted once, at the first admission. An answer preempted and
             // admitted again can find a kept cache that covers its own answer so far (an
             // identical greedy answer finished meanwhile): that is not prompt reuse (issue 13).
+            let mut cache = cache;
+            // A kept prefix that ends inside an image stops before it (its rows go in whole).
+            if let Some(im) = self
+                .images
+                .iter()
+                .find(|im| im.at < cache.len() && cache.len() < im.at + im.rows.rows)
+            {
+                cache.truncate(im.at);
+            }
             if !self.started {
                 self.reused_tokens = cache.len().min(self.prompt_len);
             }
@@ -306,6 +320,37 @@ impl Sequence {
     pub fn take_cache(&mut self) -> (Vec<u32>, KvCache) {
         let cache = std::mem::take(&mut self.cache);
         (self.tokens[..cache.len()].to_vec(), cache)
+    }
+
+    /// How many of the next `n` pending tokens a prefill step takes so that no image is
+    /// split between steps (its rows may attend to each other both ways): `n`, or fewer to
+    /// stop before an image, or more to take the whole image it starts with.
+    pub fn whole_images(&self, n: usize) -> usize {
+        let from = self.cache.len();
+        let rows = |im: &PromptImage| (im.at, im.at + im.rows.rows);
+        match self
+            .images
+            .iter()
+            .map(rows)
+            .find(|&(a, b)| a < from + n && from + n < b)
+        {
+            Some((a, _)) if a > from => a - from,
+            Some((_, b)) => b - from,
+            None => n,
+        }
+    }
+
+    /// The images among the next `n` tokens, each `at` its first row's place in the step.
+    pub fn step_images(&self, n: usize) -> Vec<PromptImage> {
+        let from = self.cache.len();
+        self.images
+            .iter()
+            .filter(|im| im.at >= from && im.at < from + n)
+            .map(|im| PromptImage {
+                at: im.at - from,
+                ..im.clone()
+            })
+            .collect()
     }
 
     /// The next `n` pending tokens and the cache they go into, for a batched step (with a

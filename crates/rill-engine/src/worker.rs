@@ -15,12 +15,14 @@ use tokio::sync::oneshot;
 use crate::command::{Command, PreviewJob, Shared};
 use crate::draft::{propose, DraftModel};
 use crate::error::{Error, Result};
+use crate::model::decoder::Injected;
 use crate::model::decoder::KV_MIN_CAPACITY;
 use crate::prefix_cache::PrefixCache;
 use crate::sampler::Distribution;
 use crate::scheduler::{plan_round, Pacer, SequenceState, Work};
 use crate::sequence::Sequence;
 use crate::stop::StopReason;
+use crate::vision::PromptImage;
 use crate::weigh::{Verdict, Weigher};
 
 /// The inference thread's state: the weights, the live sequences in admission order, the
@@ -368,6 +370,11 @@ impl Worker {
                         SequenceState::Prefilling => pass == 0,
                         _ => false,
                     };
+                    // A prompt's chunk takes an image whole or not at all.
+                    let n = match s.state() {
+                        SequenceState::Prefilling => s.whole_images(n),
+                        _ => n,
+                    };
                     ok.then_some((s, n))
                 })
                 .collect();
@@ -411,6 +418,26 @@ impl Worker {
                 .filter(|((s, _), _)| s.state() == SequenceState::Decoding)
                 .map(|(_, &o)| o)
                 .sum();
+            // Image rows are given as the text model's rows; a draft's check has none.
+            let images: Vec<Vec<PromptImage>> = members
+                .iter()
+                .map(|(s, n)| match s.state() {
+                    SequenceState::Prefilling => s.step_images(*n),
+                    _ => Vec::new(),
+                })
+                .collect();
+            let injected: Vec<Injected> = images
+                .iter()
+                .enumerate()
+                .flat_map(|(i, ims)| {
+                    ims.iter().map(move |im| Injected {
+                        seq: i,
+                        at: im.at,
+                        rows: &im.rows.values,
+                        both_ways: im.both_ways,
+                    })
+                })
+                .collect();
             let mut inputs: Vec<(&[u32], &mut crate::model::KvCache)> =
                 members.iter_mut().map(|(s, n)| s.step_input(*n)).collect();
             let rows: usize = inputs.iter().map(|(t, _)| t.len()).sum();
@@ -419,8 +446,12 @@ impl Worker {
             // among threads that are already awake in this pass, instead of waking a pool from
             // outside and sleeping until it is done, once per matmul (211 times a token).
             let model = &self.model;
-            let result = self.pool.install(|| model.forward_rows(&mut inputs, &outs));
+            let result = self
+                .pool
+                .install(|| model.forward_rows_with(&mut inputs, &outs, &injected));
             drop(inputs);
+            drop(injected);
+            drop(images);
             let ms = forward_started.elapsed().as_secs_f64() * 1000.0;
             self.pacer.record(decode_rows, rows - decode_rows, ms);
             tracing::trace!(decode_rows, prompt_tokens = rows - decode_rows, ms, "pass");

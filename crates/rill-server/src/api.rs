@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 
-/// `content` is a string or a list of parts; only text parts are understood.
+/// `content` is a string or a list of parts: text, and images (`image_url`, a data: URL).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum Content {
@@ -24,6 +24,15 @@ pub struct ContentPart {
     pub kind: String,
     #[serde(default)]
     pub text: Option<String>,
+    #[serde(default)]
+    pub image_url: Option<ImageUrl>,
+}
+
+/// An `image_url` part's image: `{"url": "data:image/png;base64,…"}`; OpenAI's `detail` is
+/// accepted and has no effect (the projector decides the resolution).
+#[derive(Debug, Deserialize)]
+pub struct ImageUrl {
+    pub url: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -342,19 +351,29 @@ impl ChatCompletionRequest {
                         ))
                     }
                 };
+                let mut images = Vec::new();
                 let content = match &m.content {
                     None => String::new(),
                     Some(Content::Text(t)) => t.clone(),
                     Some(Content::Parts(parts)) => {
                         let mut text = String::new();
-                        for p in parts {
-                            match (p.kind.as_str(), &p.text) {
-                                ("text", Some(t)) => text.push_str(t),
-                                (kind, _) => {
+                        for (j, p) in parts.iter().enumerate() {
+                            match (p.kind.as_str(), &p.text, &p.image_url) {
+                                ("text", Some(t), _) => text.push_str(t),
+                                ("image_url", _, Some(url)) => images.push(
+                                    rill_engine::ImageData::from_url(&url.url).map_err(|e| {
+                                        ApiError::invalid(
+                                            format!("messages[{i}].content[{j}].image_url"),
+                                            e,
+                                        )
+                                    })?,
+                                ),
+                                (kind, _, _) => {
                                     return Err(ApiError::invalid(
-                                        format!("messages[{i}].content"),
+                                        format!("messages[{i}].content[{j}]"),
                                         format!(
-                                            "content part `{kind}` is not supported (text only)"
+                                            "content part `{kind}` is not supported (text and \
+                                             image_url)"
                                         ),
                                     ));
                                 }
@@ -363,7 +382,14 @@ impl ChatCompletionRequest {
                         text
                     }
                 };
+                if !images.is_empty() && role != Role::User {
+                    return Err(ApiError::invalid(
+                        format!("messages[{i}].content"),
+                        "only user messages carry images",
+                    ));
+                }
                 let mut message = Message::new(role, content);
+                message.images = images;
                 if role == Role::Tool {
                     let id = m.tool_call_id.clone().ok_or_else(|| {
                         ApiError::invalid(

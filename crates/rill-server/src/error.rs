@@ -91,6 +91,7 @@ impl From<rill_engine::Error> for ApiError {
                 ApiError::invalid("messages", e.to_string())
             }
             E::Grammar(_) => ApiError::invalid("response_format", e.to_string()),
+            E::Image(_) => ApiError::invalid("messages", e.to_string()),
             _ => ApiError::internal(e.to_string()),
         }
     }

@@ -71,7 +71,8 @@ impl Default for ServerConfig {
         ServerConfig {
             api_key: None,
             max_concurrent: 64,
-            body_limit: 4 << 20,
+            // A base64 image of up to 20 MB (`vision::picture::MAX_BYTES`) is 27 MB of JSON.
+            body_limit: 32 << 20,
             defaults: api::openai_defaults(),
             speculation: rill_engine::Speculation::Off,
             store: None,
@@ -257,6 +258,14 @@ async fn chat_completions(
     let Json(req) = body.map_err(rejected)?;
     check_model(&s, req.model.as_deref())?;
     let messages = req.messages()?;
+    // Pictures the model cannot take are a 400 before anything starts or is saved.
+    let images: Vec<_> = messages.iter().flat_map(|m| m.images.clone()).collect();
+    if !images.is_empty() {
+        let handle = s.handle.clone();
+        tokio::task::spawn_blocking(move || handle.check_images(&images))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))??;
+    }
     let (stream, usage) = req.sampling.streaming();
     let logprobs = req.sampling.logprobs()?;
     let tools = req.tools.check()?;

@@ -89,12 +89,25 @@ impl RemoteClient {
         let p = &req.params;
         // Past reasoning stays here: OpenAI's messages have no field for it, and some servers
         // (DeepSeek's) refuse one.
-        let messages: Vec<Message> = req
+        let messages: Vec<serde_json::Value> = req
             .messages
             .iter()
-            .map(|m| Message {
-                reasoning: None,
-                ..m.clone()
+            .map(|m| {
+                let mut v = json!(Message {
+                    reasoning: None,
+                    ..m.clone()
+                });
+                // Images go as OpenAI's content parts, each a data: URL, before the text.
+                if !m.images.is_empty() {
+                    let mut parts: Vec<serde_json::Value> = m
+                        .images
+                        .iter()
+                        .map(|im| json!({"type": "image_url", "image_url": {"url": im.to_url()}}))
+                        .collect();
+                    parts.push(json!({"type": "text", "text": m.content}));
+                    v["content"] = json!(parts);
+                }
+                v
             })
             .collect();
         let mut body = json!({

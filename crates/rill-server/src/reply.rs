@@ -226,6 +226,7 @@ async fn begin_saved(
                 tool_calls: (!m.tool_calls.is_empty())
                     .then(|| rill_chat::calls_json(&m.tool_calls)),
                 tool_call_id: m.tool_call_id.clone(),
+                images: m.images.iter().map(|i| i.bytes().to_vec()).collect(),
                 ..NewMessage::new(role, m.content.clone())
             }
         })

@@ -18,6 +18,9 @@ pub enum Error {
     #[error("message {0} not found")]
     MessageNotFound(i64),
 
+    #[error("image {0} not found")]
+    ImageNotFound(String),
+
     /// A second writer on one answer (issue 13): it is being written already, here or by
     /// another program, or it ended in a way that is not continued (done, error).
     #[error("{}", not_continuable(*id, *status))]

@@ -9,10 +9,14 @@
 //! in an imported conversation's settings is dropped (issue 40), so opening a file someone
 //! sent cannot make the app send the user's next messages to a server of the sender's choice;
 //! the messages are kept, and the conversation answers with the model on this machine.
-//! Markdown is for reading: the current branch, one heading per turn, an answer's reasoning
-//! in a folded `<details>` block above it.
+//! Images (issue 42) travel inside the JSON, each once, base64 under its SHA-256 (checked on
+//! import), and the messages name them by hash. Markdown is for reading: the current branch,
+//! one heading per turn, an answer's reasoning in a folded `<details>` block above it, an image
+//! as a reference by its hash (`rill-image:…`; its bytes are in the JSON export).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+use base64::Engine;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -22,8 +26,9 @@ use crate::{Error, Result, Role, Status, Store};
 /// The JSON format this build writes, and the newest it reads. Version 2 added the messages'
 /// `tokens`, version 3 their `reasoning` (with its token count and time), version 4 tool calls
 /// and results (`tool_calls`, role `tool` with `tool_call_id`), version 5 speculative decoding's
-/// counts (`draft_proposed`, `draft_accepted`); older files are read as they are.
-pub const EXPORT_VERSION: u32 = 5;
+/// counts (`draft_proposed`, `draft_accepted`), version 6 images (`images`); older files are
+/// read as they are.
+pub const EXPORT_VERSION: u32 = 6;
 const FORMAT: &str = "rill-conversation";
 
 #[derive(Serialize, Deserialize)]
@@ -33,6 +38,17 @@ struct ExportFile {
     version: u32,
     conversation: ExportConversation,
     messages: Vec<ExportMessage>,
+    /// The images the messages show, by hash.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    images: BTreeMap<String, ExportImage>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExportImage {
+    media_type: String,
+    /// The bytes, base64.
+    data: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -90,6 +106,9 @@ struct ExportMessage {
     /// The answer's tokens with their candidates and probabilities, when it kept them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tokens: Option<Value>,
+    /// The images it shows, by hash (in the file's `images`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    images: Vec<String>,
 }
 
 /// `v` without any `api_key` field, at any depth.
@@ -138,6 +157,19 @@ impl Store {
             .into_iter()
             .filter_map(|(id, t)| Some((id, serde_json::from_str(&t).ok()?)))
             .collect();
+        let mut images = BTreeMap::new();
+        for hash in messages.iter().flat_map(|m| &m.images) {
+            if !images.contains_key(hash) {
+                let image = self.image(hash).await?;
+                images.insert(
+                    hash.clone(),
+                    ExportImage {
+                        media_type: image.media_type,
+                        data: base64::engine::general_purpose::STANDARD.encode(&image.bytes),
+                    },
+                );
+            }
+        }
         let position: HashMap<i64, usize> = messages
             .iter()
             .enumerate()
@@ -184,8 +216,10 @@ impl Store {
                     error: m.error,
                     created_at: m.created_at,
                     updated_at: m.updated_at,
+                    images: m.images,
                 })
                 .collect(),
+            images,
         };
         Ok(serde_json::to_string_pretty(&file).unwrap_or_default())
     }
@@ -220,6 +254,30 @@ impl Store {
             return Err(Error::Import(
                 "malformed export: current_leaf points past the messages".into(),
             ));
+        }
+
+        // Every image named is in the file, and is what its hash says.
+        let mut images: HashMap<&str, Vec<u8>> = HashMap::new();
+        for (hash, image) in &file.images {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(&image.data)
+                .map_err(|e| Error::Import(format!("image {hash}: not base64: {e}")))?;
+            if crate::image_hash(&bytes) != *hash {
+                return Err(Error::Import(format!(
+                    "image {hash}: its bytes do not have that hash (damaged)"
+                )));
+            }
+            images.insert(hash, bytes);
+        }
+        if let Some(missing) = file
+            .messages
+            .iter()
+            .flat_map(|m| &m.images)
+            .find(|h| !images.contains_key(h.as_str()))
+        {
+            return Err(Error::Import(format!(
+                "a message shows image {missing}, which the file does not hold"
+            )));
         }
 
         let mut tx = self.write_tx().await?;
@@ -277,6 +335,12 @@ impl Store {
             .await?
             .last_insert_rowid();
             ids.push(id);
+            let shown: Vec<Vec<u8>> = m
+                .images
+                .iter()
+                .map(|h| images[h.as_str()].clone())
+                .collect();
+            crate::images::attach(&mut tx, id, &shown).await?;
             if let Some(t) = &m.tokens {
                 sqlx::query("INSERT INTO message_tokens (message_id, tokens) VALUES (?, ?)")
                     .bind(id)
@@ -342,6 +406,9 @@ impl Store {
             if m.role == Role::Tool {
                 out.push_str(&format!("```json\n{}\n```\n\n", m.content.trim_end()));
                 continue;
+            }
+            for (i, hash) in m.images.iter().enumerate() {
+                out.push_str(&format!("![image {}](rill-image:{hash})\n\n", i + 1));
             }
             if !m.content.trim().is_empty() {
                 out.push_str(&format!("{}\n\n", m.content.trim_end()));

@@ -15,6 +15,7 @@
 
 mod error;
 mod export;
+mod images;
 mod lease;
 mod messages;
 mod search;
@@ -31,6 +32,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 
 pub use error::{Error, Result};
 pub use export::EXPORT_VERSION;
+pub use images::{image_hash, StoredImage};
 pub use types::{
     Conversation, Message, MessageStats, NewConversation, NewMessage, Preset, Role, SearchHit,
     Status,
@@ -271,15 +273,18 @@ impl Store {
         .await
     }
 
-    /// Deletes a conversation and all its messages.
+    /// Deletes a conversation and all its messages, and the images no other message shows.
     pub async fn delete_conversation(&self, id: i64) -> Result<()> {
+        let mut tx = self.write_tx().await?;
         let done = sqlx::query("DELETE FROM conversations WHERE id = ?")
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
         if done.rows_affected() == 0 {
             return Err(Error::ConversationNotFound(id));
         }
+        images::drop_unshown(&mut tx).await?;
+        tx.commit().await?;
         Ok(())
     }
 

@@ -30,11 +30,13 @@ impl Store {
     }
 
     pub async fn message(&self, id: i64) -> Result<Message> {
-        sqlx::query_as("SELECT * FROM messages WHERE id = ?")
+        let mut m: Message = sqlx::query_as("SELECT * FROM messages WHERE id = ?")
             .bind(id)
             .fetch_optional(&self.pool)
             .await?
-            .ok_or(Error::MessageNotFound(id))
+            .ok_or(Error::MessageNotFound(id))?;
+        m.images = self.message_image_hashes(id).await?;
+        Ok(m)
     }
 
     /// Every message of the conversation, every branch, in the order they were written.
@@ -59,7 +61,10 @@ impl Store {
                  'completion_tokens', completion_tokens, 'ttft_ms', ttft_ms, 'decode_tps', decode_tps,
                  'reasoning_tokens', reasoning_tokens, 'reasoning_ms', reasoning_ms,
                  'draft_proposed', draft_proposed, 'draft_accepted', draft_accepted,
-                 'error', error, 'created_at', created_at, 'updated_at', updated_at)), '[]')
+                 'error', error, 'created_at', created_at, 'updated_at', updated_at,
+                 'images', (SELECT json_group_array(image_hash) FROM
+                     (SELECT image_hash FROM message_images WHERE message_id = id
+                      ORDER BY position)))), '[]')
              FROM ({rows})"
         );
         let json: String = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
@@ -133,10 +138,16 @@ impl Store {
     /// it stay, on their own branch). The new message becomes the leaf.
     pub async fn edit(&self, message: i64, content: &str) -> Result<Message> {
         let m = self.message(message).await?;
+        let mut images = Vec::with_capacity(m.images.len());
+        for hash in &m.images {
+            images.push(self.image(hash).await?.bytes);
+        }
+        // The edit shows the same images (stored once: only their places are new).
         let new = NewMessage {
             model: m.model,
             settings: m.settings,
             tool_call_id: m.tool_call_id,
+            images,
             ..NewMessage::new(m.role, content)
         };
         self.add_child(m.conversation_id, m.parent_id, new).await
@@ -268,6 +279,7 @@ pub(crate) async fn insert_message(
     .execute(&mut *conn)
     .await?
     .last_insert_rowid();
+    crate::images::attach(conn, id, &m.images).await?;
     sqlx::query("UPDATE conversations SET current_leaf_id = ?, updated_at = ? WHERE id = ?")
         .bind(id)
         .bind(now)

@@ -76,6 +76,10 @@ pub struct Message {
     pub error: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// The images a user message shows the model, in order, by hash ([`Store::image`](crate::Store::image)).
+    #[sqlx(skip)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<String>,
 }
 
 /// Token counts and speed of an answer.
@@ -117,6 +121,8 @@ pub struct NewMessage {
     pub tool_calls: Option<Value>,
     /// For a [`Role::Tool`] result: the call it answers.
     pub tool_call_id: Option<String>,
+    /// Images the message shows the model (a user's), their files' bytes, in order.
+    pub images: Vec<Vec<u8>>,
 }
 
 impl NewMessage {
@@ -130,6 +136,7 @@ impl NewMessage {
             settings: None,
             tool_calls: None,
             tool_call_id: None,
+            images: Vec::new(),
         }
     }
 

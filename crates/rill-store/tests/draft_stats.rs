@@ -43,7 +43,7 @@ async fn an_answer_keeps_its_draft_counts_through_export_and_import() {
 
     let json = store.export_json(c).await.unwrap();
     let file: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(file["version"], 5);
+    assert_eq!(file["version"], rill_store::EXPORT_VERSION);
     assert_eq!(file["messages"][1]["draft_proposed"], 9);
     assert_eq!(file["messages"][1]["draft_accepted"], 5);
     assert!(

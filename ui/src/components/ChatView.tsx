@@ -75,16 +75,18 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
         await live.start(id, initial, start, initialReasoning);
         await reload();
         onSent();
+        return true;
       } catch (e) {
         onError(errorText(e));
         await reload();
+        return false;
       }
     },
     [id, reload, onSent, onError],
   );
 
-  const send = (text: string) =>
-    startAnswer(async (ch) => (await api.sendMessage(id, text, ch)).answer_id);
+  const send = (text: string, images: string[]) =>
+    startAnswer(async (ch) => (await api.sendMessage(id, text, images, ch)).answer_id);
 
   const stopAll = () => running.forEach((a) => api.stop(a.id).catch((e) => onError(errorText(e))));
 
@@ -179,7 +181,7 @@ export default function ChatView({ view, composerRef, onView, onSent, onError }:
           })}
         </div>
       </div>
-      <Composer inputRef={composerRef} running={running.length > 0} onSend={send} onStop={stopAll} />
+      <Composer inputRef={composerRef} running={running.length > 0} onSend={send} onStop={stopAll} onError={onError} />
     </section>
   );
 }

@@ -7,6 +7,7 @@ import ThinkingBlock from "./ThinkingBlock";
 import { CallCards, ResultCard } from "./ToolCards";
 import TokenView from "./TokenView";
 import DraftedText from "./DraftedText";
+import ImageThumbs from "./ImageThumbs";
 
 /** Stored answers' token probabilities, fetched once per message when first shown. */
 const storedTokens = new Map<number, TokenProbs[] | null>();
@@ -152,6 +153,7 @@ function MessageView({ message, live, isLast, onStop, onPause, onResume, onRegen
           ms={thought ? thought.ms : (live?.final ?? m).reasoning_ms}
         />
       )}
+      {!!m.images?.length && <ImageThumbs hashes={m.images} />}
       {editing ? (
         <div className="edit">
           <textarea aria-label="Edit message" value={draft} onChange={(e) => setDraft(e.target.value)} />

@@ -123,6 +123,11 @@ export default function ModelManager({ welcome, loaded, onClose, onLoaded }: Pro
               <li key={m.path}>
                 <div>
                   <strong>{m.name}</strong> <span className="muted" data-testid="model-family">{m.family}</span>{" "}
+                  {m.projector && (
+                    <span className="badge" data-testid="vision-badge" title={`Reads images with ${m.projector}`}>
+                      vision
+                    </span>
+                  )}{" "}
                   <span className="muted">{m.quantization} · {formatBytes(m.file_bytes)} · {m.context_length.toLocaleString()} ctx · {m.source}</span>
                   <div className="muted small path">{m.path}</div>
                 </div>
@@ -178,7 +183,8 @@ function CatalogueCard({
       <div>
         <strong>{entry.name}</strong> {entry.recommended && <span className="badge">recommended</span>}
         <div className="muted small">
-          {entry.family} · {formatBytes(entry.size_bytes)} download · needs about {formatBytes(entry.ram_bytes)} of RAM
+          {entry.family}
+          {entry.projector && " · reads images"} · {formatBytes(entry.size_bytes)} download · needs about {formatBytes(entry.ram_bytes)} of RAM
         </div>
         <div className="small">{entry.description}</div>
         {tooBig && (

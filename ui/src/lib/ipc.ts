@@ -52,6 +52,8 @@ export interface Message extends MessageStats {
   /** An assistant's tool calls; a tool message's call (API conversations saved with --save). */
   tool_calls?: ToolCall[] | null;
   tool_call_id?: string | null;
+  /** A user message's pictures, by the hash they are stored under (`api.messageImage`). */
+  images?: string[];
   status: Status;
   model: string | null;
   error: string | null;
@@ -152,11 +154,15 @@ export interface LocalModel extends ModelInfo {
   source: "models" | "imported" | "hf-cache";
   /** Why the file cannot be used (a damaged header, a chat template that fails), if it cannot. */
   error?: string;
+  /** The vision projector (mmproj) beside it, when it reads images. */
+  projector?: string;
 }
 
 export interface CatalogueEntry {
   name: string;
   family: string;
+  /** The vision projector downloaded with it: the model reads images. */
+  projector?: string;
   spec: string;
   description: string;
   size_bytes: number;
@@ -320,8 +326,11 @@ export const api = {
   /** A live settings change, written after the ones before it (see writeQueue.ts). */
   setParams: (conversation: number, settings: PanelSettings) => paramsWrites.put(conversation, settings),
   contextUsage: (conversation: number) => invoke<ContextUsage>("context_usage", { conversation }),
-  sendMessage: (conversation: number, text: string, onEvent: Channel<ChatEvent>) =>
-    answering<Sent>("send_message", { conversation, text, onEvent }),
+  /** `images`: the question's pictures, as data URLs (PNG, JPEG or WebP). */
+  sendMessage: (conversation: number, text: string, images: string[], onEvent: Channel<ChatEvent>) =>
+    answering<Sent>("send_message", { conversation, text, images, onEvent }),
+  /** A stored picture (a message's `images` names them by hash), as a data URL. */
+  messageImage: (hash: string) => invoke<string>("message_image", { hash }),
   regenerate: (message: number, onEvent: Channel<ChatEvent>) => answering<number>("regenerate", { message, onEvent }),
   editMessage: (message: number, text: string, onEvent: Channel<ChatEvent>) =>
     answering<Sent>("edit_message", { message, text, onEvent }),

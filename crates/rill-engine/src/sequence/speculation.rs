@@ -67,7 +67,12 @@ pub(crate) fn lookup(tokens: &[u32], k: usize) -> Vec<u32> {
         if let Some(i) = found {
             let from = i + n;
             let to = (from + k).min(tokens.len());
-            return tokens[from..to].to_vec();
+            // An image's rows are not tokens to propose: the draft ends before them.
+            return tokens[from..to]
+                .iter()
+                .copied()
+                .take_while(|&t| t < crate::message::IMAGE_PLACEHOLDER)
+                .collect();
         }
     }
     Vec::new()

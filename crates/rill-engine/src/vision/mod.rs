@@ -18,6 +18,7 @@
 mod config;
 mod matrix;
 pub mod picture;
+mod prompt;
 mod resample;
 mod vit;
 
@@ -31,6 +32,7 @@ use candle_core::Device;
 pub use config::{ClipConfig, ProjectorKind};
 use matrix::Matrix;
 pub use picture::{ImageError, Picture};
+pub use prompt::{beside, is_projector, PromptImage, Vision};
 use vit::Vit;
 
 use crate::error::{Error, Result};

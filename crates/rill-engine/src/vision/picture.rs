@@ -104,7 +104,7 @@ impl Picture {
         let rgb = reader.decode().map_err(damaged)?.to_rgb8();
         Ok(Picture {
             rgb,
-            id: content_id(bytes),
+            id: crate::message::content_id(bytes),
         })
     }
 
@@ -152,14 +152,6 @@ impl Picture {
         }
         Pixels { side, values }
     }
-}
-
-/// FNV-1a over the bytes, 64 bits: stable across runs and versions (std's hasher is not
-/// promised to be), and no dependency for a cache key.
-fn content_id(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,169 @@
+//! Images in the flow (issue 42): a question about a picture through the engine, as any
+//! request goes — chunked prefill that takes an image whole, beside another answer, prefix
+//! reuse for a follow-up, the projector found beside its model — and the errors a user meets
+//! (no projector, one of another model, a file that is not an image).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use rill_engine::{
+    Engine, EngineConfig, Error, Event, GenerateRequest, ImageData, Message, SamplingParams,
+};
+
+const MODEL: &str = "gemma3v-test.Q8_0";
+const PROJECTOR: &str = "gemma3-mmproj-test.F16";
+const QUESTION: &str = "What is in this picture?";
+
+fn photo() -> ImageData {
+    let path = common::llama_cpp_assets().join("../tools/mtmd/test-1.jpeg");
+    ImageData::new(std::fs::read(path).unwrap())
+}
+
+fn shapes() -> ImageData {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/images/shapes.png");
+    ImageData::new(std::fs::read(path).unwrap())
+}
+
+fn engine_with(model: &Path, projector: Option<&Path>, chunk: usize) -> Engine {
+    let mut config = EngineConfig::new(model);
+    config.projector = projector.map(Path::to_owned);
+    config.prefill_chunk = chunk;
+    config.threads = Some(2);
+    Engine::start(config).unwrap()
+}
+
+fn engine(chunk: usize) -> Engine {
+    engine_with(
+        &common::test_model(MODEL),
+        Some(&common::test_model(PROJECTOR)),
+        chunk,
+    )
+}
+
+fn asking(image: ImageData, question: &str) -> Message {
+    Message {
+        images: vec![image],
+        ..Message::user(question)
+    }
+}
+
+fn greedy(messages: Vec<Message>, n: usize) -> GenerateRequest {
+    GenerateRequest {
+        params: SamplingParams::greedy(),
+        max_tokens: Some(n),
+        ignore_eos: true,
+        ..GenerateRequest::chat(messages)
+    }
+}
+
+/// The answer's ids and the prompt tokens it reused.
+fn answer(engine: &Engine, req: GenerateRequest) -> (Vec<u32>, usize) {
+    let (mut ids, mut reused) = (Vec::new(), 0);
+    for ev in engine.handle().generate(req).unwrap() {
+        match ev {
+            Event::Started { reused_tokens, .. } => reused = reused_tokens,
+            Event::Token { id, .. } => ids.push(id),
+            Event::Error { message } => panic!("{message}"),
+            _ => {}
+        }
+    }
+    (ids, reused)
+}
+
+#[test]
+fn a_question_about_a_photo_streams_llama_cpps_answer_in_chunks_beside_another() {
+    let r = common::parity::reference(&format!("{PROJECTOR}.image"));
+    let want = common::parity::ids(&r["images"]["test-1.jpeg"]["greedy"]);
+    // Chunks of 8 tokens: the image's 16 rows must go in one of their own.
+    let engine = engine(8);
+    assert!(engine.handle().reads_images());
+    // Another answer streams while the picture's question is prefilled.
+    let other = engine
+        .handle()
+        .generate(greedy(vec![Message::user("Tell me a long story.")], 60))
+        .unwrap();
+    let (ids, _) = answer(&engine, greedy(vec![asking(photo(), QUESTION)], want.len()));
+    assert_eq!(ids, want, "the engine's answer about test-1.jpeg");
+    let rest = other.collect_blocking().unwrap();
+    assert_eq!(rest.ids.len(), 60);
+    // The same question about another picture has another answer.
+    let (other_ids, _) = answer(
+        &engine,
+        greedy(vec![asking(shapes(), QUESTION)], want.len()),
+    );
+    assert_ne!(other_ids, ids);
+}
+
+#[test]
+fn a_follow_up_about_the_same_picture_reuses_its_rows_and_its_cache() {
+    let engine = engine(256);
+    let first = vec![asking(photo(), QUESTION)];
+    let (said, _) = answer(&engine, greedy(first.clone(), 12));
+    assert_eq!(engine.handle().images_encoded(), 1);
+    let text = engine.handle().tokenizer().decode(&said);
+    let mut follow = first;
+    follow.push(Message::assistant(text));
+    follow.push(Message::user("And what colour is it?"));
+    let (_, reused) = answer(&engine, greedy(follow, 4));
+    // The whole first turn, picture included, came from the kept cache, and the picture was
+    // not encoded again.
+    let image_end = 1 + 10 + 7 + 16;
+    assert!(reused > image_end, "reused {reused} tokens");
+    assert_eq!(engine.handle().images_encoded(), 1);
+}
+
+#[test]
+fn the_projector_beside_its_model_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("gemma3v-test-Q8_0.gguf");
+    std::fs::copy(common::test_model(MODEL), &model).unwrap();
+    let engine = engine_with(&model, None, 256);
+    assert!(!engine.handle().reads_images());
+    drop(engine);
+    std::fs::copy(
+        common::test_model(PROJECTOR),
+        dir.path().join("mmproj-gemma3v-test-F16.gguf"),
+    )
+    .unwrap();
+    let engine = engine_with(&model, None, 256);
+    assert!(engine.handle().reads_images());
+    let path = engine.handle().projector_path().unwrap().to_owned();
+    assert!(path.ends_with("mmproj-gemma3v-test-F16.gguf"), "{path:?}");
+}
+
+#[test]
+fn an_image_a_model_cannot_read_is_a_clear_error_and_the_engine_goes_on() {
+    // No projector: the image is refused by name.
+    let plain = engine_with(&common::model_path(), None, 256);
+    let err = plain
+        .handle()
+        .generate(greedy(vec![asking(photo(), QUESTION)], 4))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, Error::Image(m) if m.contains("no vision projector")),
+        "{err}"
+    );
+    // A projector of another model (rows 128 wide; SmolLM2's are 576).
+    let mut config = EngineConfig::new(common::model_path());
+    config.projector = Some(common::test_model(PROJECTOR));
+    let err = Engine::start(config).err().unwrap().to_string();
+    assert!(err.contains("belongs to another model"), "{err}");
+    // Bytes that are not an image, then a question that is fine: the engine answers it.
+    let engine = engine(256);
+    let err = engine
+        .handle()
+        .generate(greedy(
+            vec![asking(ImageData::new(b"not an image".to_vec()), QUESTION)],
+            4,
+        ))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, Error::Image(m) if m.contains("JPEG, PNG and WebP")),
+        "{err}"
+    );
+    let (ids, _) = answer(&engine, greedy(vec![asking(shapes(), QUESTION)], 4));
+    assert_eq!(ids.len(), 4);
+}
