@@ -214,8 +214,9 @@ fn bad_requests_get_openai_shaped_errors_and_the_server_keeps_serving() {
         400,
         Some("messages"),
     );
+    // Over the 32 MB limit (room for a 20 MB image in base64).
     let too_large =
-        post(json!({"messages": [{"role": "user", "content": "x".repeat(5 << 20)}]}).to_string());
+        post(json!({"messages": [{"role": "user", "content": "x".repeat(33 << 20)}]}).to_string());
     // The unread rest of the body makes the connection unusable: the client is told to drop it,
     // so its next request does not go out on a connection being closed.
     assert_eq!(too_large.headers()["connection"], "close");

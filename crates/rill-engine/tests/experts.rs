@@ -116,7 +116,7 @@ fn qwen35moe_routes_as_llama_cpp_does() {
 
 /// Gemma 4 26B-A4B's mixture beside the MLP (its router reading the residual stream
 /// normalised and scaled, fused gate-up experts with output scales), in Q8_0: every token
-/// through llama.cpp's experts but at one to three near-ties (of 498 routes).
+/// through llama.cpp's experts but at one near-tie (of 498 routes; three with AVX-512).
 ///
 /// Known gap: their weights agree within 0.02, not 0.01. At layer 0 the router's logits are
 /// llama.cpp's within 1e-6 but at positions 21 and 22, where the windowed attention's f16
@@ -129,14 +129,19 @@ fn qwen35moe_routes_as_llama_cpp_does() {
 /// by 1e-3 from layer 0 on.
 #[test]
 fn gemma4moe_routes_as_llama_cpp_does() {
-    // One near-tie on the machine it was recorded on, three on an AVX-512 VNNI/BF16 Zen 4
-    // (2026-12-07): where the windowed attention's f16 rounding edges above fall moves with
-    // the machine; each tie is still checked to be one.
-    routes_match_within("gemma4moe-test.Q8_0", Some(3), 0.02);
+    // One near-tie with AVX2, three with AVX-512 on the same Zen 4 (2026-12-07): that path's
+    // sums are not bit for bit AVX2's (`tests/families.rs`, gemma4_moe); each is still checked
+    // to be a near-tie.
+    use rill_engine::kernels::Isa;
+    let ties = match Isa::detect() {
+        Isa::Avx512Vnni => 3,
+        _ => 1,
+    };
+    routes_match_within("gemma4moe-test.Q8_0", Some(ties), 0.02);
 }
 
 /// Our routes against llama.cpp's on `name`'s recorded text, near-ties aside (`ties_known`:
-/// how many there may be at most, where known), each weight within 0.01 of llama.cpp's.
+/// how many there must be, where known), each weight within 0.01 of llama.cpp's.
 fn routes_match(name: &str, ties_known: Option<usize>) {
     routes_match_within(name, ties_known, 0.01)
 }
@@ -218,11 +223,8 @@ fn routes_match_within(name: &str, ties_known: Option<usize>, close: f64) {
              near-ties (or rows a near-tie below sent through another expert)",
             compared - ties
         );
-        if let Some(most) = ties_known {
-            assert!(
-                ties <= most,
-                "{name}: {ties} near-ties, at most {most} expected"
-            );
+        if let Some(known) = ties_known {
+            assert_eq!(ties, known, "{name}");
         }
     }
 }
