@@ -617,10 +617,8 @@ def main() -> int:
             # 9. gpt-oss: its analysis channel is the reasoning, in the same Thinking block, its
             #    final channel the answer (the budget ends the analysis of the random model).
             think_thinking(app, d, harmony_model, db, failures, "gpt-oss")
-            # 10. A picture dropped into a chat (tests/e2e_images.py). Not yet seen passing in
-            #     a whole run: only with RILL_E2E_IMAGES=1 until it has (issue 42's note).
-            if os.environ.get("RILL_E2E_IMAGES") == "1":
-                image_chat = images_chat(app, d, seeing_model, db, work, rill, env, dialog_answer, failures)
+            # 10. A picture dropped into a chat (tests/e2e_images.py).
+            image_chat = images_chat(app, d, seeing_model, db, work, rill, env, dialog_answer, failures)
         except Exception:
             app.shot("app-failure")
             print("page text at failure:", d.find_element(By.TAG_NAME, "body").text[:2000])
