@@ -450,8 +450,6 @@ impl Worker {
                 .pool
                 .install(|| model.forward_rows_with(&mut inputs, &outs, &injected));
             drop(inputs);
-            drop(injected);
-            drop(images);
             let ms = forward_started.elapsed().as_secs_f64() * 1000.0;
             self.pacer.record(decode_rows, rows - decode_rows, ms);
             tracing::trace!(decode_rows, prompt_tokens = rows - decode_rows, ms, "pass");

@@ -46,12 +46,8 @@ fn reference_rows(r: &serde_json::Value, image: &str) -> Vec<f32> {
         .as_array()
         .unwrap()
         .iter()
-        .flat_map(|row| {
-            row.as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_f64().unwrap() as f32)
-        })
+        .flat_map(common::parity::floats)
+        .map(|v| v as f32)
         .collect()
 }
 
@@ -290,12 +286,7 @@ fn a_question_about_a_picture_gets_llama_cpps_answer() {
             .unwrap()
             .remove(0);
         let greedy = common::parity::ids(&want["greedy"]);
-        let gaps: Vec<f64> = want["greedy_gaps"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|g| g.as_f64().unwrap())
-            .collect();
+        let gaps = common::parity::floats(&want["greedy_gaps"]);
         let (mut ours, mut same) = (Vec::new(), 0);
         for (step, (&theirs, &gap)) in greedy.iter().zip(&gaps).enumerate() {
             let mine = common::parity::argmax(&logits);

@@ -25,6 +25,15 @@ pub fn ids(v: &Value) -> Vec<u32> {
         .collect()
 }
 
+/// A recorded list of numbers (logits, gaps, weights).
+pub fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
 /// The logits after each token of `tokens`, one step at a time.
 pub fn teacher_forced(model: &Model, tokens: &[u32]) -> Vec<Vec<f32>> {
     let mut cache = KvCache::new();
@@ -72,12 +81,7 @@ pub fn parity_but(name: &str, flips: usize) {
         .enumerate()
     {
         let top = ids(&p["ids"]);
-        let theirs: Vec<f64> = p["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect();
+        let theirs = floats(&p["logits"]);
         for (&id, &want) in top.iter().zip(&theirs) {
             err += (l[id as usize] as f64 - want).powi(2);
             energy += want * want;
@@ -109,12 +113,7 @@ pub fn parity_but(name: &str, flips: usize) {
     let mut cache = KvCache::new();
     let mut logits = model.weights.forward(prompt, &mut cache).unwrap();
     let want = ids(&r["greedy"]);
-    let gaps: Vec<f64> = r["greedy_gaps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect();
+    let gaps = floats(&r["greedy_gaps"]);
     let (mut clear, mut first_tie) = (0, None);
     for (step, (&t, &gap)) in want.iter().zip(&gaps).enumerate() {
         if gap >= NEAR_TIE as f64 {
