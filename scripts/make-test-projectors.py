@@ -13,6 +13,13 @@ file (issue 42):
   matrices F16, as the converter writes them (it forces `.embeddings.` to F32 and the input
   projection to F16); 200 is not a multiple of 32, as the real 4,304 is not.
 
+- `qwen25vl-mmproj-test.F16.gguf`: Qwen2.5-VL's vision encoder and merger (`conversion/qwenvl.py`,
+  `Qwen2VLVisionModel`): patches of 14 embedded by two kernels (the converter splits the
+  temporal Conv3D so), four layers 96 wide (4 heads of 24, so M-RoPE's quarters are 6 pairs),
+  RMS norms, a SwiGLU feed-forward 160 wide, window attention on layers 0 and 2 and full on 1
+  and 3 (`n_wa_pattern` 2), the final norm (`merger.ln_q`), and the merger's GELU MLP from
+  4 × 96 to the width of `qwen2vl-test` (128). No patch bias, no position embeddings.
+
 The same seed gives the same bytes, so the reference embeddings recorded from llama.cpp
 (`scripts/record-reference-images.py`) stay tied to each file by its SHA-256.
 """
@@ -29,6 +36,43 @@ ROOT = Path(__file__).resolve().parent.parent
 F16 = gguf.GGMLQuantizationType.F16
 F32 = gguf.GGMLQuantizationType.F32
 
+class Projector:
+    """A projector file being written: the keys every encoder has, seeded random values, and
+    the write to a partial file renamed into place once whole."""
+
+    def __init__(self, path: Path, name: str, kind, s: dict, image: int, seed: int):
+        self.path, self.tmp = path, path.with_suffix(".partial")
+        self.rng = np.random.default_rng(seed)
+        w = self.w = gguf.GGUFWriter(str(self.tmp), "clip")
+        w.add_name(name)
+        w.add_type(gguf.GGUFType.MMPROJ)
+        w.add_bool("clip.has_vision_encoder", True)
+        w.add_clip_projector_type(kind)
+        w.add_vision_image_size(image)
+        w.add_vision_patch_size(s["patch"])
+        w.add_vision_embedding_length(s["width"])
+        w.add_vision_feed_forward_length(s["ff"])
+        w.add_vision_block_count(s["layers"])
+        w.add_vision_head_count(s["heads"])
+        w.add_vision_projection_dim(s["text"])
+        w.add_vision_attention_layernorm_eps(1e-6)
+
+    def normal(self, shape, std, mean=0.0):
+        return (np.float32(mean) + self.rng.standard_normal(shape, dtype=np.float32)
+                * np.float32(std)).astype(np.float32)
+
+    def tensor(self, name, data, qtype):
+        self.w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+
+    def finish(self) -> Path:
+        self.w.write_header_to_file()
+        self.w.write_kv_data_to_file()
+        self.w.write_tensors_to_file()
+        self.w.close()
+        self.tmp.replace(self.path)
+        return self.path
+
+
 # SigLIP's shape, small: image side, patch side, width, heads, feed-forward, layers, and the
 # side of the pooling window (Gemma 3's 4: 64×64 patches become 16×16 tokens).
 GEMMA3 = dict(image=224, patch=14, width=96, heads=4, ff=200, layers=3, merge=4, text=128)
@@ -36,21 +80,9 @@ GEMMA3 = dict(image=224, patch=14, width=96, heads=4, ff=200, layers=3, merge=4,
 
 def gemma3(path: Path):
     s = GEMMA3
-    rng = np.random.default_rng(4321)
-    tmp = path.with_suffix(".partial")
-    w = gguf.GGUFWriter(str(tmp), "clip")
-    w.add_name("Gemma 3 vision test projector (random weights)")
-    w.add_type(gguf.GGUFType.MMPROJ)
-    w.add_bool("clip.has_vision_encoder", True)
-    w.add_clip_projector_type(gguf.VisionProjectorType.GEMMA3)
-    w.add_vision_image_size(s["image"])
-    w.add_vision_patch_size(s["patch"])
-    w.add_vision_embedding_length(s["width"])
-    w.add_vision_feed_forward_length(s["ff"])
-    w.add_vision_block_count(s["layers"])
-    w.add_vision_head_count(s["heads"])
-    w.add_vision_projection_dim(s["text"])
-    w.add_vision_attention_layernorm_eps(1e-6)
+    out = Projector(path, "Gemma 3 vision test projector (random weights)",
+                    gguf.VisionProjectorType.GEMMA3, s, s["image"], 4321)
+    w, normal, tensor = out.w, out.normal, out.tensor
     w.add_vision_use_gelu(True)
     w.add_vision_image_mean([0.5, 0.5, 0.5])
     w.add_vision_image_std([0.5, 0.5, 0.5])
@@ -58,13 +90,6 @@ def gemma3(path: Path):
     # The default pooling is 4; the converter writes the factor only when it differs, as here
     # it does not, so the key is left out and the default is what both engines must take.
     width, ff = s["width"], s["ff"]
-
-    def normal(shape, std, mean=0.0):
-        return (np.float32(mean) + rng.standard_normal(shape, dtype=np.float32)
-                * np.float32(std)).astype(np.float32)
-
-    def tensor(name, data, qtype):
-        w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
 
     # Patch embedding as a convolution's kernel [width, 3, patch, patch]: each patch's 588
     # pixel values in, unit-scale rows out.
@@ -92,12 +117,52 @@ def gemma3(path: Path):
     # scale gives image rows the RMS of gemma3-test's scaled token rows (about 1).
     tensor("mm.soft_emb_norm.weight", normal((width,), 0.1, 1.0), F32)
     tensor("mm.input_projection.weight", normal((width, s["text"]), 1 / np.sqrt(width)), F16)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tmp.replace(path)
-    return path
+    return out.finish()
+
+
+QWEN25VL = dict(patch=14, width=96, heads=4, ff=160, layers=4, wa_pattern=2, text=128)
+
+
+def qwen25vl(path: Path):
+    s = QWEN25VL
+    # The image size is the converter's default (only llama.cpp's warm-up reads it).
+    out = Projector(path, "Qwen2.5-VL vision test projector (random weights)",
+                    gguf.VisionProjectorType.QWEN25VL, s, 560, 2468)
+    w, normal, tensor = out.w, out.normal, out.tensor
+    w.add_vision_use_silu(True)
+    w.add_vision_n_wa_pattern(s["wa_pattern"])
+    # The Qwen-VL processors' CLIP normalisation.
+    w.add_vision_image_mean([0.48145466, 0.4578275, 0.40821073])
+    w.add_vision_image_std([0.26862954, 0.26130258, 0.27577711])
+    width, ff, unit = s["width"], s["ff"], 4 * s["width"]
+
+    # Each kernel gives half the patch's row, so the sum has unit scale.
+    k = 3 * s["patch"] * s["patch"]
+    for name in ("v.patch_embd.weight", "v.patch_embd.weight.1"):
+        tensor(name, normal((width, 3, s["patch"], s["patch"]), 0.7 / np.sqrt(k)), F16)
+    for i in range(s["layers"]):
+        p = f"v.blk.{i}"
+        for part in ("ln1", "ln2"):
+            tensor(f"{p}.{part}.weight", normal((width,), 0.1, 1.0), F32)
+        # Queries and keys that make the softmax pick among patches without turning it into an
+        # argmax: at Gemma's 3.0 this encoder, reading the photo at its own size, moved its rows
+        # by a normalised MSE of 6e-3 under JPEG decoders a few levels apart (1.8e-5 with
+        # llama.cpp's decoded pixels); a real encoder is far smoother than random weights.
+        for part, std in (("attn_q", 1.5), ("attn_k", 1.5), ("attn_v", 1.0), ("attn_out", 1.0)):
+            tensor(f"{p}.{part}.weight", normal((width, width), std / np.sqrt(width)), F16)
+            tensor(f"{p}.{part}.bias", normal((width,), 0.1), F32)
+        for part in ("ffn_gate", "ffn_up"):
+            tensor(f"{p}.{part}.weight", normal((ff, width), 1.5 / np.sqrt(width)), F16)
+            tensor(f"{p}.{part}.bias", normal((ff,), 0.1), F32)
+        tensor(f"{p}.ffn_down.weight", normal((width, ff), 1 / np.sqrt(ff)), F16)
+        tensor(f"{p}.ffn_down.bias", normal((width,), 0.1), F32)
+    tensor("v.post_ln.weight", normal((width,), 0.1, 1.0), F32)
+    # The merger: its rows reach the text model at the scale of its token embeddings (1).
+    tensor("mm.0.weight", normal((unit, unit), 2 / np.sqrt(unit)), F16)
+    tensor("mm.0.bias", normal((unit,), 0.1), F32)
+    tensor("mm.2.weight", normal((s["text"], unit), 1.5 / np.sqrt(unit)), F16)
+    tensor("mm.2.bias", normal((s["text"],), 0.1), F32)
+    return out.finish()
 
 
 def main():
@@ -106,9 +171,11 @@ def main():
     ap.add_argument("--force", action="store_true", help="write files that are there already")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    path = a.out / "gemma3-mmproj-test.F16.gguf"
     # Written once: the same seed gives the same bytes (the parity test checks them).
-    print(path if path.is_file() and not a.force else gemma3(path))
+    for name, make in (("gemma3-mmproj-test.F16.gguf", gemma3),
+                       ("qwen25vl-mmproj-test.F16.gguf", qwen25vl)):
+        path = a.out / name
+        print(path if path.is_file() and not a.force else make(path))
 
 
 if __name__ == "__main__":

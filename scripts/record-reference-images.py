@@ -6,7 +6,7 @@ the model and the image by SHA-256. Rill's parity test (`tests/vision.rs`) compa
 so CI needs no llama.cpp. Needs llama-cpp-python 0.3.36 (its `libmtmd`, llama.cpp's multimodal
 library, through `llama_cpp.mtmd_cpp`).
 
-    python3 scripts/record-reference-images.py
+    python3 scripts/record-reference-images.py [PROJECTOR ...]
 
 The images: llama.cpp's own `tools/mtmd/test-1.jpeg` (640×488, from the source the other
 assets come from: `scripts/llama-cpp-source.sh`), and `tests/fixtures/images/shapes.png`
@@ -34,12 +34,17 @@ from llama_cpp import Llama
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "crates/rill-engine/tests/fixtures/reference"
 MODELS = ROOT / "models/test-models"
-# Each projector and the text model it pairs with (the same width).
-PAIRS = [("gemma3-mmproj-test.F16", "gemma3v-test.Q8_0")]
-# Gemma's turn markers (plain text in the test model's vocabulary), the image where mtmd's
+MARKER = mtmd.mtmd_default_marker().decode()
+# Each projector, the text model it pairs with (the same width), and the prompt: the family's
+# turn markers (Gemma's are plain text in its test model's vocabulary), the image where mtmd's
 # marker is.
-PROMPT = ("<start_of_turn>user\n" + mtmd.mtmd_default_marker().decode()
-          + "What is in this picture?<end_of_turn>\n<start_of_turn>model\n")
+PAIRS = [
+    ("gemma3-mmproj-test.F16", "gemma3v-test.Q8_0",
+     "<start_of_turn>user\n" + MARKER
+     + "What is in this picture?<end_of_turn>\n<start_of_turn>model\n"),
+    ("qwen25vl-mmproj-test.F16", "qwen2vl-test.Q8_0",
+     "<|im_start|>user\n" + MARKER + "What is in this picture?<|im_end|>\n<|im_start|>assistant\n"),
+]
 STEPS = 24
 
 
@@ -53,7 +58,7 @@ def image_path() -> Path:
     return Path(src) / "tools/mtmd/test-1.jpeg"
 
 
-def record(projector: Path, model: Path, image: Path) -> dict:
+def record(projector: Path, model: Path, image: Path, prompt: str) -> dict:
     """One image's rows, prompt parts and greedy answer."""
     m = Llama(model_path=str(model), n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2, seed=0,
               verbose=False)
@@ -66,7 +71,7 @@ def record(projector: Path, model: Path, image: Path) -> dict:
     bitmap = mtmd.mtmd_helper_bitmap_init_from_file(ctx, str(image).encode(), False)
     assert bitmap, f"mtmd could not read {image}"
     chunks = mtmd.mtmd_input_chunks_init()
-    text = mtmd.mtmd_input_text(PROMPT.encode(), len(PROMPT.encode()), True, True)
+    text = mtmd.mtmd_input_text(prompt.encode(), len(prompt.encode()), True, True)
     bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
     assert mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(text), bitmaps, 1) == 0
     n_embd = low.llama_model_n_embd(m._model.model)
@@ -87,7 +92,8 @@ def record(projector: Path, model: Path, image: Path) -> dict:
     assert embeddings is not None
 
     # The whole prompt through llama.cpp (mtmd's helper decodes an image's rows as one batch,
-    # with Gemma 3's attention among them both ways), then greedy steps.
+    # with Gemma 3's attention among them both ways, Qwen-VL's at their M-RoPE positions),
+    # then greedy steps.
     n_past = low.llama_pos(0)
     assert mtmd.mtmd_helper_eval_chunks(ctx, m._ctx.ctx, chunks, 0, 0, 512, True,
                                         ctypes.byref(n_past)) == 0
@@ -116,10 +122,14 @@ def record(projector: Path, model: Path, image: Path) -> dict:
 
 
 def main():
+    """Records every pair, or those whose projector is named on the command line."""
     OUT.mkdir(parents=True, exist_ok=True)
+    wanted = sys.argv[1:]
     images = {"test-1.jpeg": image_path(),
               "shapes.png": ROOT / "crates/rill-engine/tests/fixtures/images/shapes.png"}
-    for proj, model in PAIRS:
+    for proj, model, prompt in PAIRS:
+        if wanted and proj not in wanted:
+            continue
         projector, text = MODELS / f"{proj}.gguf", MODELS / f"{model}.gguf"
         doc = {
             "about": "llama.cpp's image rows and greedy answers (llama-cpp-python 0.3.36, "
@@ -128,8 +138,9 @@ def main():
             "projector_sha256": sha256(projector),
             "model": text.name,
             "model_sha256": sha256(text),
-            "prompt": PROMPT,
-            "images": {name: record(projector, text, path) for name, path in images.items()},
+            "prompt": prompt,
+            "images": {name: record(projector, text, path, prompt)
+                       for name, path in images.items()},
         }
         answers = [tuple(i["greedy"]) for i in doc["images"].values()]
         # A parity check of the answer has teeth only if the answer depends on the image.

@@ -107,3 +107,44 @@ fn an_image_the_model_cannot_read_is_a_one_line_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("image:"), "{err}");
 }
+
+#[test]
+fn a_qwen_vl_model_reads_each_picture_at_its_own_size() {
+    let (model, projector) = (
+        test_model("qwen2vl-test.Q8_0"),
+        test_model("qwen25vl-mmproj-test.F16"),
+    );
+    let shapes = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../rill-engine/tests/fixtures/images/shapes.png"
+    );
+    let photo = photo();
+    let prompt_tokens = |image: &str| {
+        let out = ok(rill().args([
+            "run",
+            "--model",
+            model.to_str().unwrap(),
+            "--mmproj",
+            projector.to_str().unwrap(),
+            "--image",
+            image,
+            "--prompt",
+            "What is in this picture?",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "4",
+            "--json",
+        ]));
+        let (_, text, done) = run_events(&out);
+        assert!(!text.is_empty(), "{out}");
+        done["usage"]["prompt_tokens"].as_u64().unwrap()
+    };
+    // The photo (640 × 488) is 23 × 17 image tokens, the PNG (300 × 200) 11 × 7: the same
+    // question around them.
+    let (big, small) = (
+        prompt_tokens(photo.to_str().unwrap()),
+        prompt_tokens(shapes),
+    );
+    assert_eq!(big - small, 23 * 17 - 11 * 7);
+}

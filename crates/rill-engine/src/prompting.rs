@@ -181,7 +181,7 @@ impl Prompter<'_> {
             ids.extend_from_slice(begin);
             ids.extend(std::iter::repeat_n(
                 image.placeholder(),
-                vision.rows_per_image(),
+                vision.rows_for(image)?,
             ));
             ids.extend_from_slice(end);
             ids.extend(self.tokenizer.encode_with(piece, false)?);

@@ -435,6 +435,7 @@ impl Worker {
                         at: im.at,
                         rows: &im.rows.values,
                         both_ways: im.both_ways,
+                        grid: (im.rows.nx, im.rows.ny),
                     })
                 })
                 .collect();

@@ -5,91 +5,37 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use candle_core::quantized::gguf_file::Value;
+use common::images::{
+    answer_against_llama_cpp, fixture_image, pictures, rows_against_llama_cpp, sha256, test_image,
+};
 use rill_engine::vision::{ImageError, Picture, Projector};
-use sha2::Digest;
 
 const PROJECTOR: &str = "gemma3-mmproj-test.F16";
 
 fn reference() -> serde_json::Value {
-    common::parity::reference(&format!("{PROJECTOR}.image"))
-}
-
-/// llama.cpp's `tools/mtmd/test-1.jpeg` (640 × 488), beside the assets' `models/` folder.
-fn test_image() -> PathBuf {
-    common::llama_cpp_assets().join("../tools/mtmd/test-1.jpeg")
-}
-
-/// A picture of `tests/fixtures/images/`.
-fn fixture_image(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/images")
-        .join(name)
-}
-
-fn sha256(path: &std::path::Path) -> String {
-    format!("{:x}", sha2::Sha256::digest(std::fs::read(path).unwrap()))
-}
-
-/// `‖a − b‖² / ‖b‖²`.
-fn normalised_mse(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
-    num / den
-}
-
-/// The rows llama.cpp made of `image` (a key of the reference's `images`).
-fn reference_rows(r: &serde_json::Value, image: &str) -> Vec<f32> {
-    r["images"][image]["embeddings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(common::parity::floats)
-        .map(|v| v as f32)
-        .collect()
-}
-
-/// `image`'s rows and their normalised MSE against llama.cpp's.
-fn rows_against_llama_cpp(projector: &Projector, image: &std::path::Path, name: &str) -> f64 {
-    let r = reference();
-    assert_eq!(sha256(image), r["images"][name]["sha256"], "{name}");
-    let picture = Picture::decode(&std::fs::read(image).unwrap()).unwrap();
-    let rows = projector.encode(&picture).unwrap();
-    let want = reference_rows(&r, name);
-    assert_eq!((rows.rows, rows.values.len()), (16, want.len()));
-    // Each row is its own part of the picture: the rows are not all alike.
-    let (first, other) = (
-        &rows.values[..rows.width],
-        &rows.values[5 * rows.width..][..rows.width],
-    );
-    assert!(normalised_mse(first, other) > 0.1);
-    // The same picture again gives the same bits.
-    assert_eq!(projector.encode(&picture).unwrap(), rows);
-    let mse = normalised_mse(&rows.values, &want);
-    eprintln!("{name}: image rows at normalised MSE {mse:.2e} from llama.cpp's");
-    mse
+    common::images::reference(PROJECTOR)
 }
 
 fn projector() -> Projector {
-    let path = common::test_model(PROJECTOR);
-    assert_eq!(
-        sha256(&path),
-        reference()["projector_sha256"],
-        "{PROJECTOR} is not the file the reference was recorded on: regenerate both scripts' outputs"
-    );
-    Projector::load(&path).unwrap()
+    common::images::projector(&reference())
 }
 
 #[test]
 fn a_png_becomes_llama_cpps_image_rows() {
     let projector = projector();
-    assert_eq!(projector.tokens_per_image(), 16);
+    // Gemma 3 reads every image as the same square: 4 × 4 rows whatever its shape.
+    assert_eq!(projector.grid(640, 488), (4, 4));
     assert_eq!(projector.text_width(), 128);
     // Lossless pixels, resampled as Pillow and llama.cpp do: only the arithmetic's rounding
     // is left (2.8e-6 when this was written).
-    let mse = rows_against_llama_cpp(&projector, &fixture_image("shapes.png"), "shapes.png");
+    let (rows, mse) = rows_against_llama_cpp(
+        &reference(),
+        &projector,
+        &fixture_image("shapes.png"),
+        "shapes.png",
+    );
+    assert_eq!(rows.rows, 16);
     assert!(mse <= 1e-5, "normalised MSE {mse}");
 }
 
@@ -102,7 +48,7 @@ fn llama_cpps_test_photo_becomes_its_image_rows() {
     // JPEG decoders may round a few levels apart (the spec allows it: `image`'s and
     // llama.cpp's stb_image differ on 9% of this photo's values, by up to 4), which leaves
     // 2.1e-4 here; the bound is 1e-3.
-    let mse = rows_against_llama_cpp(&projector, &image, "test-1.jpeg");
+    let (_, mse) = rows_against_llama_cpp(&reference(), &projector, &image, "test-1.jpeg");
     assert!(mse <= 1e-3, "normalised MSE {mse}");
 }
 
@@ -221,28 +167,9 @@ fn a_file_that_is_not_an_image_is_a_named_error() {
     );
 }
 
-/// The reference's prompt as ids, the image's rows as placeholders (0), and where they start.
-fn prompt_ids(parts: &serde_json::Value) -> (Vec<u32>, usize) {
-    let (mut ids, mut at) = (Vec::new(), 0);
-    for part in parts.as_array().unwrap() {
-        match part.get("tokens") {
-            Some(t) => ids.extend(common::parity::ids(t)),
-            None => {
-                at = ids.len();
-                ids.extend(std::iter::repeat_n(
-                    0,
-                    part["image"].as_u64().unwrap() as usize,
-                ));
-            }
-        }
-    }
-    (ids, at)
-}
-
 #[test]
 fn a_question_about_a_picture_gets_llama_cpps_answer() {
-    use rill_engine::model::decoder::Injected;
-    use rill_engine::model::{KvCache, Model};
+    use rill_engine::model::Model;
     let r = reference();
     let path = common::test_model("gemma3v-test.Q8_0");
     assert_eq!(sha256(&path), r["model_sha256"]);
@@ -262,49 +189,12 @@ fn a_question_about_a_picture_gets_llama_cpps_answer() {
     assert_eq!(first.concat(), common::parity::ids(&parts[0]["tokens"]));
     let last = [encode("<end_of_image>"), encode(after)].concat();
     assert_eq!(last, common::parity::ids(&parts[2]["tokens"]));
-    let images = [
-        ("shapes.png", fixture_image("shapes.png")),
-        ("test-1.jpeg", test_image()),
-    ];
     let mut answers = Vec::new();
-    for (name, image) in images {
-        let want = &r["images"][name];
+    for (name, image) in pictures() {
         let rows = projector
             .encode(&Picture::decode(&std::fs::read(image).unwrap()).unwrap())
             .unwrap();
-        let (ids, at) = prompt_ids(&want["parts"]);
-        let mut cache = KvCache::new();
-        let inject = [Injected {
-            seq: 0,
-            at,
-            rows: &rows.values,
-            both_ways: true,
-        }];
-        let mut logits = model
-            .weights
-            .forward_rows_with(&mut [(&ids, &mut cache)], &[1], &inject)
-            .unwrap()
-            .remove(0);
-        let greedy = common::parity::ids(&want["greedy"]);
-        let gaps = common::parity::floats(&want["greedy_gaps"]);
-        let (mut ours, mut same) = (Vec::new(), 0);
-        for (step, (&theirs, &gap)) in greedy.iter().zip(&gaps).enumerate() {
-            let mine = common::parity::argmax(&logits);
-            ours.push(mine);
-            // Where llama.cpp's own top two were within a near-tie, either is its answer, and
-            // the comparison goes on from its choice.
-            same += usize::from(mine == theirs);
-            assert!(
-                mine == theirs || gap < f64::from(common::parity::NEAR_TIE),
-                "{name}: step {step}: {mine} where llama.cpp chose {theirs} (its gap {gap})"
-            );
-            logits = model.weights.forward(&[theirs], &mut cache).unwrap();
-        }
-        eprintln!(
-            "{name}: {same} of {} greedy steps as llama.cpp's",
-            greedy.len()
-        );
-        answers.push(ours);
+        answers.push(answer_against_llama_cpp(&r, &model, &rows, name, true).0);
     }
     // The answer is about the picture: another picture, another answer.
     assert_ne!(answers[0], answers[1]);

@@ -167,3 +167,43 @@ fn an_image_a_model_cannot_read_is_a_clear_error_and_the_engine_goes_on() {
     let (ids, _) = answer(&engine, greedy(vec![asking(shapes(), QUESTION)], 4));
     assert_eq!(ids.len(), 4);
 }
+
+#[test]
+fn qwen_vl_answers_in_the_flow_and_a_follow_up_goes_on_from_m_rope_positions() {
+    // (llama.cpp's answers are checked in `vision_qwen.rs` on mtmd's prompt; the engine's
+    // prompt is the chat template's, whose default system message mtmd's has not.)
+    let start = |chunk| {
+        engine_with(
+            &common::test_model("qwen2vl-test.Q8_0"),
+            Some(&common::test_model("qwen25vl-mmproj-test.F16")),
+            chunk,
+        )
+    };
+    let first = vec![asking(shapes(), QUESTION)];
+    // The whole prompt in one step: its rows' positions laid out at once.
+    let (whole, _) = answer(&start(4096), greedy(first.clone(), 12));
+    // Chunks of 16: the text before the picture in steps of its own, the picture's 77 rows
+    // (11 × 7) whole in one, the text after at positions that go on from the picture's 11,
+    // beside another answer: the same answer.
+    let engine = start(16);
+    let other = engine
+        .handle()
+        .generate(greedy(vec![Message::user("Tell me a long story.")], 40))
+        .unwrap();
+    let (ids, _) = answer(&engine, greedy(first.clone(), 12));
+    assert_eq!(ids, whole);
+    assert_eq!(other.collect_blocking().unwrap().ids.len(), 40);
+    // A follow-up reuses the cache past the picture (its positions kept with it): its answer
+    // is the one a fresh engine gives the whole conversation.
+    let mut follow = first;
+    follow.push(Message::assistant(engine.handle().tokenizer().decode(&ids)));
+    follow.push(Message::user("And what colour is it?"));
+    let (again, reused) = answer(&engine, greedy(follow.clone(), 8));
+    assert!(reused > 77, "reused {reused} tokens");
+    let (fresh, reused) = answer(&start(256), greedy(follow, 8));
+    assert_eq!(reused, 0);
+    assert_eq!(again, fresh);
+    // Another picture, another answer.
+    let (photo_ids, _) = answer(&engine, greedy(vec![asking(photo(), QUESTION)], 12));
+    assert_ne!(photo_ids, ids);
+}

@@ -113,6 +113,36 @@ impl Rope {
     }
 }
 
+impl Rope {
+    /// Rotates each head as [`apply`](Self::apply), pair `k` by position `pos[section[k]]`
+    /// (M-RoPE: a row's time, height and width; section 3, the extra position, is 0).
+    pub fn apply_sections(
+        &self,
+        heads: &mut [f32],
+        head_dim: usize,
+        pos: [usize; 3],
+        section: &[usize],
+    ) {
+        let pairs = self.pairs;
+        let angle = |k: usize| {
+            let p = pos.get(section[k]).copied().unwrap_or(0);
+            (self.cos[p * pairs + k], self.sin[p * pairs + k])
+        };
+        let turns: Vec<(f32, f32)> = (0..pairs).map(angle).collect();
+        for head in heads.chunks_exact_mut(head_dim) {
+            for (k, &(c, s)) in turns.iter().enumerate() {
+                let (i, j) = match self.neox {
+                    true => (k, k + pairs),
+                    false => (2 * k, 2 * k + 1),
+                };
+                let (x, y) = (head[i], head[j]);
+                head[i] = x * c - y * s;
+                head[j] = x * s + y * c;
+            }
+        }
+    }
+}
+
 /// Keys and values of one layer for one sequence, `[position][kv head][head_dim]`, in f16 (as
 /// llama.cpp keeps them: half the memory and half the reads of f32) or in 8-bit blocks
 /// (`kv_rows.rs`). They start at position `start` (0 but in a windowed layer, which drops what

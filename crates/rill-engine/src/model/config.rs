@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::gguf::Header;
 
-use super::family::{Family, QueryScale};
+use super::family::{Family, Mrope, QueryScale};
 pub use super::hybrid::DeltaConfig;
 use super::hybrid::{hybrid, layer_flags};
 use crate::error::{candle_message, Error, Result};
@@ -417,14 +417,34 @@ impl DecoderConfig {
     }
 }
 
-/// Whether M-RoPE with interleaved `sections` (ggml's `IMROPE`, Qwen3-VL and Qwen3.5) turns
-/// RoPE pair `pair` by a text token's position: pairs cycle through the time, height and width
-/// sections, each taking its turn while it has pairs left, and fall to the fourth (extra)
-/// position otherwise, which a text token holds at 0.
-pub fn text_turns(sections: [usize; 4], pair: usize) -> bool {
+/// Which of a token's four positions (time, height, width, extra) turns RoPE pair `pair`
+/// under M-RoPE's `sections`: with [`Mrope::Interleaved`] (ggml's `IMROPE`, Qwen3-VL and
+/// Qwen3.5) pairs cycle through the time, height and width sections, each taking its turn
+/// while it has pairs left, and fall to the extra position otherwise; with
+/// [`Mrope::Sectioned`] (`MROPE`, Qwen2-VL and Qwen2.5-VL) each section is a run of pairs.
+pub fn section_of(sections: [usize; 4], style: Mrope, pair: usize) -> usize {
     let all: usize = sections.iter().sum();
     let sector = pair % all.max(1);
-    (0..3).any(|s| sector % 3 == s && sector < 3 * sections[s])
+    match style {
+        Mrope::Interleaved => (0..3)
+            .find(|&s| sector % 3 == s && sector < 3 * sections[s])
+            .unwrap_or(3),
+        Mrope::Sectioned => {
+            let mut end = 0;
+            (0..3)
+                .find(|&s| {
+                    end += sections[s];
+                    sector < end
+                })
+                .unwrap_or(3)
+        }
+    }
+}
+
+/// Whether RoPE pair `pair` turns by a text token's position: a text token holds the extra
+/// position at 0 and the others at its position.
+pub fn text_turns(sections: [usize; 4], style: Mrope, pair: usize) -> bool {
+    section_of(sections, style, pair) < 3
 }
 
 /// The RoPE frequency factors' tensor a file has, as llama.cpp picks it: `rope_freqs`, else the

@@ -15,6 +15,16 @@ pub enum RopeStyle {
     Neox,
 }
 
+/// How M-RoPE's sections (`rope.dimension_sections`) share a head's pairs among a token's
+/// positions (time, height, width, extra): where a file has sections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mrope {
+    /// Consecutive runs of pairs, one per section (ggml's `MROPE`: Qwen2-VL, Qwen2.5-VL).
+    Sectioned,
+    /// Pairs cycling through the sections (ggml's `IMROPE`: Qwen3-VL, Qwen3.5).
+    Interleaved,
+}
+
 /// The feed-forward gate's activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
@@ -141,6 +151,8 @@ pub struct Family {
     /// each with norms of its own, the router reading the residual stream normalised and
     /// scaled per value (`ffn_gate_inp.scale`): Gemma 4 26B-A4B (`model/experts.rs`).
     pub experts_beside_mlp: bool,
+    /// How the file's M-RoPE sections share the pairs, where it has them.
+    pub mrope: Mrope,
 }
 
 const LLAMA: Family = Family {
@@ -170,6 +182,7 @@ const LLAMA: Family = Family {
     v_norm: false,
     layer_scale: false,
     experts_beside_mlp: false,
+    mrope: Mrope::Interleaved,
 };
 
 /// Gemma's block: GELU, post-norms, √width embeddings, NEOX, queries pre-scaled.
@@ -221,6 +234,17 @@ pub const FAMILIES: &[Family] = &[
         rope: RopeStyle::Neox,
         qkv_bias: true,
         llama_cpp_rounding: true,
+        ..LLAMA
+    },
+    // Qwen2-VL and Qwen2.5-VL's text model: Qwen2's block with M-RoPE in consecutive
+    // sections (on text every section turns by the token's position; an image's rows by
+    // their place in the picture: `decoder.rs`).
+    Family {
+        arch: "qwen2vl",
+        rope: RopeStyle::Neox,
+        qkv_bias: true,
+        llama_cpp_rounding: true,
+        mrope: Mrope::Sectioned,
         ..LLAMA
     },
     // Qwen3 dense: per-head q/k norms, NEOX, no biases.
@@ -361,6 +385,7 @@ pub fn label(arch: &str) -> String {
         "llama" => "Llama",
         "mistral" => "Mistral",
         "qwen2" => "Qwen2",
+        "qwen2vl" => "Qwen2-VL / Qwen2.5-VL",
         "qwen3" => "Qwen3",
         "qwen3moe" => "Qwen3 MoE",
         "gpt-oss" => "gpt-oss",

@@ -20,6 +20,7 @@ use super::family::Activation;
 use super::kv::KvCache;
 use super::ops;
 use super::parts::{Bias, Group, Linear, Norm, PerLayerInputs, PerLayerStep, SharedExpert};
+use super::positions::Pos3;
 use super::workspace::Workspace;
 use crate::error::{Error, Result};
 use crate::kernels::Isa;
@@ -40,6 +41,7 @@ pub(super) struct Host<'a> {
     routes: Option<&'a mut Vec<Vec<Route>>>,
     /// Per sequence: runs of its rows that attend to each other both ways (`inject.rs`).
     both_ways: &'a [Vec<(usize, usize)>],
+    positions: Option<Vec<Vec<Pos3>>>,
 }
 
 impl<'a> Host<'a> {
@@ -56,12 +58,19 @@ impl<'a> Host<'a> {
             space,
             routes,
             both_ways: &[],
+            positions: None,
         }
     }
 
     /// The pass with runs of rows that attend both ways, per sequence.
     pub(super) fn with_both_ways(self, both_ways: &'a [Vec<(usize, usize)>]) -> Self {
         Host { both_ways, ..self }
+    }
+
+    /// Each sequence's rows' M-RoPE positions (`positions.rs`), where they are not the rows'
+    /// slots.
+    pub(super) fn with_positions(self, positions: Option<Vec<Vec<Pos3>>>) -> Self {
+        Host { positions, ..self }
     }
 
     fn space(&mut self) -> &mut Workspace {
@@ -301,11 +310,24 @@ impl Backend for Host<'_> {
         // A layer that reads an earlier layer's keys and values has queries only.
         let own_kv = how.kv_layer == how.layer;
         let stride = if own_kv { qw + 2 * kw } else { qw };
-        for ((_, cache), &(row, t)) in batch.iter_mut().zip(spans) {
+        // Under M-RoPE with images, each pair's section and each row's positions.
+        let sections: Vec<usize> = match (&self.positions, self.d.cfg.rope_sections) {
+            (Some(_), Some(s)) => (0..rope.pairs)
+                .map(|k| super::config::section_of(s, self.d.cfg.family.mrope, k))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let positions = self.positions.as_ref().filter(|_| !sections.is_empty());
+        for (si, ((_, cache), &(row, t))) in batch.iter_mut().zip(spans).enumerate() {
+            let len = cache.len();
+            let turn = |x: &mut [f32], i: usize| match positions.and_then(|p| p.get(si)?.get(i)) {
+                Some(&pos) => rope.apply_sections(x, hd, pos, &sections),
+                None => rope.apply(x, hd, len + i),
+            };
             for i in 0..t {
                 let r = &mut qkv[(row + i) * stride..][..stride];
                 let (q, kv) = r.split_at_mut(qw);
-                rope.apply(q, hd, cache.len() + i);
+                turn(q, i);
                 if let Some(s) = how.prescale {
                     q.iter_mut().for_each(|v| *v *= s);
                 }
@@ -316,7 +338,7 @@ impl Backend for Host<'_> {
                     *v = f16::from_f32(*v).to_f32();
                 }
                 if own_kv {
-                    rope.apply(&mut kv[..kw], hd, cache.len() + i);
+                    turn(&mut kv[..kw], i);
                     cache.push_host(how.layer, i, &kv[..kw], &kv[kw..]);
                 }
             }

@@ -15,6 +15,9 @@ pub struct Injected<'a> {
     pub rows: &'a [f32],
     /// Whether these rows attend to each other both ways (Gemma 3's images).
     pub both_ways: bool,
+    /// The rows as a grid, `nx` a row: their M-RoPE positions where the model has sections
+    /// (Qwen-VL).
+    pub grid: (usize, usize),
 }
 
 /// Each injected row's place in the batch, with its values.

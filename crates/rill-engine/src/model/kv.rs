@@ -105,6 +105,8 @@ pub struct KvCache {
     recurrent: Option<Recurrent>,
     /// Positions whose recurrent states a step that passes them keeps (`keep_states_at`).
     wanted: Vec<usize>,
+    /// Images laid out by M-RoPE (Qwen-VL), whose rows take fewer positions than slots.
+    pub(super) shifts: super::positions::Shifts,
 }
 
 /// One layer's keys and values, from its first row's position on.
@@ -285,6 +287,7 @@ impl KvCache {
     /// drops them when it is next appended to).
     pub fn truncate(&mut self, len: usize) {
         let to = self.reachable(len);
+        self.shifts.cut(to);
         if to == self.len {
             return;
         }
@@ -407,6 +410,7 @@ impl KvCache {
             checkpoint: None,
             recurrent: self.recurrent.as_ref().map(|r| r.at(to, self.len)),
             wanted: Vec::new(),
+            shifts: self.shifts.upto(to),
         })
     }
 

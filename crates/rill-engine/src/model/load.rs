@@ -149,7 +149,7 @@ impl Decoder {
             Some(sections) => {
                 let mut f = factors.unwrap_or_else(|| vec![1.0; rope_dim / 2]);
                 for (pair, f) in f.iter_mut().enumerate() {
-                    if !super::config::text_turns(sections, pair) {
+                    if !super::config::text_turns(sections, cfg.family.mrope, pair) {
                         *f = f32::INFINITY;
                     }
                 }

@@ -26,6 +26,7 @@ pub mod kv_rows;
 mod load;
 pub(crate) mod ops;
 mod parts;
+mod positions;
 mod recurrent;
 mod resident;
 mod table;

@@ -179,6 +179,13 @@ pub fn add(x: &mut [f32], y: &[f32]) {
     }
 }
 
+/// `x[i] *= y[i]`.
+pub fn mul(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a *= *b;
+    }
+}
+
 /// GELU in place, as [`geglu`] computes it (an image encoder's feed-forward, `vision/`).
 pub fn gelu(x: &mut [f32]) {
     x.par_chunks_mut(4096)

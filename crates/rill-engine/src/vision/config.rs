@@ -14,6 +14,10 @@ pub enum ProjectorKind {
     /// Gemma 3's SigLIP: the patches average-pooled `merge` × `merge`, RMS-normalised and
     /// projected (`mm.soft_emb_norm`, `mm.input_projection`).
     Gemma3,
+    /// Qwen2.5-VL's vision transformer (`qwen2.5vl_merger`): images at their own aspect ratio
+    /// in patches merged 2 × 2, 2-D M-RoPE, window attention but on every `n_wa_pattern`-th
+    /// layer, RMS norms, a SwiGLU feed-forward, and an MLP merger (`qwen.rs`).
+    Qwen25Vl,
 }
 
 /// The encoder's feed-forward activation (`clip.use_gelu`, `clip.use_silu`; neither: GELU's
@@ -43,8 +47,12 @@ pub struct ClipConfig {
     pub text_width: usize,
     pub mean: [f32; 3],
     pub std: [f32; 3],
-    /// Patches pooled per side into one image token.
+    /// Patches pooled (Gemma 3) or merged (Qwen-VL) per side into one image token.
     pub merge: usize,
+    /// Qwen2.5-VL: every `window_pattern`-th layer attends over the whole image, the others
+    /// within windows of `window` pixels a side (`clip.vision.n_wa_pattern`; llama.cpp's 112).
+    pub window_pattern: usize,
+    pub window: usize,
 }
 
 /// Largest numbers a file may give: past any real encoder (SigLIP 400M: 1,152 wide, 4,304 in
@@ -62,10 +70,16 @@ impl ClipConfig {
         self.width / self.heads
     }
 
-    /// Image tokens one image becomes.
+    /// Image tokens a square image of `image_size` becomes (Gemma 3: every image).
     pub fn tokens_per_image(&self) -> usize {
         let side = self.patches_per_side() / self.merge;
         side * side
+    }
+
+    /// Whether images keep their aspect ratio and size (Qwen-VL), rather than being fitted into
+    /// the square of `image_size` (Gemma 3).
+    pub fn dynamic_size(&self) -> bool {
+        self.kind == ProjectorKind::Qwen25Vl
     }
 
     /// Reads and checks the metadata; the text says what is wrong.
@@ -92,9 +106,11 @@ impl ClipConfig {
         };
         let kind = match kind.as_str() {
             "gemma3" => ProjectorKind::Gemma3,
+            "qwen2.5vl_merger" => ProjectorKind::Qwen25Vl,
             other => {
                 return Err(format!(
-                    "projector type `{other}` is not one Rill runs yet (it runs `gemma3`)"
+                    "projector type `{other}` is not one Rill runs yet (it runs `gemma3` and \
+                     `qwen2.5vl_merger`)"
                 ))
             }
         };
@@ -151,16 +167,43 @@ impl ClipConfig {
                 "the image normalisation (mean {mean:?}, std {std:?}) is not finite and positive"
             ));
         }
-        // Gemma 3 pools 4 × 4 unless the file says otherwise (llama.cpp's default).
-        let merge = match ct.metadata.get("clip.vision.projector.scale_factor") {
-            Some(_) => n("clip.vision.projector.scale_factor", image_size)?,
-            None => 4,
-        };
-        let side = image_size / patch_size;
-        if !side.is_multiple_of(merge) {
-            return Err(format!(
-                "{side} patches a side do not pool {merge} × {merge} into whole tokens"
-            ));
+        let (mut merge, mut window_pattern) = (4, 0);
+        match kind {
+            // Gemma 3 pools 4 × 4 unless the file says otherwise (llama.cpp's default).
+            ProjectorKind::Gemma3 => {
+                if ct
+                    .metadata
+                    .contains_key("clip.vision.projector.scale_factor")
+                {
+                    merge = n("clip.vision.projector.scale_factor", image_size)?;
+                }
+                let side = image_size / patch_size;
+                if !side.is_multiple_of(merge) {
+                    return Err(format!(
+                        "{side} patches a side do not pool {merge} × {merge} into whole tokens"
+                    ));
+                }
+            }
+            // Qwen2.5-VL merges 2 × 2 (the only merge llama.cpp's graph builds) and needs
+            // its window pattern; its feed-forward is gated (SiLU).
+            ProjectorKind::Qwen25Vl => {
+                merge = 2;
+                if ct.metadata.contains_key("clip.vision.spatial_merge_size") {
+                    let m = n("clip.vision.spatial_merge_size", 16)?;
+                    if m != 2 {
+                        return Err(format!(
+                            "`clip.vision.spatial_merge_size` is {m}; Qwen2.5-VL merges 2 × 2"
+                        ));
+                    }
+                }
+                window_pattern = n("clip.vision.n_wa_pattern", MAX_LAYERS)?;
+                if !(width / heads).is_multiple_of(4) {
+                    return Err(format!(
+                        "heads of {} values do not split into M-RoPE's four sections",
+                        width / heads
+                    ));
+                }
+            }
         }
         Ok(ClipConfig {
             kind,
@@ -176,6 +219,9 @@ impl ClipConfig {
             mean,
             std,
             merge,
+            window_pattern,
+            // llama.cpp's `attn_window_size` for Qwen2.5-VL (its file does not say).
+            window: 112,
         })
     }
 }

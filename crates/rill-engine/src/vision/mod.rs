@@ -3,9 +3,9 @@
 //! tokens in the prompt.
 //!
 //! ```text
-//! bytes ──Picture::decode──► Picture ──fit_square──► Pixels ──Vit──► patch rows ──head──► image rows
-//!        (picture.rs: JPEG,            (resize, pad,          (vit.rs)           (Gemma 3: pool,
-//!         PNG, WebP, limits)            normalise)                                norm, project)
+//! bytes ──Picture::decode──► Picture ──fit──► Pixels ──encoder──► image rows
+//!        (picture.rs: JPEG,      (resize, pad,       (Gemma 3: vit.rs, then pool, norm, project;
+//!         PNG, WebP, limits)      normalise)          Qwen2.5-VL: qwen.rs, its own size)
 //! ```
 //!
 //! [`Projector::load`] reads the file as strictly as a model file (`gguf.rs`'s header checks,
@@ -19,6 +19,7 @@ mod config;
 mod matrix;
 pub mod picture;
 mod prompt;
+mod qwen;
 mod resample;
 mod vit;
 
@@ -33,6 +34,7 @@ pub use config::{ClipConfig, ProjectorKind};
 use matrix::Matrix;
 pub use picture::{ImageError, Picture};
 pub use prompt::{beside, is_projector, PromptImage, Vision};
+use qwen::QwenVit;
 use vit::Vit;
 
 use crate::error::{Error, Result};
@@ -44,16 +46,22 @@ use crate::model::tensors::{raw_tensor, RawTensor, TensorSource};
 /// text model's.
 pub struct Projector {
     cfg: ClipConfig,
-    vit: Vit,
-    head: Head,
+    encoder: Encoder,
     path: PathBuf,
 }
 
-/// What follows the encoder, per projector type.
-enum Head {
-    /// Gemma 3: average pooling `merge` × `merge`, RMS norm (`mm.soft_emb_norm`, Gemma's +1
-    /// already in the file's weights), projection (`mm.input_projection`, stored transposed).
-    Gemma3 { norm: Vec<f32>, proj: Matrix },
+/// The encoder and what follows it, per projector type.
+enum Encoder {
+    /// Gemma 3: SigLIP, then average pooling `merge` × `merge`, RMS norm (`mm.soft_emb_norm`,
+    /// Gemma's +1 already in the file's weights), projection (`mm.input_projection`, stored
+    /// transposed).
+    Gemma3 {
+        vit: Vit,
+        norm: Vec<f32>,
+        proj: Matrix,
+    },
+    /// Qwen2.5-VL: its encoder and merger (`qwen.rs`).
+    Qwen(QwenVit),
 }
 
 /// An image as rows of the text model's width: what takes its place in the prompt.
@@ -65,6 +73,9 @@ pub struct ImageRows {
     pub width: usize,
     /// The picture's identity ([`Picture::id`]).
     pub id: u64,
+    /// The rows as a grid, `nx` a row (Qwen-VL's M-RoPE positions read it).
+    pub nx: usize,
+    pub ny: usize,
 }
 
 impl Projector {
@@ -89,9 +100,9 @@ impl Projector {
             source,
             isa: Isa::detect(),
         };
-        let vit = Vit::load(&cfg, &mut weights).map_err(bad)?;
-        let head = match cfg.kind {
-            ProjectorKind::Gemma3 => Head::Gemma3 {
+        let encoder = match cfg.kind {
+            ProjectorKind::Gemma3 => Encoder::Gemma3 {
+                vit: Vit::load(&cfg, &mut weights).map_err(bad)?,
                 norm: weights
                     .vector("mm.soft_emb_norm.weight", cfg.width, true)
                     .map_err(bad)?
@@ -100,12 +111,14 @@ impl Projector {
                     .transposed("mm.input_projection.weight", cfg.width, cfg.text_width)
                     .map_err(bad)?,
             },
+            ProjectorKind::Qwen25Vl => {
+                Encoder::Qwen(QwenVit::load(&cfg, &mut weights).map_err(bad)?)
+            }
         };
-        tracing::info!(path = %path.display(), kind = ?cfg.kind, tokens = cfg.tokens_per_image(), "vision projector loaded");
+        tracing::info!(path = %path.display(), kind = ?cfg.kind, "vision projector loaded");
         Ok(Projector {
             cfg,
-            vit,
-            head,
+            encoder,
             path: path.to_owned(),
         })
     }
@@ -118,9 +131,22 @@ impl Projector {
         &self.path
     }
 
-    /// Rows one image becomes.
-    pub fn tokens_per_image(&self) -> usize {
-        self.cfg.tokens_per_image()
+    /// The grid of rows (`nx`, `ny`) an image of `width` × `height` pixels becomes: the same
+    /// for every image where the encoder reads a fixed square (Gemma 3), the image's own
+    /// shape where it keeps it (Qwen-VL).
+    pub fn grid(&self, width: u32, height: u32) -> (usize, usize) {
+        let cfg = &self.cfg;
+        match cfg.kind {
+            ProjectorKind::Gemma3 => {
+                let side = cfg.patches_per_side() / cfg.merge;
+                (side, side)
+            }
+            ProjectorKind::Qwen25Vl => {
+                let (w, h) = QwenVit::size_for(cfg, width, height);
+                let unit = cfg.patch_size * cfg.merge;
+                (w / unit, h / unit)
+            }
+        }
     }
 
     /// The width of the rows it makes: the text model's.
@@ -131,21 +157,32 @@ impl Projector {
     /// The picture as rows of the text model's width.
     pub fn encode(&self, picture: &Picture) -> Result<ImageRows> {
         let cfg = &self.cfg;
-        let pixels = picture.fit_square(cfg.image_size, cfg.mean, cfg.std);
-        let patches = self.vit.forward(&pixels.values)?;
-        let values = match &self.head {
-            Head::Gemma3 { norm, proj } => {
+        let (nx, ny) = self.grid(picture.width(), picture.height());
+        let values = match &self.encoder {
+            Encoder::Gemma3 { vit, norm, proj } => {
+                let pixels = picture.fit_square(cfg.image_size, cfg.mean, cfg.std);
+                let patches = vit.forward(&pixels.values)?;
                 let pooled = pool(&patches, cfg.patches_per_side(), cfg.merge, cfg.width);
                 let mut normed = vec![0f32; pooled.len()];
                 crate::model::ops::rms_norm_like_ggml(&pooled, norm, cfg.eps, &mut normed);
-                proj.product(&normed, self.tokens_per_image())?
+                proj.product(&normed, nx * ny)?
+            }
+            Encoder::Qwen(vit) => {
+                let unit = cfg.patch_size * cfg.merge;
+                let filter = picture::Filter::Bicubic;
+                let pixels = picture.fit(nx * unit, ny * unit, filter, cfg.mean, cfg.std);
+                let grid = vit.forward(&pixels)?;
+                debug_assert_eq!((grid.nx, grid.ny), (nx, ny));
+                grid.values
             }
         };
         Ok(ImageRows {
-            rows: self.tokens_per_image(),
+            rows: nx * ny,
             width: cfg.text_width,
             values: Arc::new(values),
             id: picture.id(),
+            nx,
+            ny,
         })
     }
 }

@@ -10,7 +10,8 @@
 
 use image::{imageops, ImageFormat, ImageReader, RgbImage};
 
-use super::resample::{resize, Filter};
+use super::resample::resize;
+pub use super::resample::Filter;
 
 /// Largest image file taken (20 MB): a photo from a phone is 2–8.
 pub const MAX_BYTES: usize = 20 << 20;
@@ -55,16 +56,51 @@ impl std::fmt::Debug for Picture {
     }
 }
 
-/// The pixels an encoder reads: `[3][side][side]` (planar RGB, rows top to bottom), each value
-/// `(v/255 − mean)/std` for its channel.
+/// The pixels an encoder reads: `[3][height][width]` (planar RGB, rows top to bottom), each
+/// value `(v/255 − mean)/std` for its channel.
 pub struct Pixels {
-    pub side: usize,
+    pub width: usize,
+    pub height: usize,
     pub values: Vec<f32>,
 }
 
+/// The size an image of `width` × `height` is resized to where its aspect ratio is kept (the
+/// Qwen-VL processors' `smart_resize`, as llama.cpp's `calc_size_preserved_ratio` computes
+/// it): each side rounded to a multiple of `align`, then scaled down to at most `max_pixels`
+/// or up to at least `min_pixels`, keeping whole multiples of `align`.
+pub fn preserved_ratio(
+    width: u32,
+    height: u32,
+    align: usize,
+    min_pixels: usize,
+    max_pixels: usize,
+) -> (usize, usize) {
+    let f = align as f32;
+    let (w, h) = (width as f32, height as f32);
+    let round = |x: f32| (x / f).round() as usize * align;
+    let ceil = |x: f32| (x / f).ceil() as usize * align;
+    let floor = |x: f32| (x / f).floor() as usize * align;
+    let (mut w_bar, mut h_bar) = (align.max(round(w)), align.max(round(h)));
+    if w_bar * h_bar > max_pixels {
+        let beta = (h * w / max_pixels as f32).sqrt();
+        h_bar = align.max(floor(h / beta));
+        w_bar = align.max(floor(w / beta));
+    } else if w_bar * h_bar < min_pixels {
+        let beta = (min_pixels as f32 / (h * w)).sqrt();
+        h_bar = ceil(h * beta);
+        w_bar = ceil(w * beta);
+    }
+    (w_bar, h_bar)
+}
+
 impl Picture {
-    /// Decodes a JPEG, PNG or WebP file's bytes.
-    pub fn decode(bytes: &[u8]) -> Result<Picture, ImageError> {
+    /// The width and height a JPEG, PNG or WebP file's header gives, checked against the
+    /// limits as [`Picture::decode`] checks them, without decoding a pixel.
+    pub fn dimensions(bytes: &[u8]) -> Result<(u32, u32), ImageError> {
+        Self::header(bytes).map(|(_, w, h)| (w, h))
+    }
+
+    fn header(bytes: &[u8]) -> Result<(ImageFormat, u32, u32), ImageError> {
         if bytes.len() > MAX_BYTES {
             return Err(ImageError::TooLarge { size: bytes.len() });
         }
@@ -93,6 +129,17 @@ impl Picture {
         if width == 0 || height == 0 {
             return Err(ImageError::Empty);
         }
+        Ok((format, width, height))
+    }
+
+    /// Decodes a JPEG, PNG or WebP file's bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Picture, ImageError> {
+        let (format, width, height) = Self::header(bytes)?;
+        let name = format!("{format:?}").to_uppercase();
+        let damaged = |e: image::ImageError| ImageError::Damaged {
+            format: name.clone(),
+            message: e.to_string(),
+        };
         let mut reader = ImageReader::with_format(std::io::Cursor::new(bytes), format);
         let mut limits = image::Limits::default();
         limits.max_image_width = Some(width);
@@ -126,31 +173,50 @@ impl Picture {
     /// then normalised per channel: llama.cpp's fixed-size preprocessing (`img_tool::resize`
     /// with its default ceiling padding).
     pub fn fit_square(&self, side: usize, mean: [f32; 3], std: [f32; 3]) -> Pixels {
-        let s = side as u32;
-        let square = if (self.width(), self.height()) == (s, s) {
+        self.fit(side, side, Filter::Bilinear, mean, std)
+    }
+
+    /// The picture scaled to fit `width` × `height` with its aspect ratio kept (the nearer
+    /// side filled, the other rounded up), centred on black, then normalised per channel:
+    /// llama.cpp's `img_tool::resize` with its default ceiling padding.
+    pub fn fit(
+        &self,
+        width: usize,
+        height: usize,
+        filter: Filter,
+        mean: [f32; 3],
+        std: [f32; 3],
+    ) -> Pixels {
+        let (tw, th) = (width as u32, height as u32);
+        let framed = if (self.width(), self.height()) == (tw, th) {
             self.rgb.clone()
         } else {
-            let scale = (side as f32 / self.width() as f32).min(side as f32 / self.height() as f32);
-            let fit = |n: u32| ((n as f32 * scale).ceil() as u32).clamp(1, s);
-            let (w, h) = (fit(self.width()), fit(self.height()));
-            let resized = resize(&self.rgb, w, h, Filter::Bilinear);
-            let mut square = RgbImage::new(s, s);
+            let scale =
+                (width as f32 / self.width() as f32).min(height as f32 / self.height() as f32);
+            let fit = |n: u32, limit: u32| ((n as f32 * scale).ceil() as u32).clamp(1, limit);
+            let (w, h) = (fit(self.width(), tw), fit(self.height(), th));
+            let resized = resize(&self.rgb, w, h, filter);
+            let mut framed = RgbImage::new(tw, th);
             imageops::replace(
-                &mut square,
+                &mut framed,
                 &resized,
-                i64::from((s - w) / 2),
-                i64::from((s - h) / 2),
+                i64::from((tw - w) / 2),
+                i64::from((th - h) / 2),
             );
-            square
+            framed
         };
-        let plane = side * side;
+        let plane = width * height;
         let mut values = vec![0f32; 3 * plane];
-        for (i, px) in square.pixels().enumerate() {
+        for (i, px) in framed.pixels().enumerate() {
             for c in 0..3 {
                 values[c * plane + i] = (f32::from(px.0[c]) / 255.0 - mean[c]) / std[c];
             }
         }
-        Pixels { side, values }
+        Pixels {
+            width,
+            height,
+            values,
+        }
     }
 }
 

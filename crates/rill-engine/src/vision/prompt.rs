@@ -45,12 +45,15 @@ impl ProjectorKind {
     fn markers(self) -> (&'static str, &'static str) {
         match self {
             ProjectorKind::Gemma3 => ("<start_of_image>", "<end_of_image>"),
+            ProjectorKind::Qwen25Vl => ("<|vision_start|>", "<|vision_end|>"),
         }
     }
 
     fn both_ways(self) -> bool {
         match self {
             ProjectorKind::Gemma3 => true,
+            // Qwen-VL's image rows are causal in the text model, as llama.cpp runs them.
+            ProjectorKind::Qwen25Vl => false,
         }
     }
 }
@@ -92,8 +95,15 @@ impl Vision {
         self.encoded.load(Ordering::Relaxed)
     }
 
-    pub fn rows_per_image(&self) -> usize {
-        self.projector.tokens_per_image()
+    /// The rows `image` becomes (from its header's size where the encoder keeps the
+    /// image's shape).
+    pub fn rows_for(&self, image: &ImageData) -> Result<usize> {
+        let (w, h) = match self.projector.config().dynamic_size() {
+            true => Picture::dimensions(image.bytes()).map_err(|e| Error::Image(e.to_string()))?,
+            false => (0, 0),
+        };
+        let (nx, ny) = self.projector.grid(w, h);
+        Ok(nx * ny)
     }
 
     /// The image's rows: kept ones when it was seen lately, else decoded and encoded.
@@ -127,30 +137,38 @@ impl Vision {
     /// Every image of `prompt` (runs of placeholders), with its rows: each run is one of
     /// `images` by its placeholder id.
     pub fn place(&self, prompt: &[u32], images: &[&ImageData]) -> Result<Vec<PromptImage>> {
-        let n = self.rows_per_image();
         let mut out = Vec::new();
         let mut i = 0;
+        let wrong = || {
+            Error::param(
+                "prompt",
+                "holds image placeholders that are not a whole image of its messages",
+            )
+        };
         while i < prompt.len() {
             let id = prompt[i];
             if id < IMAGE_PLACEHOLDER {
                 i += 1;
                 continue;
             }
+            let image = images
+                .iter()
+                .find(|im| im.placeholder() == id)
+                .ok_or_else(wrong)?;
+            let n = self.rows_for(image)?;
             let run = prompt[i..].iter().take(n).take_while(|&&t| t == id).count();
-            let image = images.iter().find(|im| im.placeholder() == id);
-            match image {
-                Some(image) if run == n => out.push(PromptImage {
-                    at: i,
-                    rows: self.encode(image)?,
-                    both_ways: self.projector.config().kind.both_ways(),
-                }),
-                _ => {
-                    return Err(Error::param(
-                        "prompt",
-                        "holds image placeholders that are not a whole image of its messages",
-                    ))
-                }
+            if run != n {
+                return Err(wrong());
             }
+            let rows = self.encode(image)?;
+            if rows.rows != n {
+                return Err(wrong());
+            }
+            out.push(PromptImage {
+                at: i,
+                rows,
+                both_ways: self.projector.config().kind.both_ways(),
+            });
             i += n;
         }
         Ok(out)

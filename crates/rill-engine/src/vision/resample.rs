@@ -15,8 +15,7 @@ use image::RgbImage;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Filter {
     Bilinear,
-    /// Pillow's bicubic (a = −0.5): the Qwen-VL line's preprocessing (not wired yet).
-    #[allow(dead_code)]
+    /// Pillow's bicubic (a = −0.5): the Qwen-VL line's preprocessing.
     Bicubic,
 }
 

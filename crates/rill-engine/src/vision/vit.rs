@@ -29,7 +29,21 @@ pub(crate) struct Affine {
 }
 
 impl Affine {
-    fn run(&self, x: &[f32], rows: usize) -> candle_core::Result<Vec<f32>> {
+    /// Matrix `{name}.weight` of `n_out` rows of `k`, and its bias `{name}.bias` where the file
+    /// has one.
+    pub(crate) fn load(
+        t: &mut Weights,
+        name: &str,
+        n_out: usize,
+        k: usize,
+    ) -> Result<Affine, String> {
+        Ok(Affine {
+            m: t.matrix(&format!("{name}.weight"), n_out, k)?,
+            b: t.vector(&format!("{name}.bias"), n_out, false)?,
+        })
+    }
+
+    pub(crate) fn run(&self, x: &[f32], rows: usize) -> candle_core::Result<Vec<f32>> {
         self.m.affine(x, rows, self.b.as_deref())
     }
 }
@@ -73,12 +87,7 @@ impl Vit {
         let need = |t: &mut Weights, name: &str| {
             norm(t, name)?.ok_or_else(|| format!("tensor `{name}.weight` is missing"))
         };
-        let affine = |t: &mut Weights, name: &str, n_out, k| -> Result<Affine, String> {
-            Ok(Affine {
-                m: t.matrix(&format!("{name}.weight"), n_out, k)?,
-                b: t.vector(&format!("{name}.bias"), n_out, false)?,
-            })
-        };
+        let affine = Affine::load;
         let patch = Affine {
             m: t.patch_matrix("v.patch_embd.weight", d, cfg.patch_size)?,
             b: t.vector("v.patch_embd.bias", d, false)?,
@@ -174,31 +183,53 @@ impl Vit {
 
     /// Attention among all `n` rows, head by head: `softmax(q·kᵀ/√head_dim)·v`.
     fn attention(&self, layer: &Layer, h: &[f32], n: usize) -> candle_core::Result<Vec<f32>> {
-        let (heads, hd) = (self.cfg.heads, self.cfg.head_dim());
-        let as_heads = |a: &Affine| -> candle_core::Result<Tensor> {
+        let rounded = |a: &Affine| -> candle_core::Result<Vec<f32>> {
             let mut v = a.run(h, n)?;
-            for x in &mut v {
-                *x = f16::from_f32(*x).to_f32();
-            }
-            Tensor::from_vec(v, (n, heads, hd), &Device::Cpu)?
-                .transpose(0, 1)?
-                .contiguous()
+            v.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
+            Ok(v)
         };
-        let (q, k, v) = (
-            as_heads(&layer.q)?,
-            as_heads(&layer.k)?,
-            as_heads(&layer.v)?,
-        );
-        let scale = 1.0 / (hd as f64).sqrt();
-        let mut outs = Vec::with_capacity(heads);
-        // One head at a time: a 4,096-patch image's scores are 64 MB a head.
-        for i in 0..heads {
-            let scores = (q.get(i)?.matmul(&k.get(i)?.t()?)? * scale)?;
-            let weights = candle_nn::ops::softmax_last_dim(&scores)?;
-            outs.push(weights.matmul(&v.get(i)?)?);
-        }
-        Tensor::stack(&outs, 1)?.flatten_all()?.to_vec1::<f32>()
+        let (q, k, v) = (rounded(&layer.q)?, rounded(&layer.k)?, rounded(&layer.v)?);
+        attend(&q, &k, &v, n, self.cfg.heads, &[(0, n)])
     }
+}
+
+/// Attention of `n` rows of `heads` heads (`q`, `k`, `v`: row-major, each row every head's
+/// values): `softmax(q·kᵀ/√head_dim)·v` head by head, each run of rows `ranges` (first, count)
+/// attending within itself only (an image has no order: both ways).
+pub(crate) fn attend(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n: usize,
+    heads: usize,
+    ranges: &[(usize, usize)],
+) -> candle_core::Result<Vec<f32>> {
+    let hd = q.len() / n / heads;
+    let as_heads = |x: &[f32]| -> candle_core::Result<Tensor> {
+        Tensor::from_slice(x, (n, heads, hd), &Device::Cpu)?
+            .transpose(0, 1)?
+            .contiguous()
+    };
+    let (q, k, v) = (as_heads(q)?, as_heads(k)?, as_heads(v)?);
+    let scale = 1.0 / (hd as f64).sqrt();
+    let mut outs = Vec::with_capacity(heads);
+    // One head at a time: a 4,096-patch image's scores are 64 MB a head.
+    for i in 0..heads {
+        let (q, k, v) = (q.get(i)?, k.get(i)?, v.get(i)?);
+        let mut parts = Vec::with_capacity(ranges.len());
+        for &(first, count) in ranges {
+            let (q, k, v) = (
+                q.narrow(0, first, count)?,
+                k.narrow(0, first, count)?,
+                v.narrow(0, first, count)?,
+            );
+            let scores = (q.matmul(&k.t()?)? * scale)?;
+            let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+            parts.push(weights.matmul(&v)?);
+        }
+        outs.push(Tensor::cat(&parts, 0)?);
+    }
+    Tensor::stack(&outs, 1)?.flatten_all()?.to_vec1::<f32>()
 }
 
 /// LayerNorm in place, as ggml's `norm` then its multiply and add: the mean and the variance

@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use rill_engine::{Engine, EngineConfig, GenerateRequest, Prompt, SamplingParams};
 
 pub mod flow;
+pub mod images;
 pub mod parity;
 pub mod prompts;
 
