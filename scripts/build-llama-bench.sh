@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build llama.cpp's own C++ tools, the reference BENCHMARKS.md measures against: `llama-bench`,
-# `llama-batched-bench` and `llama-quantize`, from the llama.cpp source inside
+# `llama-batched-bench`, `llama-quantize` and `llama-mtmd-cli` (images), from the llama.cpp source inside
 # llama-cpp-python's sdist on PyPI (the same version the tests' reference logits come from),
 # with `-DGGML_NATIVE=ON` for this machine's CPU. cmake and ninja come from pip. Built once into
 # the cache (a few minutes on two cores); never committed, never run by CI.
@@ -9,7 +9,7 @@
 # build dies with SIGILL in its repacked-weights path on every model. The tools are tried on
 # the test model once built, and where they die so, built again for this CPU without AMX
 # (every other instruction set the CPU lists kept), so that llama.cpp runs at its best.
-# Idempotent. Prints the folder holding the three binaries on stdout.
+# Idempotent. Prints the folder holding the four binaries on stdout.
 #
 #   RILL_CACHE   where the cache lives (default: ~/.cache/rill)
 set -euo pipefail
@@ -31,10 +31,10 @@ build() {
   src="$(bash "$here/llama-cpp-source.sh")"
   # shellcheck source=cmake-ninja.sh
   source "$here/cmake-ninja.sh"
-  echo "building llama-bench, llama-batched-bench and llama-quantize (a few minutes) ..." >&2
+  echo "building llama-bench, llama-batched-bench, llama-quantize and llama-mtmd-cli (a few minutes) ..." >&2
   cmake -S "$src" -B "$cache/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF "$@" >&2
-  cmake --build "$cache/build" --target llama-bench llama-batched-bench llama-quantize >&2
+  cmake --build "$cache/build" --target llama-bench llama-batched-bench llama-quantize llama-mtmd-cli >&2
 }
 
 # The CPU's instruction sets as ggml's options, AMX left out.
@@ -49,11 +49,12 @@ without_amx() {
   printf '%s\n' "${opts[@]}"
 }
 
-if [[ -x "$bin/llama-bench" && -x "$bin/llama-batched-bench" && -x "$bin/llama-quantize" ]] && runs; then
+if [[ -x "$bin/llama-bench" && -x "$bin/llama-batched-bench" && -x "$bin/llama-quantize" \
+  && -x "$bin/llama-mtmd-cli" ]] && runs; then
   echo "$bin"
   exit 0
 fi
-if [[ ! -x "$bin/llama-bench" ]]; then
+if [[ ! -x "$bin/llama-bench" || ! -x "$bin/llama-mtmd-cli" ]]; then
   build -DGGML_NATIVE=ON
 fi
 if ! runs; then

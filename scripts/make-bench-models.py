@@ -39,6 +39,12 @@ its experts in MXFP4 and the other matrices in Q8_0 as the released file has the
 is Qwen's 151,936 tokens with harmony's, padded with reserved tokens to o200k_harmony's
 201,088, so the embeddings and the output matrix have the real size. One random block of
 experts repeats; each layer's router is its own.
+
+`gemma3-mmproj` is Gemma 3 4B's vision projector (`mmproj`): SigLIP-400M (896-pixel images in
+patches of 14, 27 layers 1,152 wide with 16 heads and a feed-forward of 4,304), pooled to 256
+image tokens and projected to 2,048 (the 1B shape's width, so that it pairs with
+`gemma3-1b.*.gguf` for a question about a picture; the real 4B's text model is 2,560 wide).
+F16, as the released `mmproj-model-f16.gguf`, written by `make-test-projectors.py`.
 """
 
 import argparse
@@ -55,6 +61,12 @@ ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("tm", ROOT / "scripts/make-test-models.py")
 tm = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tm)
+spec = importlib.util.spec_from_file_location("tp", ROOT / "scripts/make-test-projectors.py")
+tp = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tp)
+
+# Gemma 3 4B's SigLIP (`mmproj-model-f16.gguf`), projecting to the 1B shape's width.
+SIGLIP = dict(image=896, patch=14, width=1152, heads=16, ff=4304, layers=27, merge=4, text=2048)
 
 # The Llama shapes: width, layers, query heads, KV heads, head size, feed-forward, and
 # whether the output matrix is the embeddings' (tied).
@@ -547,6 +559,12 @@ def main():
             q4_k_m(a.out / "qwen35-4b.Q4_0.gguf", k)
         print(k)
         a.families.remove("qwen35")
+    if "gemma3-mmproj" in a.families:
+        path = a.out / "gemma3-4b-mmproj.F16.gguf"
+        if a.force or not path.is_file():
+            tp.gemma3(path, SIGLIP, seed=1)
+        print(path)
+        a.families.remove("gemma3-mmproj")
     if "gemma4e2b" in a.families:
         path = a.out / "gemma4-e2b.Q4_0.gguf"
         if a.force or not path.is_file():

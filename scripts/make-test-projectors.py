@@ -78,10 +78,10 @@ class Projector:
 GEMMA3 = dict(image=224, patch=14, width=96, heads=4, ff=200, layers=3, merge=4, text=128)
 
 
-def gemma3(path: Path):
-    s = GEMMA3
+def gemma3(path: Path, s: dict = GEMMA3, seed: int = 4321):
+    """`s`: the shape (GEMMA3 for the tests; `make-bench-models.py` writes Gemma 3 4B's)."""
     out = Projector(path, "Gemma 3 vision test projector (random weights)",
-                    gguf.VisionProjectorType.GEMMA3, s, s["image"], 4321)
+                    gguf.VisionProjectorType.GEMMA3, s, s["image"], seed)
     w, normal, tensor = out.w, out.normal, out.tensor
     w.add_vision_use_gelu(True)
     w.add_vision_image_mean([0.5, 0.5, 0.5])

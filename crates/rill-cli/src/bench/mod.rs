@@ -5,9 +5,10 @@
 //! template), greedy, ignoring end-of-generation so every stream makes exactly `--gen-tokens`;
 //! or, with `--prompt-file`, a file's text asked in the chat template, answered until the model
 //! ends it (at most `--gen-tokens`). `--lookup` and `--draft-model` measure speculative
-//! decoding by prompt lookup and with a draft model.
+//! decoding by prompt lookup and with a draft model; `--image` a question about a picture.
 //! A short warm-up generation runs first so thread start-up is not measured.
 
+mod image;
 mod report;
 
 use std::path::PathBuf;
@@ -72,6 +73,10 @@ pub struct BenchArgs {
     /// Instead: drafts the model always rejects (what failed speculation costs).
     #[arg(long, hide = true, conflicts_with = "lookup")]
     contrary: bool,
+    /// Instead: a question about this picture (with the model's vision projector, `--mmproj`):
+    /// the time to decode and encode it, and the time to first token.
+    #[arg(long, value_name = "FILE")]
+    image: Option<PathBuf>,
     /// One JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -195,6 +200,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     }
     let warmup_ms = warmup.elapsed().as_secs_f64() * 1e3;
 
+    if let Some(path) = &a.image {
+        return image::bench_image(&a, &handle, path);
+    }
     if let Some(turns) = a.turns {
         return bench_turns(&a, &handle, turns);
     }

@@ -143,6 +143,25 @@ impl Rope {
     }
 }
 
+/// `row ← softmax(row)` in place, with the attention's own exponential (SIMD where the CPU
+/// has AVX2): what a vision encoder's attention over a block of scores uses (`vision/vit.rs`).
+pub fn softmax_in_place(row: &mut [f32], isa: Isa) {
+    let total = match isa.checked().avx2() {
+        // SAFETY: the CPU has AVX2, FMA and F16C (`Isa::checked`).
+        #[cfg(target_arch = "x86_64")]
+        true => unsafe { avx2::exp_in_place(row, None) },
+        _ => {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            row.iter_mut().fold(0.0, |sum, v| {
+                *v = (*v - max).exp();
+                sum + *v
+            })
+        }
+    };
+    let inv = 1.0 / total;
+    row.iter_mut().for_each(|v| *v *= inv);
+}
+
 /// Keys and values of one layer for one sequence, `[position][kv head][head_dim]`, in f16 (as
 /// llama.cpp keeps them: half the memory and half the reads of f32) or in 8-bit blocks
 /// (`kv_rows.rs`). They start at position `start` (0 but in a windowed layer, which drops what

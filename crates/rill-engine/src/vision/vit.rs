@@ -8,12 +8,13 @@
 //! GELU through its f16 table, and queries, keys and values rounded to f16 before attention
 //! (llama.cpp runs the encoder's attention as flash attention, which casts them so).
 
-use candle_core::{Device, Tensor};
 use half::f16;
 
 use super::config::{ClipConfig, VitActivation};
 use super::matrix::Matrix;
 use super::Weights;
+use crate::kernels::Isa;
+use crate::model::attention;
 use crate::model::ops;
 
 /// LayerNorm's weights and bias.
@@ -193,9 +194,17 @@ impl Vit {
     }
 }
 
+/// Queries whose scores are made at once: a block of 512 × 16,384 keys (a large Qwen-VL
+/// picture's patches) is 32 MB.
+const QUERY_BLOCK: usize = 512;
+
 /// Attention of `n` rows of `heads` heads (`q`, `k`, `v`: row-major, each row every head's
-/// values): `softmax(q·kᵀ/√head_dim)·v` head by head, each run of rows `ranges` (first, count)
-/// attending within itself only (an image has no order: both ways).
+/// values, already rounded to f16 as llama.cpp's flash attention rounds them):
+/// `softmax(q·kᵀ/√head_dim)·v` head by head, each run of rows `ranges` (first, count; in
+/// order, covering every row) attending within itself only, both ways (an image has no
+/// order). The products are blocked matrix products (the `gemm` crate, as candle's CPU
+/// matmul), a block of queries at a time, each block's scores in one reused buffer; the
+/// softmax is the text model's attention's (`model/attention.rs`).
 pub(crate) fn attend(
     q: &[f32],
     k: &[f32],
@@ -204,32 +213,90 @@ pub(crate) fn attend(
     heads: usize,
     ranges: &[(usize, usize)],
 ) -> candle_core::Result<Vec<f32>> {
-    let hd = q.len() / n / heads;
-    let as_heads = |x: &[f32]| -> candle_core::Result<Tensor> {
-        Tensor::from_slice(x, (n, heads, hd), &Device::Cpu)?
-            .transpose(0, 1)?
-            .contiguous()
-    };
-    let (q, k, v) = (as_heads(q)?, as_heads(k)?, as_heads(v)?);
-    let scale = 1.0 / (hd as f64).sqrt();
-    let mut outs = Vec::with_capacity(heads);
-    // One head at a time: a 4,096-patch image's scores are 64 MB a head.
-    for i in 0..heads {
-        let (q, k, v) = (q.get(i)?, k.get(i)?, v.get(i)?);
-        let mut parts = Vec::with_capacity(ranges.len());
-        for &(first, count) in ranges {
-            let (q, k, v) = (
-                q.narrow(0, first, count)?,
-                k.narrow(0, first, count)?,
-                v.narrow(0, first, count)?,
-            );
-            let scores = (q.matmul(&k.t()?)? * scale)?;
-            let weights = candle_nn::ops::softmax_last_dim(&scores)?;
-            parts.push(weights.matmul(&v)?);
-        }
-        outs.push(Tensor::cat(&parts, 0)?);
+    use rayon::prelude::*;
+    let width = q.len() / n.max(1);
+    let hd = width / heads.max(1);
+    let covered = ranges
+        .iter()
+        .try_fold(0, |at, &(first, count)| (first == at).then_some(at + count));
+    if covered != Some(n) || hd * heads != width || k.len() != q.len() || v.len() != q.len() {
+        candle_core::bail!("attention runs that do not cover {n} rows of {heads} heads in order");
     }
-    Tensor::stack(&outs, 1)?.flatten_all()?.to_vec1::<f32>()
+    let scale = 1.0 / (hd as f32).sqrt();
+    let isa = Isa::detect();
+    let threads = gemm::Parallelism::Rayon(rayon::current_num_threads());
+    let mut out = vec![0f32; n * width];
+    let mut scores = Vec::new();
+    let w = width as isize;
+    for &(first, count) in ranges {
+        for h in 0..heads {
+            let col = first * width + h * hd;
+            for qb in (0..count).step_by(QUERY_BLOCK) {
+                let rows = QUERY_BLOCK.min(count - qb);
+                scores.resize(rows * count, 0f32);
+                let at = col + qb * width;
+                // SAFETY: every index the products read or write is inside its slice: the
+                // queries' rows `first + qb..first + qb + rows` and the run's keys and values
+                // `first..first + count` are rows of `n`, each `width` wide, of which this
+                // head's `hd` columns from `h·hd`; the scores are `rows × count`; the output
+                // has the queries' shape. `gemm` only reads `q`, `k`, `v` and the scores
+                // (after writing them), and writes the scores, then `out`.
+                unsafe {
+                    // scores = scale · q_block · kᵀ
+                    gemm::gemm(
+                        rows,
+                        count,
+                        hd,
+                        scores.as_mut_ptr(),
+                        1,
+                        count as isize,
+                        false,
+                        q.as_ptr().add(at),
+                        1,
+                        w,
+                        k.as_ptr().add(col),
+                        w,
+                        1,
+                        0.0,
+                        scale,
+                        false,
+                        false,
+                        false,
+                        threads,
+                    );
+                }
+                scores
+                    .par_chunks_mut(count)
+                    .for_each(|row| attention::softmax_in_place(row, isa));
+                // SAFETY: as above.
+                unsafe {
+                    // out_block = p · v
+                    gemm::gemm(
+                        rows,
+                        hd,
+                        count,
+                        out.as_mut_ptr().add(at),
+                        1,
+                        w,
+                        false,
+                        scores.as_ptr(),
+                        1,
+                        count as isize,
+                        v.as_ptr().add(col),
+                        1,
+                        w,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        threads,
+                    );
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// LayerNorm in place, as ggml's `norm` then its multiply and add: the mean and the variance
