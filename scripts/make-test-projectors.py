@@ -19,6 +19,9 @@ file (issue 42):
   RMS norms, a SwiGLU feed-forward 160 wide, window attention on layers 0 and 2 and full on 1
   and 3 (`n_wa_pattern` 2), the final norm (`merger.ln_q`), and the merger's GELU MLP from
   4 × 96 to the width of `qwen2vl-test` (128). No patch bias, no position embeddings.
+- `qwen2vl-mmproj-test.F16.gguf`: Qwen2-VL's (the same converter class): the same shape
+  without windows (every layer attends over the whole picture), LayerNorms with biases, and a
+  plain feed-forward (up, GELU's quick form, down; neither `use_gelu` nor `use_silu` set).
 
 The same seed gives the same bytes, so the reference embeddings recorded from llama.cpp
 (`scripts/record-reference-images.py`) stay tied to each file by its SHA-256.
@@ -123,14 +126,20 @@ def gemma3(path: Path, s: dict = GEMMA3, seed: int = 4321):
 QWEN25VL = dict(patch=14, width=96, heads=4, ff=160, layers=4, wa_pattern=2, text=128)
 
 
-def qwen25vl(path: Path):
+def qwen25vl(path: Path, v2: bool = False):
+    """`v2`: Qwen2-VL's instead (no windows, LayerNorms, no gate)."""
     s = QWEN25VL
     # The image size is the converter's default (only llama.cpp's warm-up reads it).
-    out = Projector(path, "Qwen2.5-VL vision test projector (random weights)",
-                    gguf.VisionProjectorType.QWEN25VL, s, 560, 2468)
+    if v2:
+        out = Projector(path, "Qwen2-VL vision test projector (random weights)",
+                        gguf.VisionProjectorType.QWEN2VL, s, 560, 1357)
+    else:
+        out = Projector(path, "Qwen2.5-VL vision test projector (random weights)",
+                        gguf.VisionProjectorType.QWEN25VL, s, 560, 2468)
     w, normal, tensor = out.w, out.normal, out.tensor
-    w.add_vision_use_silu(True)
-    w.add_vision_n_wa_pattern(s["wa_pattern"])
+    if not v2:
+        w.add_vision_use_silu(True)
+        w.add_vision_n_wa_pattern(s["wa_pattern"])
     # The Qwen-VL processors' CLIP normalisation.
     w.add_vision_image_mean([0.48145466, 0.4578275, 0.40821073])
     w.add_vision_image_std([0.26862954, 0.26130258, 0.27577711])
@@ -144,6 +153,8 @@ def qwen25vl(path: Path):
         p = f"v.blk.{i}"
         for part in ("ln1", "ln2"):
             tensor(f"{p}.{part}.weight", normal((width,), 0.1, 1.0), F32)
+            if v2:
+                tensor(f"{p}.{part}.bias", normal((width,), 0.1), F32)
         # Queries and keys that make the softmax pick among patches without turning it into an
         # argmax: at Gemma's 3.0 this encoder, reading the photo at its own size, moved its rows
         # by a normalised MSE of 6e-3 under JPEG decoders a few levels apart (1.8e-5 with
@@ -151,12 +162,14 @@ def qwen25vl(path: Path):
         for part, std in (("attn_q", 1.5), ("attn_k", 1.5), ("attn_v", 1.0), ("attn_out", 1.0)):
             tensor(f"{p}.{part}.weight", normal((width, width), std / np.sqrt(width)), F16)
             tensor(f"{p}.{part}.bias", normal((width,), 0.1), F32)
-        for part in ("ffn_gate", "ffn_up"):
+        for part in ("ffn_up",) if v2 else ("ffn_gate", "ffn_up"):
             tensor(f"{p}.{part}.weight", normal((ff, width), 1.5 / np.sqrt(width)), F16)
             tensor(f"{p}.{part}.bias", normal((ff,), 0.1), F32)
         tensor(f"{p}.ffn_down.weight", normal((width, ff), 1 / np.sqrt(ff)), F16)
         tensor(f"{p}.ffn_down.bias", normal((width,), 0.1), F32)
     tensor("v.post_ln.weight", normal((width,), 0.1, 1.0), F32)
+    if v2:
+        tensor("v.post_ln.bias", normal((width,), 0.1), F32)
     # The merger: its rows reach the text model at the scale of its token embeddings (1).
     tensor("mm.0.weight", normal((unit, unit), 2 / np.sqrt(unit)), F16)
     tensor("mm.0.bias", normal((unit,), 0.1), F32)
@@ -173,7 +186,8 @@ def main():
     a.out.mkdir(parents=True, exist_ok=True)
     # Written once: the same seed gives the same bytes (the parity test checks them).
     for name, make in (("gemma3-mmproj-test.F16.gguf", gemma3),
-                       ("qwen25vl-mmproj-test.F16.gguf", qwen25vl)):
+                       ("qwen25vl-mmproj-test.F16.gguf", qwen25vl),
+                       ("qwen2vl-mmproj-test.F16.gguf", lambda p: qwen25vl(p, v2=True))):
         path = a.out / name
         print(path if path.is_file() and not a.force else make(path))
 

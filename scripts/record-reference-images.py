@@ -44,6 +44,8 @@ PAIRS = [
      + "What is in this picture?<end_of_turn>\n<start_of_turn>model\n"),
     ("qwen25vl-mmproj-test.F16", "qwen2vl-test.Q8_0",
      "<|im_start|>user\n" + MARKER + "What is in this picture?<|im_end|>\n<|im_start|>assistant\n"),
+    ("qwen2vl-mmproj-test.F16", "qwen2vl-test.Q8_0",
+     "<|im_start|>user\n" + MARKER + "What is in this picture?<|im_end|>\n<|im_start|>assistant\n"),
 ]
 STEPS = 24
 

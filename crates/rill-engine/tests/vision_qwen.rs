@@ -1,20 +1,27 @@
-//! Qwen2.5-VL's images (issue 42): the test projector (`scripts/make-test-projectors.py`:
-//! Qwen2.5-VL's encoder and merger with seeded random weights) turns llama.cpp's test photo
-//! and our PNG into the rows llama.cpp's `mtmd` made of them, at their own sizes, and the
-//! Qwen2.5-VL test model (`qwen2vl`: M-RoPE in sections) answers a question about each as
-//! llama.cpp does, its image rows at M-RoPE's 2-D positions and the text after them at the
-//! positions of the image's longer side.
+//! Qwen2.5-VL's and Qwen2-VL's images (issue 42): each test projector
+//! (`scripts/make-test-projectors.py`: the encoder and merger with seeded random weights;
+//! 2.5-VL's with windows, RMS norms and SwiGLU, 2-VL's without windows, with LayerNorms and
+//! GELU) turns llama.cpp's test photo and our PNG into the rows llama.cpp's `mtmd` made of them,
+//! at their own sizes, and the test model (`qwen2vl`: M-RoPE in sections) answers a question
+//! about each as llama.cpp does, its image rows at M-RoPE's 2-D positions and the text after
+//! them at the positions of the image's longer side.
 
 mod common;
 
 use common::images::{answer_against_llama_cpp, pictures, rows_against_llama_cpp, sha256};
 use rill_engine::model::Model;
 
-const PROJECTOR: &str = "qwen25vl-mmproj-test.F16";
+const PROJECTORS: [&str; 2] = ["qwen25vl-mmproj-test.F16", "qwen2vl-mmproj-test.F16"];
 
 #[test]
 fn pictures_become_llama_cpps_rows_at_their_own_size() {
-    let r = common::images::reference(PROJECTOR);
+    for projector in PROJECTORS {
+        rows_at_their_own_size(projector);
+    }
+}
+
+fn rows_at_their_own_size(stem: &str) {
+    let r = common::images::reference(stem);
     let projector = common::images::projector(&r);
     assert_eq!(projector.text_width(), 128);
     // Each picture keeps its aspect ratio in whole 28-pixel units: 640 × 488 → 644 × 476
@@ -33,13 +40,23 @@ fn pictures_become_llama_cpps_rows_at_their_own_size() {
         // Bicubic resampling as Pillow's, then f16 queries and keys through window and full
         // attention: rounding only (PNG), plus the JPEG decoders' few levels (photo).
         let bound = if name.ends_with(".png") { 1e-4 } else { 1e-3 };
-        assert!(mse <= bound, "{name}: normalised MSE {mse}");
+        assert!(
+            mse <= bound,
+            "{name} of {}: normalised MSE {mse}",
+            r["projector"]
+        );
     }
 }
 
 #[test]
 fn a_question_about_a_picture_gets_llama_cpps_answer_at_m_rope_positions() {
-    let r = common::images::reference(PROJECTOR);
+    for projector in PROJECTORS {
+        answers_at_m_rope_positions(projector);
+    }
+}
+
+fn answers_at_m_rope_positions(stem: &str) {
+    let r = common::images::reference(stem);
     let path = common::test_model("qwen2vl-test.Q8_0");
     assert_eq!(sha256(&path), r["model_sha256"]);
     let model = Model::load(&path, &candle_core::Device::Cpu, None).unwrap();

@@ -369,7 +369,7 @@ impl Decoder {
         match self.host {
             true => {
                 // (On the host only: a model on a GPU refuses images, so its caches hold none.)
-                let positions = super::positions::for_step(cfg, batch, injected);
+                let positions = super::inject::positions(cfg, batch, injected);
                 let host = super::host::Host::new(self.parts(), ids.len(), None);
                 let mut host = host.with_both_ways(&both_ways).with_positions(positions);
                 self.run(&mut host, &ids, &rows, batch, &spans, &out_rows, outs)

@@ -1,8 +1,13 @@
 //! Rows of a step given as embeddings rather than tokens ([`Injected`]): an image's rows from a
 //! vision projector (`vision/`), which take the place of placeholder tokens in the prompt.
 //! Their placeholders are looked up as token 0 (any id would do: the row is replaced), and a
-//! run of them may attend to itself both ways, as llama.cpp decodes Gemma 3's images.
+//! run of them may attend to itself both ways, as llama.cpp decodes Gemma 3's images, and
+//! Qwen-VL's take M-RoPE positions of their own (`positions.rs`).
 
+use super::config::DecoderConfig;
+use super::family::Mrope;
+use super::kv::KvCache;
+use super::positions::Pos3;
 use crate::error::{Error, Result};
 
 /// Rows of one sequence's step that are not its tokens' embeddings.
@@ -61,4 +66,29 @@ pub(super) fn place<'a>(
         }
     }
     Ok((rows, both_ways))
+}
+
+/// Each row's M-RoPE positions, sequence by sequence, where the model lays images out so
+/// (Qwen-VL: sectioned M-RoPE) and the step or a cache holds one; the step's images are
+/// recorded in their caches. `None`: every row's position is its slot.
+pub(super) fn positions(
+    cfg: &DecoderConfig,
+    batch: &mut [(&[u32], &mut KvCache)],
+    injected: &[Injected],
+) -> Option<Vec<Vec<Pos3>>> {
+    let sectioned = cfg.family.mrope == Mrope::Sectioned && cfg.rope_sections.is_some();
+    let any = !injected.is_empty() || batch.iter().any(|(_, c)| c.shifts.total() > 0);
+    if !(sectioned && any) {
+        return None;
+    }
+    let steps = batch.iter_mut().enumerate().map(|(si, (tokens, cache))| {
+        let images: Vec<_> = injected
+            .iter()
+            .filter(|im| im.seq == si)
+            .map(|im| (im.at, im.grid.0, im.grid.1))
+            .collect();
+        let len = cache.len();
+        cache.shifts.step(len, tokens.len(), &images)
+    });
+    Some(steps.collect())
 }

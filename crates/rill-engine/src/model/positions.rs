@@ -5,36 +5,6 @@
 //! `mtmd_image_tokens_get_n_pos` and `mtmd_image_tokens_get_decoder_pos`). Text rows hold
 //! their position in every section.
 
-use super::config::DecoderConfig;
-use super::family::Mrope;
-use super::inject::Injected;
-use super::kv::KvCache;
-
-/// Each row's M-RoPE positions, sequence by sequence, where the model lays images out so
-/// (Qwen-VL: sectioned M-RoPE) and the step or a cache holds one; the step's images are
-/// recorded in their caches. `None`: every row's position is its slot.
-pub(super) fn for_step(
-    cfg: &DecoderConfig,
-    batch: &mut [(&[u32], &mut KvCache)],
-    injected: &[Injected],
-) -> Option<Vec<Vec<Pos3>>> {
-    let sectioned = cfg.family.mrope == Mrope::Sectioned && cfg.rope_sections.is_some();
-    let any = !injected.is_empty() || batch.iter().any(|(_, c)| c.shifts.total() > 0);
-    if !(sectioned && any) {
-        return None;
-    }
-    let steps = batch.iter_mut().enumerate().map(|(si, (tokens, cache))| {
-        let images: Vec<_> = injected
-            .iter()
-            .filter(|im| im.seq == si)
-            .map(|im| (im.at, im.grid.0, im.grid.1))
-            .collect();
-        let len = cache.len();
-        cache.shifts.step(len, tokens.len(), &images)
-    });
-    Some(steps.collect())
-}
-
 /// A row's positions: time, height, width (M-RoPE's extra one is 0).
 pub type Pos3 = [usize; 3];
 
@@ -121,6 +91,7 @@ mod tests {
     #[test]
     fn sections_share_pairs_in_runs_or_in_turns() {
         use super::super::config::section_of;
+        use super::super::family::Mrope;
         // Qwen2.5-VL's 16, 24, 24 of 64 pairs: runs.
         let runs = [16, 24, 24, 0];
         let of = |k| section_of(runs, Mrope::Sectioned, k);

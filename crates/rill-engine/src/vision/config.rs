@@ -18,6 +18,9 @@ pub enum ProjectorKind {
     /// in patches merged 2 × 2, 2-D M-RoPE, window attention but on every `n_wa_pattern`-th
     /// layer, RMS norms, a SwiGLU feed-forward, and an MLP merger (`qwen.rs`).
     Qwen25Vl,
+    /// Qwen2-VL's (`qwen2vl_merger`): Qwen2.5-VL's without windows (every layer attends over
+    /// the whole picture), with LayerNorms and a plain feed-forward (GELU's quick form).
+    Qwen2Vl,
 }
 
 /// The encoder's feed-forward activation (`clip.use_gelu`, `clip.use_silu`; neither: GELU's
@@ -79,7 +82,7 @@ impl ClipConfig {
     /// Whether images keep their aspect ratio and size (Qwen-VL), rather than being fitted into
     /// the square of `image_size` (Gemma 3).
     pub fn dynamic_size(&self) -> bool {
-        self.kind == ProjectorKind::Qwen25Vl
+        matches!(self.kind, ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl)
     }
 
     /// Reads and checks the metadata; the text says what is wrong.
@@ -107,10 +110,11 @@ impl ClipConfig {
         let kind = match kind.as_str() {
             "gemma3" => ProjectorKind::Gemma3,
             "qwen2.5vl_merger" => ProjectorKind::Qwen25Vl,
+            "qwen2vl_merger" => ProjectorKind::Qwen2Vl,
             other => {
                 return Err(format!(
-                    "projector type `{other}` is not one Rill runs yet (it runs `gemma3` and \
-                     `qwen2.5vl_merger`)"
+                    "projector type `{other}` is not one Rill runs yet (it runs `gemma3`, \
+                     `qwen2vl_merger` and `qwen2.5vl_merger`)"
                 ))
             }
         };
@@ -184,9 +188,9 @@ impl ClipConfig {
                     ));
                 }
             }
-            // Qwen2.5-VL merges 2 × 2 (the only merge llama.cpp's graph builds) and needs
-            // its window pattern; its feed-forward is gated (SiLU).
-            ProjectorKind::Qwen25Vl => {
+            // Qwen2-VL and 2.5-VL merge 2 × 2 (the only merge llama.cpp's graph builds);
+            // 2.5-VL needs its window pattern, 2-VL has none (every layer attends over all).
+            ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl => {
                 merge = 2;
                 if ct.metadata.contains_key("clip.vision.spatial_merge_size") {
                     let m = n("clip.vision.spatial_merge_size", 16)?;
@@ -196,7 +200,10 @@ impl ClipConfig {
                         ));
                     }
                 }
-                window_pattern = n("clip.vision.n_wa_pattern", MAX_LAYERS)?;
+                window_pattern = match kind {
+                    ProjectorKind::Qwen25Vl => n("clip.vision.n_wa_pattern", MAX_LAYERS)?,
+                    _ => 1,
+                };
                 if !(width / heads).is_multiple_of(4) {
                     return Err(format!(
                         "heads of {} values do not split into M-RoPE's four sections",

@@ -60,7 +60,7 @@ enum Encoder {
         norm: Vec<f32>,
         proj: Matrix,
     },
-    /// Qwen2.5-VL: its encoder and merger (`qwen.rs`).
+    /// Qwen2-VL and Qwen2.5-VL: their encoder and merger (`qwen.rs`).
     Qwen(QwenVit),
 }
 
@@ -111,7 +111,7 @@ impl Projector {
                     .transposed("mm.input_projection.weight", cfg.width, cfg.text_width)
                     .map_err(bad)?,
             },
-            ProjectorKind::Qwen25Vl => {
+            ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl => {
                 Encoder::Qwen(QwenVit::load(&cfg, &mut weights).map_err(bad)?)
             }
         };
@@ -141,7 +141,7 @@ impl Projector {
                 let side = cfg.patches_per_side() / cfg.merge;
                 (side, side)
             }
-            ProjectorKind::Qwen25Vl => {
+            ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl => {
                 let (w, h) = QwenVit::size_for(cfg, width, height);
                 let unit = cfg.patch_size * cfg.merge;
                 (w / unit, h / unit)

@@ -90,6 +90,17 @@ pub fn preserved_ratio(
         h_bar = ceil(h * beta);
         w_bar = ceil(w * beta);
     }
+    // A picture far narrower than it is long (1 × 50,000,000 is within the pixel limit) keeps
+    // its short side at one unit after the scaling above and could still come out at hundreds
+    // of thousands of units: its long side is cut to what the limit leaves (llama.cpp does
+    // not; the Qwen-VL processors refuse such pictures outright).
+    if w_bar * h_bar > max_pixels {
+        let cut = |short: usize| align.max(max_pixels / short / align * align);
+        match w_bar >= h_bar {
+            true => w_bar = cut(h_bar),
+            false => h_bar = cut(w_bar),
+        }
+    }
     (w_bar, h_bar)
 }
 
@@ -229,6 +240,21 @@ mod tests {
         let mut out = std::io::Cursor::new(Vec::new());
         img.write_to(&mut out, ImageFormat::Png).unwrap();
         out.into_inner()
+    }
+
+    #[test]
+    fn a_size_kept_in_ratio_stays_within_its_pixels() {
+        // llama.cpp's sizes for its test photo and a 300 × 200 PNG (28-pixel units).
+        assert_eq!(preserved_ratio(640, 488, 28, 6272, 3_211_264), (644, 476));
+        assert_eq!(preserved_ratio(300, 200, 28, 6272, 3_211_264), (308, 196));
+        // A sliver within the 50-megapixel limit: its long side is cut to the pixels left.
+        let (w, h) = preserved_ratio(1, 50_000_000, 28, 6272, 3_211_264);
+        assert!(w == 28 && h * w <= 3_211_264 && h % 28 == 0, "{w} × {h}");
+        let (w, h) = preserved_ratio(50_000_000, 1, 28, 6272, 3_211_264);
+        assert!(h == 28 && h * w <= 3_211_264, "{w} × {h}");
+        // A tiny picture is scaled up to the fewest tokens.
+        let (w, h) = preserved_ratio(10, 10, 28, 6272, 3_211_264);
+        assert!(w * h >= 6272, "{w} × {h}");
     }
 
     #[test]

@@ -45,7 +45,9 @@ impl ProjectorKind {
     fn markers(self) -> (&'static str, &'static str) {
         match self {
             ProjectorKind::Gemma3 => ("<start_of_image>", "<end_of_image>"),
-            ProjectorKind::Qwen25Vl => ("<|vision_start|>", "<|vision_end|>"),
+            ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl => {
+                ("<|vision_start|>", "<|vision_end|>")
+            }
         }
     }
 
@@ -53,7 +55,7 @@ impl ProjectorKind {
         match self {
             ProjectorKind::Gemma3 => true,
             // Qwen-VL's image rows are causal in the text model, as llama.cpp runs them.
-            ProjectorKind::Qwen25Vl => false,
+            ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl => false,
         }
     }
 }

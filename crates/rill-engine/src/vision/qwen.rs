@@ -1,5 +1,6 @@
-//! Qwen2.5-VL's vision encoder (`clip.projector_type = qwen2.5vl_merger`), after llama.cpp's
-//! `tools/mtmd/models/qwen2vl.cpp` and the inputs `clip.cpp` gives it:
+//! Qwen2.5-VL's vision encoder (`clip.projector_type = qwen2.5vl_merger`) and Qwen2-VL's
+//! (`qwen2vl_merger`), after llama.cpp's `tools/mtmd/models/qwen2vl.cpp` and the inputs
+//! `clip.cpp` gives it:
 //!
 //! - the image keeps its aspect ratio (`Picture::fit` to a size of whole 28-pixel units), cut
 //!   into 14-pixel patches, each embedded by the file's two kernels (a video's two frames; a
@@ -12,26 +13,31 @@
 //! - a final RMS norm, each unit's four patch rows side by side through the merger (a GELU
 //!   MLP) to one row of the text model's width, put back in reading order.
 //!
+//! Qwen2-VL's is the same without windows (every layer attends over the whole picture, taken
+//! unit by unit in reading order), with LayerNorms (with biases) and a plain feed-forward
+//! (GELU's quick form).
+//!
 //! Rounding follows ggml's CPU backend as `vit.rs` does: RMS norm's sum in f64, queries, keys
 //! and values rounded to f16 before attention (flash attention), GELU through its f16 table.
 
 use half::f16;
 
-use super::config::ClipConfig;
+use super::config::{ClipConfig, ProjectorKind, VitActivation};
 use super::matrix::Matrix;
 use super::picture::Pixels;
-use super::vit::{attend, Affine};
+use super::vit::{attend, layer_norm, Affine, Norm};
 use super::Weights;
 use crate::model::ops;
 
 struct Layer {
-    ln1: Vec<f32>,
+    ln1: Norm,
     q: Affine,
     k: Affine,
     v: Affine,
     out: Affine,
-    ln2: Vec<f32>,
-    gate: Affine,
+    ln2: Norm,
+    /// Qwen2.5-VL's SwiGLU gate; Qwen2-VL has none.
+    gate: Option<Affine>,
     up: Affine,
     down: Affine,
 }
@@ -42,7 +48,11 @@ pub(crate) struct QwenVit {
     /// The two frames' patch kernels.
     patch: [Matrix; 2],
     layers: Vec<Layer>,
-    post_ln: Vec<f32>,
+    post_ln: Norm,
+    /// RMS norms (Qwen2.5-VL) rather than LayerNorms (Qwen2-VL).
+    rms: bool,
+    /// Attention within windows on the layers between full ones (Qwen2.5-VL).
+    windowed: bool,
     merge_up: Affine,
     merge_down: Affine,
 }
@@ -58,14 +68,19 @@ impl QwenVit {
     /// The encoder's tensors, every shape checked against `cfg`.
     pub(crate) fn load(cfg: &ClipConfig, t: &mut Weights) -> Result<QwenVit, String> {
         let (d, ff) = (cfg.width, cfg.ff);
-        let norm = |t: &mut Weights, name: &str| -> Result<Vec<f32>, String> {
+        let v25 = cfg.kind == ProjectorKind::Qwen25Vl;
+        let norm = |t: &mut Weights, name: &str| -> Result<Norm, String> {
             let w = t.vector(&format!("{name}.weight"), d, true)?;
-            if t.dims(&format!("{name}.bias")).is_some() {
+            let b = t.vector(&format!("{name}.bias"), d, false)?;
+            if v25 && b.is_some() {
                 return Err(format!(
                     "`{name}` has a bias: Qwen2.5-VL's norms are RMS norms without one"
                 ));
             }
-            Ok(w.unwrap_or_default())
+            Ok(Norm {
+                w: w.unwrap_or_default(),
+                b,
+            })
         };
         if t.dims("v.patch_embd.bias").is_some() || t.dims("v.position_embd.weight").is_some() {
             return Err(
@@ -84,6 +99,14 @@ impl QwenVit {
             let a = |t: &mut Weights, part: &str, n_out, k| {
                 Affine::load(t, &format!("{p}.{part}"), n_out, k)
             };
+            // Files from an old converter have the feed-forward's up and down under each
+            // other's names (llama.cpp swaps them back by shape, as `vit.rs` does).
+            let (up, down) = match t.dims(&format!("{p}.ffn_up.weight")) {
+                Some([rows, cols]) if (*rows, *cols) == (d, ff) && d != ff => {
+                    ("ffn_down", "ffn_up")
+                }
+                _ => ("ffn_up", "ffn_down"),
+            };
             layers.push(Layer {
                 ln1: norm(t, &format!("{p}.ln1"))?,
                 q: a(t, "attn_q", d, d)?,
@@ -91,9 +114,12 @@ impl QwenVit {
                 v: a(t, "attn_v", d, d)?,
                 out: a(t, "attn_out", d, d)?,
                 ln2: norm(t, &format!("{p}.ln2"))?,
-                gate: a(t, "ffn_gate", ff, d)?,
-                up: a(t, "ffn_up", ff, d)?,
-                down: a(t, "ffn_down", d, ff)?,
+                gate: match v25 {
+                    true => Some(a(t, "ffn_gate", ff, d)?),
+                    false => None,
+                },
+                up: a(t, up, ff, d)?,
+                down: a(t, down, d, ff)?,
             });
         }
         let unit = 4 * d;
@@ -102,6 +128,8 @@ impl QwenVit {
             patch,
             layers,
             post_ln: norm(t, "v.post_ln")?,
+            rms: v25,
+            windowed: v25,
             merge_up: Affine::load(t, "mm.0", unit, unit)?,
             merge_down: Affine::load(t, "mm.2", cfg.text_width, unit)?,
         })
@@ -132,7 +160,12 @@ impl QwenVit {
             );
         }
         let (nx, ny) = (pixels.width / unit, pixels.height / unit);
-        let windows = Windows::new(nx, ny, (cfg.window / unit).max(1));
+        // Without windows: one window of the whole picture (units in reading order).
+        let side = match self.windowed {
+            true => (cfg.window / unit).max(1),
+            false => nx.max(ny),
+        };
+        let windows = Windows::new(nx, ny, side);
         let n = 4 * nx * ny;
         // Each patch's pixels in the kernel's order (channel, row, column), patches unit by
         // unit in window order, each unit's four row by row; and each patch's (row, column).
@@ -160,8 +193,15 @@ impl QwenVit {
         let rope = VisionRope::new(cfg.head_dim());
         let all = [(0, n)];
         let mut h = vec![0f32; n * d];
+        let normed = |x: &[f32], norm: &Norm, out: &mut [f32]| match self.rms {
+            true => ops::rms_norm_like_ggml(x, &norm.w, cfg.eps, out),
+            false => {
+                out.copy_from_slice(x);
+                layer_norm(out, norm, cfg.eps);
+            }
+        };
         for (il, layer) in self.layers.iter().enumerate() {
-            ops::rms_norm_like_ggml(&x, &layer.ln1, cfg.eps, &mut h);
+            normed(&x, &layer.ln1, &mut h);
             let (mut q, mut k, mut v) = (
                 layer.q.run(&h, n)?,
                 layer.k.run(&h, n)?,
@@ -172,17 +212,29 @@ impl QwenVit {
             for t in [&mut q, &mut k, &mut v] {
                 t.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
             }
-            let full = (il + 1) % cfg.window_pattern == 0;
+            let full = !self.windowed || (il + 1) % cfg.window_pattern == 0;
             let ranges = if full { &all[..] } else { &windows.rows[..] };
             let a = attend(&q, &k, &v, n, cfg.heads, ranges)?;
             ops::add(&mut x, &layer.out.run(&a, n)?);
-            ops::rms_norm_like_ggml(&x, &layer.ln2, cfg.eps, &mut h);
-            let mut g = layer.gate.run(&h, n)?;
-            ops::silu(&mut g);
-            ops::mul(&mut g, &layer.up.run(&h, n)?);
-            ops::add(&mut x, &layer.down.run(&g, n)?);
+            normed(&x, &layer.ln2, &mut h);
+            let mut f = layer.up.run(&h, n)?;
+            match &layer.gate {
+                // SwiGLU: silu(gate) · up.
+                Some(gate) => {
+                    let mut g = gate.run(&h, n)?;
+                    ops::silu(&mut g);
+                    ops::mul(&mut g, &f);
+                    f = g;
+                }
+                None => match cfg.activation {
+                    VitActivation::Gelu => ops::gelu(&mut f),
+                    VitActivation::GeluQuick => ops::gelu_quick(&mut f),
+                    VitActivation::Silu => ops::silu(&mut f),
+                },
+            }
+            ops::add(&mut x, &layer.down.run(&f, n)?);
         }
-        ops::rms_norm_like_ggml(&x, &self.post_ln, cfg.eps, &mut h);
+        normed(&x, &self.post_ln, &mut h);
         // Four patch rows side by side are one unit's row of 4·width: no copy needed.
         let mut m = self.merge_up.run(&h, n / 4)?;
         ops::gelu(&mut m);

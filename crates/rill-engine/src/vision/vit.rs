@@ -19,8 +19,8 @@ use crate::model::ops;
 
 /// LayerNorm's weights and bias.
 pub(crate) struct Norm {
-    w: Vec<f32>,
-    b: Option<Vec<f32>>,
+    pub(crate) w: Vec<f32>,
+    pub(crate) b: Option<Vec<f32>>,
 }
 
 /// A matrix with its optional bias.
@@ -301,7 +301,7 @@ pub(crate) fn attend(
 
 /// LayerNorm in place, as ggml's `norm` then its multiply and add: the mean and the variance
 /// summed in f64, `1/√(variance + eps)` in f32.
-fn layer_norm(x: &mut [f32], norm: &Norm, eps: f32) {
+pub(crate) fn layer_norm(x: &mut [f32], norm: &Norm, eps: f32) {
     use rayon::prelude::*;
     let d = norm.w.len();
     x.par_chunks_exact_mut(d).for_each(|row| {
