@@ -25,7 +25,7 @@ use half::f16;
 use super::config::{ClipConfig, ProjectorKind, VitActivation};
 use super::matrix::Matrix;
 use super::picture::Pixels;
-use super::vit::{attend, layer_norm, Affine, Norm};
+use super::vit::{attend, ffn_names, layer_norm, Affine, Norm};
 use super::Weights;
 use crate::model::ops;
 
@@ -99,14 +99,7 @@ impl QwenVit {
             let a = |t: &mut Weights, part: &str, n_out, k| {
                 Affine::load(t, &format!("{p}.{part}"), n_out, k)
             };
-            // Files from an old converter have the feed-forward's up and down under each
-            // other's names (llama.cpp swaps them back by shape, as `vit.rs` does).
-            let (up, down) = match t.dims(&format!("{p}.ffn_up.weight")) {
-                Some([rows, cols]) if (*rows, *cols) == (d, ff) && d != ff => {
-                    ("ffn_down", "ffn_up")
-                }
-                _ => ("ffn_up", "ffn_down"),
-            };
+            let (up, down) = ffn_names(t, &p, d, ff);
             layers.push(Layer {
                 ln1: norm(t, &format!("{p}.ln1"))?,
                 q: a(t, "attn_q", d, d)?,

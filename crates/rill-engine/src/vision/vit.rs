@@ -98,14 +98,7 @@ impl Vit {
         let mut layers = Vec::with_capacity(cfg.layers);
         for i in 0..cfg.layers {
             let p = format!("v.blk.{i}");
-            // Files from an old converter have the feed-forward's up and down under each
-            // other's names (llama.cpp swaps them back by shape, as here).
-            let (up, down) = match t.dims(&format!("{p}.ffn_up.weight")) {
-                Some([rows, cols]) if (*rows, *cols) == (d, ff) && d != ff => {
-                    ("ffn_down", "ffn_up")
-                }
-                _ => ("ffn_up", "ffn_down"),
-            };
+            let (up, down) = ffn_names(t, &p, d, ff);
             layers.push(Layer {
                 ln1: need(t, &format!("{p}.ln1"))?,
                 q: affine(t, &format!("{p}.attn_q"), d, d)?,
@@ -297,6 +290,23 @@ pub(crate) fn attend(
         }
     }
     Ok(out)
+}
+
+/// The names of block `p`'s feed-forward up and down matrices (`width` → `ff` → `width`):
+/// files from an old converter have them under each other's names, which llama.cpp swaps
+/// back by shape, as here.
+pub(crate) fn ffn_names(
+    t: &Weights,
+    p: &str,
+    width: usize,
+    ff: usize,
+) -> (&'static str, &'static str) {
+    match t.dims(&format!("{p}.ffn_up.weight")) {
+        Some([rows, cols]) if (*rows, *cols) == (width, ff) && width != ff => {
+            ("ffn_down", "ffn_up")
+        }
+        _ => ("ffn_up", "ffn_down"),
+    }
 }
 
 /// LayerNorm in place, as ggml's `norm` then its multiply and add: the mean and the variance
