@@ -182,6 +182,10 @@ VARIANTS = {
     # pairs: time, height, width, as the real 16, 24, 24 of 64), which turn alike on text and
     # by an image row's place in the picture.
     "qwen2vl": ("qwen2vl", dict(FAMILIES["qwen2"], sections=[4, 6, 6, 0])),
+    # Gemma 4 for the image tests (issue 42): its weights with a window of 1,024, as gemma3v's.
+    "gemma4v": ("gemma4", dict(FAMILIES["gemma4"],
+                               keys=dict(FAMILIES["gemma4"]["keys"],
+                                         **{"attention.sliding_window": 1024}))),
     # Gemma 4 E2B/E4B's block (issue 41): six layers, a global one every third, per-layer
     # embeddings 32 wide (each layer's own row of every token, a projection of the residual
     # stream to them, and a gated step per layer), and the last three layers reading the keys

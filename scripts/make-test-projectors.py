@@ -23,6 +23,15 @@ file (issue 42):
   without windows (every layer attends over the whole picture), LayerNorms with biases, and a
   plain feed-forward (up, GELU's quick form, down; neither `use_gelu` nor `use_silu` set).
 
+- `gemma4-mmproj-test.F16.gguf`: Gemma 4's vision encoder (`conversion/gemma.py`,
+  `Gemma4VisionAudioModel`): patches of 16 without a bias, learned position embeddings by
+  column and by row (a table of 64 each), three layers 96 wide (4 heads of 24) with RMS norms,
+  q/k norms per head, post-norms and an output scale per block, a GeGLU feed-forward 160 wide
+  (GELU's quick form: the converter sets neither `use_gelu` nor `use_silu`), pooling 3 × 3
+  (the default: no scale factor written), the standardisation (`v.std_bias`, `v.std_scale`)
+  and the projection to the width of `gemma4v-test` (128); clamp bounds (Gemma 4's
+  `ClippableLinear`) on two matrices, set to bite.
+
 The same seed gives the same bytes, so the reference embeddings recorded from llama.cpp
 (`scripts/record-reference-images.py`) stay tied to each file by its SHA-256.
 """
@@ -178,6 +187,51 @@ def qwen25vl(path: Path, v2: bool = False):
     return out.finish()
 
 
+# Gemma 4's shape, small: patch side, width, heads, feed-forward, layers, the position tables'
+# length, and the text model's width.
+GEMMA4 = dict(patch=16, width=96, heads=4, ff=160, layers=3, table=64, text=128)
+
+
+def gemma4(path: Path):
+    s = GEMMA4
+    # The converter writes an image size of 224 that nothing reads.
+    out = Projector(path, "Gemma 4 vision test projector (random weights)",
+                    gguf.VisionProjectorType.GEMMA4V, s, 224, 9753)
+    w, normal, tensor = out.w, out.normal, out.tensor
+    # Gemma 4's processor: pixels in [0, 1], stretched to [-1, 1] by the encoder itself.
+    w.add_vision_image_mean([0.0, 0.0, 0.0])
+    w.add_vision_image_std([1.0, 1.0, 1.0])
+    width, ff, hd = s["width"], s["ff"], s["width"] // s["heads"]
+    scalar = lambda name, v: tensor(name, np.array([v], dtype=np.float32), F32)
+
+    k = 3 * s["patch"] * s["patch"]
+    tensor("v.patch_embd.weight", normal((width, 3, s["patch"], s["patch"]), 1 / np.sqrt(k)), F16)
+    # [2, table, width]: the columns' table, then the rows'.
+    tensor("v.position_embd.weight", normal((2, s["table"], width), 0.5), F32)
+    for i in range(s["layers"]):
+        p = f"v.blk.{i}"
+        for part in ("ln1", "ln2", "attn_post_norm", "ffn_post_norm"):
+            tensor(f"{p}.{part}.weight", normal((width,), 0.1, 1.0), F32)
+        # Scores are not scaled: the q/k norms' weights set them (about 1.5 wide here).
+        for part in ("attn_q_norm", "attn_k_norm"):
+            tensor(f"{p}.{part}.weight", normal((hd,), 0.05, 0.55), F32)
+        for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            tensor(f"{p}.{part}.weight", normal((width, width), 1 / np.sqrt(width)), F16)
+        for part in ("ffn_gate", "ffn_up"):
+            tensor(f"{p}.{part}.weight", normal((ff, width), 1.5 / np.sqrt(width)), F16)
+        tensor(f"{p}.ffn_down.weight", normal((width, ff), 1 / np.sqrt(ff)), F16)
+        scalar(f"{p}.out_scale.weight", 0.8)
+    # Clamps that bite: the second block's queries read inputs within ±1.5 (its normed input
+    # has unit RMS) and the first block's feed-forward gives outputs of at most 0.5.
+    scalar("v.blk.1.attn_q.input_min", -1.5)
+    scalar("v.blk.1.attn_q.input_max", 1.5)
+    scalar("v.blk.0.ffn_down.output_max", 0.5)
+    tensor("v.std_bias", normal((width,), 0.5), F32)
+    tensor("v.std_scale", normal((width,), 0.1, 1.0), F32)
+    tensor("mm.input_projection.weight", normal((s["text"], width), 1 / np.sqrt(width)), F16)
+    return out.finish()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / "models/test-models")
@@ -187,7 +241,8 @@ def main():
     # Written once: the same seed gives the same bytes (the parity test checks them).
     for name, make in (("gemma3-mmproj-test.F16.gguf", gemma3),
                        ("qwen25vl-mmproj-test.F16.gguf", qwen25vl),
-                       ("qwen2vl-mmproj-test.F16.gguf", lambda p: qwen25vl(p, v2=True))):
+                       ("qwen2vl-mmproj-test.F16.gguf", lambda p: qwen25vl(p, v2=True)),
+                       ("gemma4-mmproj-test.F16.gguf", gemma4)):
         path = a.out / name
         print(path if path.is_file() and not a.force else make(path))
 

@@ -16,7 +16,8 @@ differ by a few levels; the spec allows it). Recorded per image:
   one row per image token, the text model's width;
 - the prompt as mtmd splits it: the text chunks' token ids (its image markers tokenized as text)
   around the image chunk's place;
-- `greedy`: 24 tokens llama.cpp generates greedily after it, with each step's top-two gap.
+- `greedy`: 24 tokens llama.cpp generates greedily after it, with each step's top-two gap;
+- `first_logits`: the first step's 32 highest logits (id, value).
 """
 
 import ctypes
@@ -46,8 +47,12 @@ PAIRS = [
      "<|im_start|>user\n" + MARKER + "What is in this picture?<|im_end|>\n<|im_start|>assistant\n"),
     ("qwen2vl-mmproj-test.F16", "qwen2vl-test.Q8_0",
      "<|im_start|>user\n" + MARKER + "What is in this picture?<|im_end|>\n<|im_start|>assistant\n"),
+    ("gemma4-mmproj-test.F16", "gemma4v-test.Q8_0",
+     "<|turn>user\n" + MARKER + "What is in this picture?<turn|>\n<|turn>model\n"),
 ]
 STEPS = 24
+# The first step's highest logits kept (id, value): a closer check than the greedy choice.
+TOP = 32
 
 
 def sha256(path: Path) -> str:
@@ -100,10 +105,12 @@ def record(projector: Path, model: Path, image: Path, prompt: str) -> dict:
     assert mtmd.mtmd_helper_eval_chunks(ctx, m._ctx.ctx, chunks, 0, 0, 512, True,
                                         ctypes.byref(n_past)) == 0
     vocab = low.llama_vocab_n_tokens(low.llama_model_get_vocab(m._model.model))
-    greedy, gaps = [], []
+    greedy, gaps, first = [], [], None
     for _ in range(STEPS):
         row = np.ctypeslib.as_array(low.llama_get_logits_ith(m._ctx.ctx, -1), shape=(vocab,))
         order = np.argsort(-row, kind="stable")
+        if first is None:
+            first = [[int(i), round(float(row[i]), 5)] for i in order[:TOP]]
         greedy.append(int(order[0]))
         gaps.append(round(float(row[order[0]] - row[order[1]]), 5))
         tok = (low.llama_token * 1)(int(order[0]))
@@ -120,6 +127,7 @@ def record(projector: Path, model: Path, image: Path, prompt: str) -> dict:
         "embeddings": [[round(float(v), 6) for v in row] for row in embeddings],
         "greedy": greedy,
         "greedy_gaps": gaps,
+        "first_logits": first,
     }
 
 

@@ -33,12 +33,17 @@ fn engine_with(model: &Path, projector: Option<&Path>, chunk: usize) -> Engine {
     Engine::start(config).unwrap()
 }
 
-fn engine(chunk: usize) -> Engine {
+/// An engine on test model `model` with test projector `projector`, prefilling `chunk` at a time.
+fn paired(model: &str, projector: &str, chunk: usize) -> Engine {
     engine_with(
-        &common::test_model(MODEL),
-        Some(&common::test_model(PROJECTOR)),
+        &common::test_model(model),
+        Some(&common::test_model(projector)),
         chunk,
     )
+}
+
+fn engine(chunk: usize) -> Engine {
+    paired(MODEL, PROJECTOR, chunk)
 }
 
 fn asking(image: ImageData, question: &str) -> Message {
@@ -172,13 +177,7 @@ fn an_image_a_model_cannot_read_is_a_clear_error_and_the_engine_goes_on() {
 fn qwen_vl_answers_in_the_flow_and_a_follow_up_goes_on_from_m_rope_positions() {
     // (llama.cpp's answers are checked in `vision_qwen.rs` on mtmd's prompt; the engine's
     // prompt is the chat template's, whose default system message mtmd's has not.)
-    let start = |chunk| {
-        engine_with(
-            &common::test_model("qwen2vl-test.Q8_0"),
-            Some(&common::test_model("qwen25vl-mmproj-test.F16")),
-            chunk,
-        )
-    };
+    let start = |chunk| paired("qwen2vl-test.Q8_0", "qwen25vl-mmproj-test.F16", chunk);
     let first = vec![asking(shapes(), QUESTION)];
     // The whole prompt in one step: its rows' positions laid out at once.
     let (whole, _) = answer(&start(4096), greedy(first.clone(), 12));
@@ -206,4 +205,25 @@ fn qwen_vl_answers_in_the_flow_and_a_follow_up_goes_on_from_m_rope_positions() {
     // Another picture, another answer.
     let (photo_ids, _) = answer(&engine, greedy(vec![asking(photo(), QUESTION)], 12));
     assert_ne!(photo_ids, ids);
+}
+
+#[test]
+fn gemma_4_answers_in_the_flow_whole_or_in_chunks_beside_another() {
+    // (llama.cpp's answers are checked in `vision_gemma4.rs` on mtmd's prompt; the engine's
+    // is Gemma 4's template's, which closes an empty thought channel after `<|turn>model`.)
+    let start = |chunk| paired("gemma4v-test.Q8_0", "gemma4-mmproj-test.F16", chunk);
+    let first = vec![asking(photo(), QUESTION)];
+    let (whole, _) = answer(&start(4096), greedy(first.clone(), 12));
+    // Chunks of 16: the photo's 130 rows (13 × 10) go in whole, both ways among themselves,
+    // beside another answer: the same answer.
+    let engine = start(16);
+    let other = engine
+        .handle()
+        .generate(greedy(vec![Message::user("Tell me a long story.")], 40))
+        .unwrap();
+    let (ids, _) = answer(&engine, greedy(first, 12));
+    assert_eq!(ids, whole);
+    assert_eq!(other.collect_blocking().unwrap().ids.len(), 40);
+    let (shapes_ids, _) = answer(&engine, greedy(vec![asking(shapes(), QUESTION)], 12));
+    assert_ne!(shapes_ids, ids);
 }

@@ -21,6 +21,10 @@ pub enum ProjectorKind {
     /// Qwen2-VL's (`qwen2vl_merger`): Qwen2.5-VL's without windows (every layer attends over
     /// the whole picture), with LayerNorms and a plain feed-forward (GELU's quick form).
     Qwen2Vl,
+    /// Gemma 4's (`gemma4v`): images at their own aspect ratio, learned position embeddings
+    /// by column and row, 2-D RoPE, q/k norms and unscaled scores, post-norms, the patches
+    /// average-pooled `merge` × `merge`, then a norm and a projection (`gemma4.rs`).
+    Gemma4,
 }
 
 /// The encoder's feed-forward activation (`clip.use_gelu`, `clip.use_silu`; neither: GELU's
@@ -79,10 +83,19 @@ impl ClipConfig {
         side * side
     }
 
-    /// Whether images keep their aspect ratio and size (Qwen-VL), rather than being fitted into
-    /// the square of `image_size` (Gemma 3).
+    /// Whether images keep their aspect ratio and size (Qwen-VL, Gemma 4), rather than being
+    /// fitted into the square of `image_size` (Gemma 3).
     pub fn dynamic_size(&self) -> bool {
-        matches!(self.kind, ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl)
+        !matches!(self.kind, ProjectorKind::Gemma3)
+    }
+
+    /// The fewest and most image tokens a picture of its own size becomes (llama.cpp's
+    /// `set_limit_image_tokens` per projector type).
+    pub fn token_limits(&self) -> (usize, usize) {
+        match self.kind {
+            ProjectorKind::Gemma4 => (70, 1120),
+            _ => (8, 4096),
+        }
     }
 
     /// Reads and checks the metadata; the text says what is wrong.
@@ -111,10 +124,11 @@ impl ClipConfig {
             "gemma3" => ProjectorKind::Gemma3,
             "qwen2.5vl_merger" => ProjectorKind::Qwen25Vl,
             "qwen2vl_merger" => ProjectorKind::Qwen2Vl,
+            "gemma4v" => ProjectorKind::Gemma4,
             other => {
                 return Err(format!(
                     "projector type `{other}` is not one Rill runs yet (it runs `gemma3`, \
-                     `qwen2vl_merger` and `qwen2.5vl_merger`)"
+                     `gemma4v`, `qwen2vl_merger` and `qwen2.5vl_merger`)"
                 ))
             }
         };
@@ -172,14 +186,12 @@ impl ClipConfig {
             ));
         }
         let (mut merge, mut window_pattern) = (4, 0);
+        let scale_factor = "clip.vision.projector.scale_factor";
         match kind {
             // Gemma 3 pools 4 × 4 unless the file says otherwise (llama.cpp's default).
             ProjectorKind::Gemma3 => {
-                if ct
-                    .metadata
-                    .contains_key("clip.vision.projector.scale_factor")
-                {
-                    merge = n("clip.vision.projector.scale_factor", image_size)?;
+                if ct.metadata.contains_key(scale_factor) {
+                    merge = n(scale_factor, image_size)?;
                 }
                 let side = image_size / patch_size;
                 if !side.is_multiple_of(merge) {
@@ -207,6 +219,21 @@ impl ClipConfig {
                 if !(width / heads).is_multiple_of(4) {
                     return Err(format!(
                         "heads of {} values do not split into M-RoPE's four sections",
+                        width / heads
+                    ));
+                }
+            }
+            // Gemma 4 pools 3 × 3 unless the file says otherwise; a picture's size is whole
+            // pooling windows, so any factor divides it. Its RoPE turns half a head by the
+            // column and half by the row, each half in pairs.
+            ProjectorKind::Gemma4 => {
+                merge = 3;
+                if ct.metadata.contains_key(scale_factor) {
+                    merge = n(scale_factor, 16)?;
+                }
+                if !(width / heads).is_multiple_of(4) {
+                    return Err(format!(
+                        "heads of {} values do not split into 2-D RoPE's halves of pairs",
                         width / heads
                     ));
                 }

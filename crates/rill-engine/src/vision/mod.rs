@@ -5,7 +5,8 @@
 //! ```text
 //! bytes ──Picture::decode──► Picture ──fit──► Pixels ──encoder──► image rows
 //!        (picture.rs: JPEG,      (resize, pad,       (Gemma 3: vit.rs, then pool, norm, project;
-//!         PNG, WebP, limits)      normalise)          Qwen2.5-VL: qwen.rs, its own size)
+//!         PNG, WebP, limits)      normalise)          Qwen2-VL, 2.5-VL: qwen.rs; Gemma 4:
+//!                                                     gemma4.rs; the last two at its own size)
 //! ```
 //!
 //! [`Projector::load`] reads the file as strictly as a model file (`gguf.rs`'s header checks,
@@ -16,6 +17,7 @@
 //! embeddings on the test projectors, and `tests/vision.rs` holds ours to them.
 
 mod config;
+mod gemma4;
 mod matrix;
 pub mod picture;
 mod prompt;
@@ -31,6 +33,7 @@ use std::sync::Arc;
 use candle_core::Device;
 
 pub use config::{ClipConfig, ProjectorKind};
+use gemma4::Gemma4Vit;
 use matrix::Matrix;
 pub use picture::{ImageError, Picture};
 pub use prompt::{beside, is_projector, PromptImage, Vision};
@@ -62,6 +65,8 @@ enum Encoder {
     },
     /// Qwen2-VL and Qwen2.5-VL: their encoder and merger (`qwen.rs`).
     Qwen(QwenVit),
+    /// Gemma 4: its encoder, pooling and projection (`gemma4.rs`).
+    Gemma4(Gemma4Vit),
 }
 
 /// An image as rows of the text model's width: what takes its place in the prompt.
@@ -114,6 +119,9 @@ impl Projector {
             ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl => {
                 Encoder::Qwen(QwenVit::load(&cfg, &mut weights).map_err(bad)?)
             }
+            ProjectorKind::Gemma4 => {
+                Encoder::Gemma4(Gemma4Vit::load(&cfg, &mut weights).map_err(bad)?)
+            }
         };
         tracing::info!(path = %path.display(), kind = ?cfg.kind, "vision projector loaded");
         Ok(Projector {
@@ -133,16 +141,16 @@ impl Projector {
 
     /// The grid of rows (`nx`, `ny`) an image of `width` × `height` pixels becomes: the same
     /// for every image where the encoder reads a fixed square (Gemma 3), the image's own
-    /// shape where it keeps it (Qwen-VL).
+    /// shape where it keeps it (Qwen-VL, Gemma 4).
     pub fn grid(&self, width: u32, height: u32) -> (usize, usize) {
         let cfg = &self.cfg;
-        match cfg.kind {
-            ProjectorKind::Gemma3 => {
+        match cfg.dynamic_size() {
+            false => {
                 let side = cfg.patches_per_side() / cfg.merge;
                 (side, side)
             }
-            ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl => {
-                let (w, h) = QwenVit::size_for(cfg, width, height);
+            true => {
+                let (w, h) = own_size(cfg, width, height);
                 let unit = cfg.patch_size * cfg.merge;
                 (w / unit, h / unit)
             }
@@ -158,23 +166,24 @@ impl Projector {
     pub fn encode(&self, picture: &Picture) -> Result<ImageRows> {
         let cfg = &self.cfg;
         let (nx, ny) = self.grid(picture.width(), picture.height());
+        // At its own size (Qwen-VL, Gemma 4): whole units of merged patches, bicubic.
+        let own_pixels = || {
+            let unit = cfg.patch_size * cfg.merge;
+            let filter = picture::Filter::Bicubic;
+            picture.fit(nx * unit, ny * unit, filter, cfg.mean, cfg.std)
+        };
         let values = match &self.encoder {
             Encoder::Gemma3 { vit, norm, proj } => {
                 let pixels = picture.fit_square(cfg.image_size, cfg.mean, cfg.std);
                 let patches = vit.forward(&pixels.values)?;
-                let pooled = pool(&patches, cfg.patches_per_side(), cfg.merge, cfg.width);
+                let side = cfg.patches_per_side();
+                let pooled = pool(&patches, side, side, cfg.merge, cfg.width);
                 let mut normed = vec![0f32; pooled.len()];
                 crate::model::ops::rms_norm_like_ggml(&pooled, norm, cfg.eps, &mut normed);
                 proj.product(&normed, nx * ny)?
             }
-            Encoder::Qwen(vit) => {
-                let unit = cfg.patch_size * cfg.merge;
-                let filter = picture::Filter::Bicubic;
-                let pixels = picture.fit(nx * unit, ny * unit, filter, cfg.mean, cfg.std);
-                let grid = vit.forward(&pixels)?;
-                debug_assert_eq!((grid.nx, grid.ny), (nx, ny));
-                grid.values
-            }
+            Encoder::Qwen(vit) => vit.forward(&own_pixels())?,
+            Encoder::Gemma4(vit) => vit.forward(&own_pixels())?,
         };
         Ok(ImageRows {
             rows: nx * ny,
@@ -187,16 +196,26 @@ impl Projector {
     }
 }
 
-/// Average pooling of a `side` × `side` grid of rows (`width` each) over `m` × `m` windows,
-/// summed in ggml's order (window rows, then columns) and divided once.
-fn pool(rows: &[f32], side: usize, m: usize, width: usize) -> Vec<f32> {
-    let out_side = side / m;
-    let mut out = vec![0f32; out_side * out_side * width];
+/// The size (pixels) an image of `width` × `height` is encoded at where the encoder keeps its
+/// shape: its aspect ratio kept, whole units of `merge` × `merge` patches, within the
+/// projector's token limits (llama.cpp's `calc_size_preserved_ratio`).
+fn own_size(cfg: &ClipConfig, width: u32, height: u32) -> (usize, usize) {
+    let unit = cfg.patch_size * cfg.merge;
+    let area = unit * unit;
+    let (least, most) = cfg.token_limits();
+    picture::preserved_ratio(width, height, unit, least * area, most * area)
+}
+
+/// Average pooling of a grid of rows (`nx` a row, `ny` rows; `width` values each) over
+/// `m` × `m` windows, summed in ggml's order (window rows, then columns) and divided once.
+fn pool(rows: &[f32], nx: usize, ny: usize, m: usize, width: usize) -> Vec<f32> {
+    let (out_x, out_y) = (nx / m, ny / m);
+    let mut out = vec![0f32; out_x * out_y * width];
     for (t, o) in out.chunks_exact_mut(width).enumerate() {
-        let (oy, ox) = (t / out_side, t % out_side);
+        let (oy, ox) = (t / out_x, t % out_x);
         for dy in 0..m {
             for dx in 0..m {
-                let at = ((oy * m + dy) * side + ox * m + dx) * width;
+                let at = ((oy * m + dy) * nx + ox * m + dx) * width;
                 for (o, v) in o.iter_mut().zip(&rows[at..at + width]) {
                     *o += v;
                 }
@@ -349,7 +368,10 @@ mod tests {
     fn pooling_averages_each_window() {
         // A 4 × 4 grid of one value each (the row's index), pooled 2 × 2.
         let rows: Vec<f32> = (0..16).map(|i| i as f32).collect();
-        let out = pool(&rows, 4, 2, 1);
+        let out = pool(&rows, 4, 4, 2, 1);
         assert_eq!(out, vec![2.5, 4.5, 10.5, 12.5]);
+        // A 4 × 2 grid: two windows side by side.
+        let out = pool(&rows[..8], 4, 2, 2, 1);
+        assert_eq!(out, vec![2.5, 4.5]);
     }
 }

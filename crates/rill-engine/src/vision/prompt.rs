@@ -27,6 +27,8 @@ pub struct Vision {
     begin: Vec<u32>,
     end: Vec<u32>,
     kept: Mutex<VecDeque<ImageRows>>,
+    /// Whether an image's rows attend to each other both ways.
+    both_ways: bool,
     /// Images encoded so far (kept ones reused are not counted).
     encoded: AtomicUsize,
 }
@@ -48,12 +50,18 @@ impl ProjectorKind {
             ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl => {
                 ("<|vision_start|>", "<|vision_end|>")
             }
+            ProjectorKind::Gemma4 => ("<|image>", "<image|>"),
         }
     }
 
-    fn both_ways(self) -> bool {
+    /// Whether an image's rows attend to each other both ways in a text model `hidden` wide,
+    /// as llama.cpp runs them (`mtmd_decode_use_non_causal`).
+    fn both_ways(self, hidden: usize) -> bool {
         match self {
             ProjectorKind::Gemma3 => true,
+            // Gemma 4 E2B and E4B (1,536 and 2,560 wide) read theirs causally, the others
+            // both ways.
+            ProjectorKind::Gemma4 => hidden != 1536 && hidden != 2560,
             // Qwen-VL's image rows are causal in the text model, as llama.cpp runs them.
             ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl => false,
         }
@@ -75,6 +83,7 @@ impl Vision {
         }
         let (begin, end) = projector.config().kind.markers();
         Ok(Vision {
+            both_ways: projector.config().kind.both_ways(hidden),
             begin: tokenizer.encode_with(begin, false)?,
             end: tokenizer.encode_with(end, false)?,
             projector,
@@ -169,7 +178,7 @@ impl Vision {
             out.push(PromptImage {
                 at: i,
                 rows,
-                both_ways: self.projector.config().kind.both_ways(),
+                both_ways: self.both_ways,
             });
             i += n;
         }

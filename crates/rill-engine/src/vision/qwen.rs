@@ -57,13 +57,6 @@ pub(crate) struct QwenVit {
     merge_down: Affine,
 }
 
-/// An encoded image: `rows` of the text model's width, `nx` × `ny` in reading order.
-pub(crate) struct Grid {
-    pub values: Vec<f32>,
-    pub nx: usize,
-    pub ny: usize,
-}
-
 impl QwenVit {
     /// The encoder's tensors, every shape checked against `cfg`.
     pub(crate) fn load(cfg: &ClipConfig, t: &mut Weights) -> Result<QwenVit, String> {
@@ -128,17 +121,9 @@ impl QwenVit {
         })
     }
 
-    /// The size (pixels) an image of `width` × `height` is encoded at: its aspect ratio kept,
-    /// whole units of 2 × 2 patches, 8 to 4,096 image tokens (llama.cpp's limits for the
-    /// Qwen-VL line).
-    pub(crate) fn size_for(cfg: &ClipConfig, width: u32, height: u32) -> (usize, usize) {
-        let unit = cfg.patch_size * cfg.merge;
-        let area = unit * unit;
-        super::picture::preserved_ratio(width, height, unit, 8 * area, 4096 * area)
-    }
-
-    /// The encoder's output for `pixels` (a size from [`QwenVit::size_for`]).
-    pub(crate) fn forward(&self, pixels: &Pixels) -> candle_core::Result<Grid> {
+    /// The encoder's output for `pixels` (a size from `vision::own_size`): its rows of the text
+    /// model's width, one per 2 × 2 unit, in reading order.
+    pub(crate) fn forward(&self, pixels: &Pixels) -> candle_core::Result<Vec<f32>> {
         let cfg = &self.cfg;
         let (p, d) = (cfg.patch_size, cfg.width);
         let unit = p * 2;
@@ -184,6 +169,7 @@ impl QwenVit {
         ops::add(&mut x, &self.patch[1].product(&patches, n)?);
         drop(patches);
         let rope = VisionRope::new(cfg.head_dim());
+        let scale = 1.0 / (cfg.head_dim() as f32).sqrt();
         let all = [(0, n)];
         let mut h = vec![0f32; n * d];
         let normed = |x: &[f32], norm: &Norm, out: &mut [f32]| match self.rms {
@@ -207,7 +193,7 @@ impl QwenVit {
             }
             let full = !self.windowed || (il + 1) % cfg.window_pattern == 0;
             let ranges = if full { &all[..] } else { &windows.rows[..] };
-            let a = attend(&q, &k, &v, n, cfg.heads, ranges)?;
+            let a = attend(&q, &k, &v, n, cfg.heads, ranges, scale)?;
             ops::add(&mut x, &layer.out.run(&a, n)?);
             normed(&x, &layer.ln2, &mut h);
             let mut f = layer.up.run(&h, n)?;
@@ -238,7 +224,7 @@ impl QwenVit {
         for (i, &u) in windows.order.iter().enumerate() {
             values[u * w..][..w].copy_from_slice(&merged[i * w..][..w]);
         }
-        Ok(Grid { values, nx, ny })
+        Ok(values)
     }
 }
 

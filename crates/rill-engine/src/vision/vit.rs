@@ -183,7 +183,8 @@ impl Vit {
             Ok(v)
         };
         let (q, k, v) = (rounded(&layer.q)?, rounded(&layer.k)?, rounded(&layer.v)?);
-        attend(&q, &k, &v, n, self.cfg.heads, &[(0, n)])
+        let scale = 1.0 / (self.cfg.head_dim() as f32).sqrt();
+        attend(&q, &k, &v, n, self.cfg.heads, &[(0, n)], scale)
     }
 }
 
@@ -193,7 +194,7 @@ const QUERY_BLOCK: usize = 512;
 
 /// Attention of `n` rows of `heads` heads (`q`, `k`, `v`: row-major, each row every head's
 /// values, already rounded to f16 as llama.cpp's flash attention rounds them):
-/// `softmax(q·kᵀ/√head_dim)·v` head by head, each run of rows `ranges` (first, count; in
+/// `softmax(scale·q·kᵀ)·v` head by head (`scale`: `1/√head_dim` but where q/k norms set it), each run of rows `ranges` (first, count; in
 /// order, covering every row) attending within itself only, both ways (an image has no
 /// order). The products are blocked matrix products (the `gemm` crate, as candle's CPU
 /// matmul), a block of queries at a time, each block's scores in one reused buffer; the
@@ -205,6 +206,7 @@ pub(crate) fn attend(
     n: usize,
     heads: usize,
     ranges: &[(usize, usize)],
+    scale: f32,
 ) -> candle_core::Result<Vec<f32>> {
     use rayon::prelude::*;
     let width = q.len() / n.max(1);
@@ -215,7 +217,6 @@ pub(crate) fn attend(
     if covered != Some(n) || hd * heads != width || k.len() != q.len() || v.len() != q.len() {
         candle_core::bail!("attention runs that do not cover {n} rows of {heads} heads in order");
     }
-    let scale = 1.0 / (hd as f32).sqrt();
     let isa = Isa::detect();
     let threads = gemm::Parallelism::Rayon(rayon::current_num_threads());
     let mut out = vec![0f32; n * width];
