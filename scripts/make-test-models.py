@@ -182,6 +182,16 @@ VARIANTS = {
     # pairs: time, height, width, as the real 16, 24, 24 of 64), which turn alike on text and
     # by an image row's place in the picture.
     "qwen2vl": ("qwen2vl", dict(FAMILIES["qwen2"], sections=[4, 6, 6, 0])),
+    # Qwen3-VL's text model for the image tests (issue 42): Qwen3's block under its own
+    # architecture, `qwen3vl`, with M-RoPE's interleaved sections (12, 10, 10 of the head's 32
+    # pairs, as the real 24, 20, 20 of 64), four layers and two deepstack layers: an image row
+    # brings two more rows, added to the residual stream after layers 0 and 1 (llama.cpp cannot
+    # add one after the last layer, whose rows it has cut to the outputs by then).
+    "qwen3vl": ("qwen3vl", dict(FAMILIES["qwen3"], sections=[12, 10, 10, 0], layers=4,
+                                keys={"n_deepstack_layers": 2})),
+    # Qwen3-VL 30B-A3B's text model: the same with Qwen3 MoE's mixture of experts.
+    "qwen3vlmoe": ("qwen3vlmoe", dict(FAMILIES["qwen3moe"], sections=[12, 10, 10, 0], layers=4,
+                                      keys={"n_deepstack_layers": 2})),
     # Gemma 4 for the image tests (issue 42): its weights with a window of 1,024, as gemma3v's.
     "gemma4v": ("gemma4", dict(FAMILIES["gemma4"],
                                keys=dict(FAMILIES["gemma4"]["keys"],

@@ -32,6 +32,14 @@ file (issue 42):
   and the projection to the width of `gemma4v-test` (128); clamp bounds (Gemma 4's
   `ClippableLinear`) on two matrices, set to bite.
 
+- `qwen3vl-mmproj-test.F16.gguf`: Qwen3-VL's (`conversion/qwen3vl.py`, `Qwen3VLVisionModel`):
+  patches of 16 by two kernels with a bias, a learned position table of 6 × 6 (resized to each
+  picture), four layers 96 wide (4 heads of 24) with LayerNorms, a fused q/k/v and a GELU
+  feed-forward 160 wide, deepstack mergers after layers 1 and 2, and the merger to the width of
+  `qwen3vl-test` (128): each image token's row is 3 × 128 wide.
+- `qwen35-mmproj-test.F16.gguf`: the same encoder without deepstack layers, as Qwen3.5's
+  projector is (the converter's class is the same), for `qwen35-test`.
+
 The same seed gives the same bytes, so the reference embeddings recorded from llama.cpp
 (`scripts/record-reference-images.py`) stay tied to each file by its SHA-256.
 """
@@ -232,6 +240,64 @@ def gemma4(path: Path):
     return out.finish()
 
 
+QWEN3VL = dict(patch=16, width=96, heads=4, ff=160, layers=4, table=6, text=128)
+
+
+def qwen3vl(path: Path, deepstack=(1, 2), seed: int = 8642):
+    """`deepstack`: the layers after which a merger of its own gives the text model more rows
+    (none for Qwen3.5's)."""
+    s = QWEN3VL
+    # The converter's image size: the position table's side in pixels.
+    out = Projector(path, "Qwen3-VL vision test projector (random weights)",
+                    gguf.VisionProjectorType.QWEN3VL, s, s["table"] * s["patch"], seed)
+    w, normal, tensor = out.w, out.normal, out.tensor
+    w.add_vision_use_gelu(True)
+    w.add_vision_spatial_merge_size(2)
+    if deepstack:
+        w.add_vision_is_deepstack_layers([i in deepstack for i in range(s["layers"])])
+    w.add_vision_image_mean([0.5, 0.5, 0.5])
+    w.add_vision_image_std([0.5, 0.5, 0.5])
+    width, ff, unit = s["width"], s["ff"], 4 * s["width"]
+
+    k = 3 * s["patch"] * s["patch"]
+    for name in ("v.patch_embd.weight", "v.patch_embd.weight.1"):
+        tensor(name, normal((width, 3, s["patch"], s["patch"]), 0.7 / np.sqrt(k)), F16)
+    tensor("v.patch_embd.bias", normal((width,), 0.1), F32)
+    tensor("v.position_embd.weight", normal((s["table"] ** 2, width), 0.5), F32)
+    for i in range(s["layers"]):
+        p = f"v.blk.{i}"
+        for part in ("ln1", "ln2"):
+            tensor(f"{p}.{part}.weight", normal((width,), 0.1, 1.0), F32)
+            tensor(f"{p}.{part}.bias", normal((width,), 0.1), F32)
+        # q, k, v in one matrix; q and k at Qwen2.5-VL's tamed scale (1.5), v at 1.
+        qkv = np.concatenate([normal((width, width), std / np.sqrt(width))
+                              for std in (1.5, 1.5, 1.0)])
+        tensor(f"{p}.attn_qkv.weight", qkv, F16)
+        tensor(f"{p}.attn_qkv.bias", normal((3 * width,), 0.1), F32)
+        tensor(f"{p}.attn_out.weight", normal((width, width), 1 / np.sqrt(width)), F16)
+        tensor(f"{p}.attn_out.bias", normal((width,), 0.1), F32)
+        tensor(f"{p}.ffn_up.weight", normal((ff, width), 1.5 / np.sqrt(width)), F16)
+        tensor(f"{p}.ffn_up.bias", normal((ff,), 0.1), F32)
+        tensor(f"{p}.ffn_down.weight", normal((width, ff), 1 / np.sqrt(ff)), F16)
+        tensor(f"{p}.ffn_down.bias", normal((width,), 0.1), F32)
+        if i in deepstack:
+            d = f"v.deepstack.{i}"
+            tensor(f"{d}.norm.weight", normal((unit,), 0.1, 1.0), F32)
+            tensor(f"{d}.norm.bias", normal((unit,), 0.1), F32)
+            tensor(f"{d}.fc1.weight", normal((unit, unit), 2 / np.sqrt(unit)), F16)
+            tensor(f"{d}.fc1.bias", normal((unit,), 0.1), F32)
+            # The text model adds these to its residual stream: rows of RMS about 0.5.
+            tensor(f"{d}.fc2.weight", normal((s["text"], unit), 0.7 / np.sqrt(unit)), F16)
+            tensor(f"{d}.fc2.bias", normal((s["text"],), 0.1), F32)
+    tensor("v.post_ln.weight", normal((width,), 0.1, 1.0), F32)
+    tensor("v.post_ln.bias", normal((width,), 0.1), F32)
+    tensor("mm.0.weight", normal((unit, unit), 2 / np.sqrt(unit)), F16)
+    tensor("mm.0.bias", normal((unit,), 0.1), F32)
+    tensor("mm.2.weight", normal((s["text"], unit), 1.5 / np.sqrt(unit)), F16)
+    tensor("mm.2.bias", normal((s["text"],), 0.1), F32)
+    return out.finish()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / "models/test-models")
@@ -242,7 +308,9 @@ def main():
     for name, make in (("gemma3-mmproj-test.F16.gguf", gemma3),
                        ("qwen25vl-mmproj-test.F16.gguf", qwen25vl),
                        ("qwen2vl-mmproj-test.F16.gguf", lambda p: qwen25vl(p, v2=True)),
-                       ("gemma4-mmproj-test.F16.gguf", gemma4)):
+                       ("gemma4-mmproj-test.F16.gguf", gemma4),
+                       ("qwen3vl-mmproj-test.F16.gguf", qwen3vl),
+                       ("qwen35-mmproj-test.F16.gguf", lambda p: qwen3vl(p, (), 7531))):
         path = a.out / name
         print(path if path.is_file() and not a.force else make(path))
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Records llama.cpp's image embeddings and the greedy answer to a question about an image, on
 Rill's test projectors (`scripts/make-test-projectors.py`) and the text model each pairs with,
-into `crates/rill-engine/tests/fixtures/reference/<projector>.image.json`, tied to the projector,
+into `crates/rill-engine/tests/fixtures/reference/<projector>.image.json` (a projector's
+second text model: `<projector>.<model>.image.json`), tied to the projector,
 the model and the image by SHA-256. Rill's parity test (`tests/vision.rs`) compares against it,
 so CI needs no llama.cpp. Needs llama-cpp-python 0.3.36 (its `libmtmd`, llama.cpp's multimodal
 library, through `llama_cpp.mtmd_cpp`).
@@ -47,6 +48,12 @@ PAIRS = [
      "<|im_start|>user\n" + MARKER + "What is in this picture?<|im_end|>\n<|im_start|>assistant\n"),
     ("qwen2vl-mmproj-test.F16", "qwen2vl-test.Q8_0",
      "<|im_start|>user\n" + MARKER + "What is in this picture?<|im_end|>\n<|im_start|>assistant\n"),
+    ("qwen3vl-mmproj-test.F16", "qwen3vl-test.Q8_0",
+     "<|im_start|>user\n" + MARKER + "What is in this picture?<|im_end|>\n<|im_start|>assistant\n"),
+    ("qwen3vl-mmproj-test.F16", "qwen3vlmoe-test.Q8_0",
+     "<|im_start|>user\n" + MARKER + "What is in this picture?<|im_end|>\n<|im_start|>assistant\n"),
+    ("qwen35-mmproj-test.F16", "qwen35-test.Q8_0",
+     "<|im_start|>user\n" + MARKER + "What is in this picture?<|im_end|>\n<|im_start|>assistant\n"),
     ("gemma4-mmproj-test.F16", "gemma4v-test.Q8_0",
      "<|turn>user\n" + MARKER + "What is in this picture?<turn|>\n<|turn>model\n"),
 ]
@@ -81,7 +88,8 @@ def record(projector: Path, model: Path, image: Path, prompt: str) -> dict:
     text = mtmd.mtmd_input_text(prompt.encode(), len(prompt.encode()), True, True)
     bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
     assert mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(text), bitmaps, 1) == 0
-    n_embd = low.llama_model_n_embd(m._model.model)
+    # Each image row's width: the model's, and once more per deepstack layer (Qwen3-VL).
+    n_embd = low.llama_model_n_embd_inp(m._model.model)
     parts, embeddings = [], None
     for i in range(mtmd.mtmd_input_chunks_size(chunks)):
         chunk = mtmd.mtmd_input_chunks_get(chunks, i)
@@ -138,7 +146,10 @@ def main():
     images = {"test-1.jpeg": image_path(),
               "shapes.png": ROOT / "crates/rill-engine/tests/fixtures/images/shapes.png"}
     for proj, model, prompt in PAIRS:
-        if wanted and proj not in wanted:
+        # A projector's first pair is recorded under its name, a later one under both names.
+        first = next(m for p, m, _ in PAIRS if p == proj)
+        key = proj if model == first else f"{proj}.{model}"
+        if wanted and proj not in wanted and key not in wanted:
             continue
         projector, text = MODELS / f"{proj}.gguf", MODELS / f"{model}.gguf"
         doc = {
@@ -155,7 +166,7 @@ def main():
         answers = [tuple(i["greedy"]) for i in doc["images"].values()]
         # A parity check of the answer has teeth only if the answer depends on the image.
         assert len(set(answers)) == len(answers), f"{model}: the same answer for every image"
-        out = OUT / f"{proj}.image.json"
+        out = OUT / f"{key}.image.json"
         out.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
         print(f"{out}: {', '.join(doc['images'])}")
 

@@ -70,7 +70,8 @@ impl Engine {
             true => pool.install(|| crate::model::lock_weights(&mut weights, draft.as_mut())),
             false => 0,
         };
-        let vision = pool.install(|| load_vision(&config, &tokenizer, weights.config().hidden))?;
+        let shape = (weights.config().hidden, weights.config().deepstack);
+        let vision = pool.install(|| load_vision(&config, &tokenizer, shape))?;
         let tokenizer = Arc::new(tokenizer);
         let shared = Arc::new(Shared {
             info,
@@ -126,10 +127,10 @@ impl Engine {
 fn load_vision(
     config: &EngineConfig,
     tokenizer: &crate::tokenizer::Tokenizer,
-    hidden: usize,
+    (hidden, deepstack): (usize, usize),
 ) -> Result<Option<Vision>> {
     let pair = |path: &std::path::Path| {
-        Projector::load(path).and_then(|p| Vision::new(p, tokenizer, hidden))
+        Projector::load(path).and_then(|p| Vision::new(p, tokenizer, hidden, deepstack))
     };
     if let Some(path) = &config.projector {
         return pair(path).map(Some);

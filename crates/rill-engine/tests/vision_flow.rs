@@ -173,35 +173,52 @@ fn an_image_a_model_cannot_read_is_a_clear_error_and_the_engine_goes_on() {
     assert_eq!(ids.len(), 4);
 }
 
-#[test]
-fn qwen_vl_answers_in_the_flow_and_a_follow_up_goes_on_from_m_rope_positions() {
-    // (llama.cpp's answers are checked in `vision_qwen.rs` on mtmd's prompt; the engine's
-    // prompt is the chat template's, whose default system message mtmd's has not.)
-    let start = |chunk| paired("qwen2vl-test.Q8_0", "qwen25vl-mmproj-test.F16", chunk);
-    let first = vec![asking(shapes(), QUESTION)];
-    // The whole prompt in one step: its rows' positions laid out at once.
-    let (whole, _) = answer(&start(4096), greedy(first.clone(), 12));
-    // Chunks of 16: the text before the picture in steps of its own, the picture's 77 rows
-    // (11 × 7) whole in one, the text after at positions that go on from the picture's 11,
-    // beside another answer: the same answer.
-    let engine = start(16);
+/// The answer to `first` (12 tokens) on `model` with `projector`: in one step, then in chunks
+/// of 16 beside another answer (the picture's rows whole in one of them), which must be the
+/// same; returns the engine that answered in chunks and its answer.
+fn same_in_chunks(model: &str, projector: &str, first: &[Message]) -> (Engine, Vec<u32>) {
+    let (whole, _) = answer(&paired(model, projector, 4096), greedy(first.to_vec(), 12));
+    let engine = paired(model, projector, 16);
     let other = engine
         .handle()
         .generate(greedy(vec![Message::user("Tell me a long story.")], 40))
         .unwrap();
-    let (ids, _) = answer(&engine, greedy(first.clone(), 12));
-    assert_eq!(ids, whole);
+    let (ids, _) = answer(&engine, greedy(first.to_vec(), 12));
+    assert_eq!(ids, whole, "{model}: in chunks");
     assert_eq!(other.collect_blocking().unwrap().ids.len(), 40);
-    // A follow-up reuses the cache past the picture (its positions kept with it): its answer
-    // is the one a fresh engine gives the whole conversation.
-    let mut follow = first;
-    follow.push(Message::assistant(engine.handle().tokenizer().decode(&ids)));
+    (engine, ids)
+}
+
+/// A follow-up to `first` (answered `said`) on `engine` reuses the cache past the picture's
+/// `rows` and answers as a fresh engine answers the whole conversation.
+fn follow_up_as_fresh(
+    engine: &Engine,
+    fresh: Engine,
+    first: &[Message],
+    said: &[u32],
+    rows: usize,
+) {
+    let mut follow = first.to_vec();
+    follow.push(Message::assistant(engine.handle().tokenizer().decode(said)));
     follow.push(Message::user("And what colour is it?"));
-    let (again, reused) = answer(&engine, greedy(follow.clone(), 8));
-    assert!(reused > 77, "reused {reused} tokens");
-    let (fresh, reused) = answer(&start(256), greedy(follow, 8));
+    let (again, reused) = answer(engine, greedy(follow.clone(), 8));
+    assert!(reused > rows, "reused {reused} tokens");
+    let (fresh, reused) = answer(&fresh, greedy(follow, 8));
     assert_eq!(reused, 0);
     assert_eq!(again, fresh);
+}
+
+#[test]
+fn qwen_vl_answers_in_the_flow_and_a_follow_up_goes_on_from_m_rope_positions() {
+    // (llama.cpp's answers are checked in `vision_qwen.rs` on mtmd's prompt; the engine's
+    // prompt is the chat template's, whose default system message mtmd's has not.)
+    let (model, projector) = ("qwen2vl-test.Q8_0", "qwen25vl-mmproj-test.F16");
+    let first = vec![asking(shapes(), QUESTION)];
+    // In chunks of 16: the text before the picture in steps of its own, the picture's 77 rows
+    // (11 × 7) whole in one, the text after at positions that go on from the picture's 11.
+    let (engine, ids) = same_in_chunks(model, projector, &first);
+    // The cache keeps the picture's positions with it.
+    follow_up_as_fresh(&engine, paired(model, projector, 256), &first, &ids, 77);
     // Another picture, another answer.
     let (photo_ids, _) = answer(&engine, greedy(vec![asking(photo(), QUESTION)], 12));
     assert_ne!(photo_ids, ids);
@@ -211,19 +228,23 @@ fn qwen_vl_answers_in_the_flow_and_a_follow_up_goes_on_from_m_rope_positions() {
 fn gemma_4_answers_in_the_flow_whole_or_in_chunks_beside_another() {
     // (llama.cpp's answers are checked in `vision_gemma4.rs` on mtmd's prompt; the engine's
     // is Gemma 4's template's, which closes an empty thought channel after `<|turn>model`.)
-    let start = |chunk| paired("gemma4v-test.Q8_0", "gemma4-mmproj-test.F16", chunk);
+    // The photo's 130 rows (13 × 10) go in whole, both ways among themselves.
     let first = vec![asking(photo(), QUESTION)];
-    let (whole, _) = answer(&start(4096), greedy(first.clone(), 12));
-    // Chunks of 16: the photo's 130 rows (13 × 10) go in whole, both ways among themselves,
-    // beside another answer: the same answer.
-    let engine = start(16);
-    let other = engine
-        .handle()
-        .generate(greedy(vec![Message::user("Tell me a long story.")], 40))
-        .unwrap();
-    let (ids, _) = answer(&engine, greedy(first, 12));
-    assert_eq!(ids, whole);
-    assert_eq!(other.collect_blocking().unwrap().ids.len(), 40);
+    let (engine, ids) = same_in_chunks("gemma4v-test.Q8_0", "gemma4-mmproj-test.F16", &first);
     let (shapes_ids, _) = answer(&engine, greedy(vec![asking(shapes(), QUESTION)], 12));
     assert_ne!(shapes_ids, ids);
+}
+
+#[test]
+fn qwen3_vl_answers_in_the_flow_with_its_deepstack_rows_and_a_follow_up_reuses_them() {
+    let (model, projector) = ("qwen3vl-test.Q8_0", "qwen3vl-mmproj-test.F16");
+    // The picture's 54 rows (9 × 6), each with two deepstack rows, whole in one step.
+    let first = vec![asking(shapes(), QUESTION)];
+    let (engine, ids) = same_in_chunks(model, projector, &first);
+    follow_up_as_fresh(&engine, paired(model, projector, 256), &first, &ids, 54);
+    // A projector whose deepstack rows the model does not read belongs to another model.
+    let mut config = EngineConfig::new(common::test_model("qwen2vl-test.Q8_0"));
+    config.projector = Some(common::test_model(projector));
+    let err = Engine::start(config).err().unwrap().to_string();
+    assert!(err.contains("deepstack"), "{err}");
 }

@@ -75,8 +75,9 @@ pub(super) trait Backend {
     /// The embedding rows of the batch's tokens (looked up by the decoder), multiplied by
     /// `scale` when given (Gemma's `√width`).
     fn embed(&mut self, rows: Tensor, scale: Option<f32>) -> Result<Self::Rows>;
-    /// Row `row` of `x` becomes `values` (an image's row, `inject.rs`).
-    fn inject(&mut self, x: &mut Self::Rows, row: usize, values: &[f32]) -> Result<()>;
+    /// Row `row` of `x` becomes `values` (an image's row, `inject.rs`), or has them added
+    /// (`add`: Qwen3-VL's deepstack rows).
+    fn inject(&mut self, x: &mut Self::Rows, row: usize, values: &[f32], add: bool) -> Result<()>;
     /// `norm(x)`, with `x` kept (the residual stream).
     fn norm(&mut self, norm: &Norm, x: &Self::Rows) -> Result<Self::Rows>;
     /// `y ← norm(y)` (Gemma's post-norms).

@@ -67,6 +67,10 @@ pub struct DecoderConfig {
     /// The width of each layer's own embedding of the token (Gemma 4's E2B and E4B:
     /// `embedding_length_per_layer_input`); 0 without.
     pub per_layer_input: usize,
+    /// Qwen3-VL's "deepstack" layers (`n_deepstack_layers`): an image row carries one more
+    /// row of the model's width per such layer, added to the residual stream after each of
+    /// the first ones; 0 without.
+    pub deepstack: usize,
 }
 
 /// YaRN's RoPE scaling as llama.cpp applies it (ggml's `rope_yarn`, and the attention factor
@@ -258,6 +262,16 @@ impl DecoderConfig {
         };
         let heads = super::heads::per_layer(ct, &family, global, &windows, path)?;
         let kv_layer = super::heads::kv_layers(ct, &family, &heads, &windows, path)?;
+        let deepstack = match family.arch {
+            "qwen3vl" | "qwen3vlmoe" => u("n_deepstack_layers").unwrap_or(0),
+            _ => 0,
+        };
+        if deepstack > n_layer {
+            return Err(Error::model_file(
+                path,
+                format!("{deepstack} deepstack layers in a model of {n_layer}"),
+            ));
+        }
         let rope_sections = match ct.metadata.get(&format!("{arch}.rope.dimension_sections")) {
             Some(candle_core::quantized::gguf_file::Value::Array(items)) => {
                 let mut s = [0usize; 4];
@@ -412,6 +426,7 @@ impl DecoderConfig {
             rope_sections,
             kv_layer,
             per_layer_input,
+            deepstack,
         };
         Ok((cfg, rope_dim))
     }

@@ -365,7 +365,8 @@ impl Decoder {
             .zip(outs)
             .flat_map(|(&(row, t), &o)| row + t - o..row + t)
             .collect();
-        let (rows, both_ways) = super::inject::place(injected, &spans, cfg.hidden, &mut ids)?;
+        let width = cfg.hidden * (1 + cfg.deepstack);
+        let (rows, both_ways) = super::inject::place(injected, &spans, width, &mut ids)?;
         match self.host {
             true => {
                 // (On the host only: a model on a GPU refuses images, so its caches hold none.)
@@ -437,8 +438,9 @@ impl Decoder {
 
     /// The block, for every family, on backend `b`: `ids` are the batch's rows in order
     /// (`spans`: each sequence's first row and count), `injected` rows (first row, values) take
-    /// the place of their tokens' embeddings, and the rows `out_rows` are projected to the
-    /// vocabulary, `outs[i]` of them for sequence `i`.
+    /// the place of their tokens' embeddings (the values' first `hidden`; the next ones, one
+    /// run per deepstack layer, are added after those layers), and the rows `out_rows` are
+    /// projected to the vocabulary, `outs[i]` of them for sequence `i`.
     #[allow(clippy::too_many_arguments)]
     fn run<B: Backend>(
         &self,
@@ -456,8 +458,9 @@ impl Decoder {
         let mut x = b.embed(self.embed(ids)?, scale)?;
         // An image's rows are the model's width already: not scaled (llama.cpp's Gemma 3
         // scales token embeddings only).
+        let hidden = cfg.hidden;
         for &(row, values) in injected {
-            b.inject(&mut x, row, values)?;
+            b.inject(&mut x, row, &values[..hidden], false)?;
         }
         let inputs = match &self.per_layer {
             Some(p) => Some(b.per_layer_inputs(p, &x, p.rows(ids)?)?),
@@ -508,6 +511,12 @@ impl Decoder {
             }
             if let Some(scale) = layer.out_scale {
                 b.scale(&mut x, scale)?;
+            }
+            // Qwen3-VL's deepstack: an image row's next run after each of the first layers.
+            if li < cfg.deepstack {
+                for &(row, values) in injected {
+                    b.inject(&mut x, row, &values[(li + 1) * hidden..][..hidden], true)?;
+                }
             }
         }
         for (tokens, cache) in batch.iter_mut() {

@@ -98,7 +98,7 @@ impl Backend for OnDevice<'_> {
         })
     }
 
-    fn inject(&mut self, _x: &mut Tensor, _row: usize, _values: &[f32]) -> Result<()> {
+    fn inject(&mut self, _x: &mut Tensor, _row: usize, _values: &[f32], _add: bool) -> Result<()> {
         // `Decoder::forward_rows_with` refuses images before a device step is made.
         Err(Error::param("image", "images run on the CPU for now"))
     }

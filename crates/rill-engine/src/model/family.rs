@@ -255,6 +255,26 @@ pub const FAMILIES: &[Family] = &[
         llama_cpp_rounding: true,
         ..LLAMA
     },
+    // Qwen3-VL's text model: Qwen3's block with M-RoPE in interleaved sections, and image
+    // rows that carry, beside their embedding, one more row per "deepstack" layer, added to
+    // the residual stream after each of the first layers (`decoder.rs`).
+    Family {
+        arch: "qwen3vl",
+        rope: RopeStyle::Neox,
+        qk_norm: true,
+        llama_cpp_rounding: true,
+        mrope: Mrope::Interleaved,
+        ..LLAMA
+    },
+    Family {
+        arch: "qwen3vlmoe",
+        rope: RopeStyle::Neox,
+        qk_norm: true,
+        llama_cpp_rounding: true,
+        experts: Some(Gating::SoftmaxTopK),
+        mrope: Mrope::Interleaved,
+        ..LLAMA
+    },
     // Qwen3 mixtures of experts (Qwen3-30B-A3B and its Coder and 2507 versions, 235B-A22B):
     // Qwen3's attention, and a feed-forward of 128 SwiGLU experts of which a row goes through
     // 8.
@@ -388,6 +408,8 @@ pub fn label(arch: &str) -> String {
         "qwen2vl" => "Qwen2-VL / Qwen2.5-VL",
         "qwen3" => "Qwen3",
         "qwen3moe" => "Qwen3 MoE",
+        "qwen3vl" => "Qwen3-VL",
+        "qwen3vlmoe" => "Qwen3-VL MoE",
         "gpt-oss" => "gpt-oss",
         "gemma2" => "Gemma 2",
         "gemma3" => "Gemma 3",
@@ -417,7 +439,6 @@ pub fn not_run(arch: &str) -> &'static str {
         "clip" | "mmproj" => "a vision projector (mmproj), which goes beside a model, not a model",
         "gemma" => "the first Gemma, not run",
         "qwen3next" => "a Qwen3-Next: Gated DeltaNet layers beside attention, not run yet",
-        "qwen3vl" | "qwen3vlmoe" => "a Qwen3-VL model (images and text), not run yet",
         "gemma3n" => "a Gemma of a newer block, not run yet",
         "gemma4-assistant" => "Gemma 4's speculative draft head, which goes beside a Gemma 4",
         "phi2" => "Phi-2, not run",

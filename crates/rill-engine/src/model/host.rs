@@ -111,9 +111,13 @@ impl Backend for Host<'_> {
         Ok(x)
     }
 
-    fn inject(&mut self, x: &mut Vec<f32>, row: usize, values: &[f32]) -> Result<()> {
+    fn inject(&mut self, x: &mut Vec<f32>, row: usize, values: &[f32], add: bool) -> Result<()> {
         let n = values.len();
         match x.get_mut(row * n..(row + 1) * n) {
+            Some(dst) if add => {
+                super::ops::add(dst, values);
+                Ok(())
+            }
             Some(dst) => {
                 dst.copy_from_slice(values);
                 Ok(())

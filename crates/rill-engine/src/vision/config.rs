@@ -21,6 +21,10 @@ pub enum ProjectorKind {
     /// Qwen2-VL's (`qwen2vl_merger`): Qwen2.5-VL's without windows (every layer attends over
     /// the whole picture), with LayerNorms and a plain feed-forward (GELU's quick form).
     Qwen2Vl,
+    /// Qwen3-VL's and Qwen3.5's (`qwen3vl_merger`): Qwen2-VL's shape with a patch bias,
+    /// learned position embeddings, a fused q/k/v, GELU, and "deepstack" mergers after some
+    /// layers whose rows the text model adds after its first layers (`qwen3.rs`).
+    Qwen3Vl,
     /// Gemma 4's (`gemma4v`): images at their own aspect ratio, learned position embeddings
     /// by column and row, 2-D RoPE, q/k norms and unscaled scores, post-norms, the patches
     /// average-pooled `merge` × `merge`, then a norm and a projection (`gemma4.rs`).
@@ -125,10 +129,11 @@ impl ClipConfig {
             "qwen2.5vl_merger" => ProjectorKind::Qwen25Vl,
             "qwen2vl_merger" => ProjectorKind::Qwen2Vl,
             "gemma4v" => ProjectorKind::Gemma4,
+            "qwen3vl_merger" => ProjectorKind::Qwen3Vl,
             other => {
                 return Err(format!(
                     "projector type `{other}` is not one Rill runs yet (it runs `gemma3`, \
-                     `gemma4v`, `qwen2vl_merger` and `qwen2.5vl_merger`)"
+                     `gemma4v`, `qwen2vl_merger`, `qwen2.5vl_merger` and `qwen3vl_merger`)"
                 ))
             }
         };
@@ -202,7 +207,7 @@ impl ClipConfig {
             }
             // Qwen2-VL and 2.5-VL merge 2 × 2 (the only merge llama.cpp's graph builds);
             // 2.5-VL needs its window pattern, 2-VL has none (every layer attends over all).
-            ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl => {
+            ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl | ProjectorKind::Qwen3Vl => {
                 merge = 2;
                 if ct.metadata.contains_key("clip.vision.spatial_merge_size") {
                     let m = n("clip.vision.spatial_merge_size", 16)?;

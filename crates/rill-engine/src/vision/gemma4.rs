@@ -235,19 +235,8 @@ impl Gemma4Vit {
     pub(crate) fn forward(&self, pixels: &Pixels) -> candle_core::Result<Vec<f32>> {
         let cfg = &self.cfg;
         let (p, d, m) = (cfg.patch_size, cfg.width, cfg.merge);
-        let unit = p * m;
-        if !pixels.width.is_multiple_of(unit)
-            || !pixels.height.is_multiple_of(unit)
-            || pixels.width == 0
-            || pixels.height == 0
-        {
-            candle_core::bail!(
-                "a {} × {} image is not whole {unit}-pixel units",
-                pixels.width,
-                pixels.height
-            );
-        }
-        let (px_n, py_n) = (pixels.width / p, pixels.height / p);
+        let (nx, ny) = pixels.units(p * m)?;
+        let (px_n, py_n) = (nx * m, ny * m);
         if px_n > self.table || py_n > self.table {
             candle_core::bail!(
                 "a picture {px_n} × {py_n} patches is past the encoder's {} positions a side",
@@ -255,23 +244,10 @@ impl Gemma4Vit {
             );
         }
         let n = px_n * py_n;
-        // Each patch's pixels in the kernel's order (channel, row, column), stretched to
-        // `2·v − 1`, patches in reading order.
-        let k = 3 * p * p;
-        let plane = pixels.width * pixels.height;
-        let mut patches = vec![0f32; n * k];
-        for (i, row) in patches.chunks_exact_mut(k).enumerate() {
-            let (py, px) = (i / px_n, i % px_n);
-            for c in 0..3 {
-                for y in 0..p {
-                    let from = c * plane + (py * p + y) * pixels.width + px * p;
-                    let to = &mut row[c * p * p + y * p..][..p];
-                    for (t, v) in to.iter_mut().zip(&pixels.values[from..from + p]) {
-                        *t = v * 2.0 - 1.0;
-                    }
-                }
-            }
-        }
+        // The patches in reading order, their values stretched to `2·v − 1`.
+        let place: Vec<(usize, usize)> = (0..n).map(|i| (i / px_n, i % px_n)).collect();
+        let mut patches = pixels.patches(p, &place);
+        patches.iter_mut().for_each(|v| *v = *v * 2.0 - 1.0);
         let mut x = self.patch.product(&patches, n)?;
         drop(patches);
         let (by_column, by_row) = self.position.split_at(self.table * d);
@@ -346,7 +322,6 @@ impl Gemma4Vit {
         if let Some(w) = &self.post_ln {
             rms(&mut x, w);
         }
-        let (nx, ny) = (px_n / m, py_n / m);
         let mut pooled = super::pool(&x, px_n, py_n, m, d);
         let root = (d as f32).sqrt();
         pooled.iter_mut().for_each(|v| *v *= root);

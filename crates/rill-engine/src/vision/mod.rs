@@ -22,6 +22,7 @@ mod matrix;
 pub mod picture;
 mod prompt;
 mod qwen;
+mod qwen3;
 mod resample;
 mod vit;
 
@@ -38,6 +39,7 @@ use matrix::Matrix;
 pub use picture::{ImageError, Picture};
 pub use prompt::{beside, is_projector, PromptImage, Vision};
 use qwen::QwenVit;
+use qwen3::Qwen3Vit;
 use vit::Vit;
 
 use crate::error::{Error, Result};
@@ -65,6 +67,8 @@ enum Encoder {
     },
     /// Qwen2-VL and Qwen2.5-VL: their encoder and merger (`qwen.rs`).
     Qwen(QwenVit),
+    /// Qwen3-VL and Qwen3.5: their encoder, merger and deepstack mergers (`qwen3.rs`).
+    Qwen3(Qwen3Vit),
     /// Gemma 4: its encoder, pooling and projection (`gemma4.rs`).
     Gemma4(Gemma4Vit),
 }
@@ -122,6 +126,9 @@ impl Projector {
             ProjectorKind::Gemma4 => {
                 Encoder::Gemma4(Gemma4Vit::load(&cfg, &mut weights).map_err(bad)?)
             }
+            ProjectorKind::Qwen3Vl => {
+                Encoder::Qwen3(Qwen3Vit::load(&cfg, &mut weights).map_err(bad)?)
+            }
         };
         tracing::info!(path = %path.display(), kind = ?cfg.kind, "vision projector loaded");
         Ok(Projector {
@@ -157,9 +164,23 @@ impl Projector {
         }
     }
 
-    /// The width of the rows it makes: the text model's.
+    /// The text model's width, which its rows are projected to.
     pub fn text_width(&self) -> usize {
         self.cfg.text_width
+    }
+
+    /// Deepstack layers (Qwen3-VL): each adds a run of the text model's width to every image
+    /// token's row, for the text model to add after one of its first layers; 0 for the others.
+    pub fn deepstack(&self) -> usize {
+        match &self.encoder {
+            Encoder::Qwen3(vit) => vit.deepstack(),
+            _ => 0,
+        }
+    }
+
+    /// The width of each row it makes: the text model's, once more per deepstack layer.
+    pub fn row_width(&self) -> usize {
+        self.cfg.text_width * (1 + self.deepstack())
     }
 
     /// The picture as rows of the text model's width.
@@ -183,11 +204,12 @@ impl Projector {
                 proj.product(&normed, nx * ny)?
             }
             Encoder::Qwen(vit) => vit.forward(&own_pixels())?,
+            Encoder::Qwen3(vit) => vit.forward(&own_pixels())?,
             Encoder::Gemma4(vit) => vit.forward(&own_pixels())?,
         };
         Ok(ImageRows {
             rows: nx * ny,
-            width: cfg.text_width,
+            width: self.row_width(),
             values: Arc::new(values),
             id: picture.id(),
             nx,

@@ -64,6 +64,38 @@ pub struct Pixels {
     pub values: Vec<f32>,
 }
 
+impl Pixels {
+    /// Its grid of `unit`-pixel squares (`nx`, `ny`), where it is a whole number of them.
+    pub(crate) fn units(&self, unit: usize) -> candle_core::Result<(usize, usize)> {
+        let whole = |n: usize| n > 0 && n.is_multiple_of(unit);
+        if !(whole(self.width) && whole(self.height)) {
+            candle_core::bail!(
+                "a {} × {} image is not whole {unit}-pixel units",
+                self.width,
+                self.height
+            );
+        }
+        Ok((self.width / unit, self.height / unit))
+    }
+
+    /// The values of the `p`-pixel patches at `place` (each patch's row and column), a row
+    /// each, in a convolution kernel's order: channel, then row, then column.
+    pub(crate) fn patches(&self, p: usize, place: &[(usize, usize)]) -> Vec<f32> {
+        let k = 3 * p * p;
+        let plane = self.width * self.height;
+        let mut patches = vec![0f32; place.len() * k];
+        for (row, &(py, px)) in patches.chunks_exact_mut(k).zip(place) {
+            for c in 0..3 {
+                for y in 0..p {
+                    let from = c * plane + (py * p + y) * self.width + px * p;
+                    row[c * p * p + y * p..][..p].copy_from_slice(&self.values[from..from + p]);
+                }
+            }
+        }
+        patches
+    }
+}
+
 /// The size an image of `width` × `height` is resized to where its aspect ratio is kept (the
 /// Qwen-VL processors' `smart_resize`, as llama.cpp's `calc_size_preserved_ratio` computes
 /// it): each side rounded to a multiple of `align`, then scaled down to at most `max_pixels`

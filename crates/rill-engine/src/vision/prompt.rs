@@ -47,7 +47,7 @@ impl ProjectorKind {
     fn markers(self) -> (&'static str, &'static str) {
         match self {
             ProjectorKind::Gemma3 => ("<start_of_image>", "<end_of_image>"),
-            ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl => {
+            ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl | ProjectorKind::Qwen3Vl => {
                 ("<|vision_start|>", "<|vision_end|>")
             }
             ProjectorKind::Gemma4 => ("<|image>", "<image|>"),
@@ -63,14 +63,20 @@ impl ProjectorKind {
             // both ways.
             ProjectorKind::Gemma4 => hidden != 1536 && hidden != 2560,
             // Qwen-VL's image rows are causal in the text model, as llama.cpp runs them.
-            ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl => false,
+            ProjectorKind::Qwen25Vl | ProjectorKind::Qwen2Vl | ProjectorKind::Qwen3Vl => false,
         }
     }
 }
 
 impl Vision {
-    /// Pairs `projector` with a text model `hidden` wide and its tokenizer.
-    pub fn new(projector: Projector, tokenizer: &Tokenizer, hidden: usize) -> Result<Vision> {
+    /// Pairs `projector` with a text model `hidden` wide, with `deepstack` layers that read
+    /// image rows (Qwen3-VL), and its tokenizer.
+    pub fn new(
+        projector: Projector,
+        tokenizer: &Tokenizer,
+        hidden: usize,
+        deepstack: usize,
+    ) -> Result<Vision> {
         if projector.text_width() != hidden {
             return Err(Error::model_file(
                 projector.path(),
@@ -78,6 +84,16 @@ impl Vision {
                     "vision projector: it makes rows {} wide, and the model's are {hidden}: \
                      it belongs to another model",
                     projector.text_width()
+                ),
+            ));
+        }
+        if projector.deepstack() != deepstack {
+            return Err(Error::model_file(
+                projector.path(),
+                format!(
+                    "vision projector: it gives {} deepstack rows, and the model reads {deepstack}: \
+                     it belongs to another model",
+                    projector.deepstack()
                 ),
             ));
         }

@@ -127,17 +127,7 @@ impl QwenVit {
         let cfg = &self.cfg;
         let (p, d) = (cfg.patch_size, cfg.width);
         let unit = p * 2;
-        if !pixels.width.is_multiple_of(unit)
-            || !pixels.height.is_multiple_of(unit)
-            || pixels.width == 0
-        {
-            candle_core::bail!(
-                "a {} × {} image is not whole {unit}-pixel units",
-                pixels.width,
-                pixels.height
-            );
-        }
-        let (nx, ny) = (pixels.width / unit, pixels.height / unit);
+        let (nx, ny) = pixels.units(unit)?;
         // Without windows: one window of the whole picture (units in reading order).
         let side = match self.windowed {
             true => (cfg.window / unit).max(1),
@@ -145,26 +135,9 @@ impl QwenVit {
         };
         let windows = Windows::new(nx, ny, side);
         let n = 4 * nx * ny;
-        // Each patch's pixels in the kernel's order (channel, row, column), patches unit by
-        // unit in window order, each unit's four row by row; and each patch's (row, column).
-        let k = 3 * p * p;
-        let plane = pixels.width * pixels.height;
-        let mut patches = vec![0f32; n * k];
-        let mut place = Vec::with_capacity(n);
-        for &u in &windows.order {
-            let (uy, ux) = (u / nx, u % nx);
-            for (dy, dx) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
-                place.push((2 * uy + dy, 2 * ux + dx));
-            }
-        }
-        for (row, &(py, px)) in patches.chunks_exact_mut(k).zip(&place) {
-            for c in 0..3 {
-                for y in 0..p {
-                    let from = c * plane + (py * p + y) * pixels.width + px * p;
-                    row[c * p * p + y * p..][..p].copy_from_slice(&pixels.values[from..from + p]);
-                }
-            }
-        }
+        // Patches unit by unit in window order, each unit's four row by row.
+        let place = unit_places(&windows.order, nx);
+        let patches = pixels.patches(p, &place);
         let mut x = self.patch[0].product(&patches, n)?;
         ops::add(&mut x, &self.patch[1].product(&patches, n)?);
         drop(patches);
@@ -228,6 +201,19 @@ impl QwenVit {
     }
 }
 
+/// Each patch's (row, column) where units of 2 × 2 patches (of a grid `nx` units a row) are
+/// taken in `order`, each unit's four row by row.
+pub(crate) fn unit_places(order: &[usize], nx: usize) -> Vec<(usize, usize)> {
+    let mut place = Vec::with_capacity(4 * order.len());
+    for &u in order {
+        let (uy, ux) = (u / nx, u % nx);
+        for (dy, dx) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+            place.push((2 * uy + dy, 2 * ux + dx));
+        }
+    }
+    place
+}
+
 /// The order units are taken in (window by window, each window's units row by row, as
 /// llama.cpp's `inv_window_idx`), and each window's rows (4 per unit) as (first, count).
 struct Windows {
@@ -257,14 +243,14 @@ impl Windows {
 /// ggml's vision RoPE (`GGML_ROPE_TYPE_VISION` over a head of `hd`, base 10,000): pair `k`
 /// is (`k`, `k + hd/2`); the first `hd/4` pairs turn by the patch's row, the next by its
 /// column, each section's frequencies starting again from 1.
-struct VisionRope {
+pub(crate) struct VisionRope {
     hd: usize,
     /// Per pair of a section: its frequency, as ggml multiplies it up in f32.
     freqs: Vec<f32>,
 }
 
 impl VisionRope {
-    fn new(hd: usize) -> VisionRope {
+    pub(crate) fn new(hd: usize) -> VisionRope {
         let scale = 10_000f32.powf(-2.0 / (hd / 2) as f32);
         let mut f = 1f32;
         let freqs = (0..hd / 4)
@@ -278,7 +264,7 @@ impl VisionRope {
     }
 
     /// Turns every head of each row (`heads × hd` values) by its patch's (row, column).
-    fn apply(&self, x: &mut [f32], place: &[(usize, usize)], heads: usize) {
+    pub(crate) fn apply(&self, x: &mut [f32], place: &[(usize, usize)], heads: usize) {
         let (hd, half, quarter) = (self.hd, self.hd / 2, self.hd / 4);
         for (row, &(py, px)) in x.chunks_exact_mut(heads * hd).zip(place) {
             let turns: Vec<(f32, f32)> = (0..half)
