@@ -265,18 +265,27 @@ pub async fn begin_continue(
     let partial = store.message(message).await?;
     let conv = store.conversation(partial.conversation_id).await?;
     let path = store.path_to(message).await?;
-    // A continued answer's prompt is text (the partial answer written after the template's
-    // turn), which carries no image: refused rather than answered without the picture.
-    if path.iter().any(|m| !m.images.is_empty()) {
-        return Err(Error::Generation(
-            "an answer about an image cannot be continued yet; regenerate it instead".into(),
-        ));
-    }
-    let before = history(conv.system_prompt.as_deref(), &path[..path.len() - 1]);
+    let before = &path[..path.len() - 1];
     // The template opens the assistant's turn; the partial answer follows it verbatim, its
-    // thinking block written back around its reasoning.
-    let opened = handle.render_chat(&before, &options.chat)?;
-    let (prompt, inside) = continued(&opened, &partial.reasoning, &partial.content);
+    // thinking block written back around its reasoning. Pictures in the conversation stand
+    // as markers in the text, and go with it.
+    let pictured = before.iter().any(|m| !m.images.is_empty());
+    let before = match pictured {
+        true => history_with_images(store, conv.system_prompt.as_deref(), before).await?,
+        false => history(conv.system_prompt.as_deref(), before),
+    };
+    let opened = match pictured {
+        true => handle.render_chat_marked(&before, &options.chat)?,
+        false => handle.render_chat(&before, &options.chat)?,
+    };
+    let (text, inside) = continued(&opened, &partial.reasoning, &partial.content);
+    let prompt = match pictured {
+        true => Prompt::Pictured {
+            text,
+            images: before.into_iter().flat_map(|m| m.images).collect(),
+        },
+        false => Prompt::Text(text),
+    };
     let writer = store.resume_answer(message).await?;
     // It keeps the probabilities of the part it already has.
     let kept = match options.top_candidates {
@@ -301,7 +310,7 @@ pub async fn begin_continue(
         thinking_budget: options
             .thinking_budget
             .map(|b| b.saturating_sub(thought).max(1)),
-        ..request_of(Prompt::Text(prompt), options)
+        ..request_of(prompt, options)
     };
     let thinking = Thinking::continuing(partial.stats.reasoning_ms, thought);
     start_request(handle, store, writer, request, kept, thinking).await

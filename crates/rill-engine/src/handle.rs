@@ -182,7 +182,9 @@ impl Handle {
         // before its first word; raw text and tokens are continued as they are (issue 14).
         let mut decoder = match req.prompt {
             Prompt::Messages(_) => StreamDecoder::new(&self.shared.tokenizer),
-            Prompt::Text(_) | Prompt::Tokens(_) => StreamDecoder::continuing(),
+            Prompt::Text(_) | Prompt::Pictured { .. } | Prompt::Tokens(_) => {
+                StreamDecoder::continuing()
+            }
         };
         // The markers a reader parses are shown as text (control tokens are not, otherwise).
         if !req.chat.tools.is_empty() || (harmony && split.is_some()) {
@@ -224,10 +226,14 @@ impl Handle {
     /// The images of a conversation's prompt, each where its rows go, encoded (or kept from
     /// an earlier request).
     fn prompt_images(&self, prompt: &Prompt, ids: &[u32]) -> Result<Vec<PromptImage>> {
-        let (Prompt::Messages(messages), Some(vision)) = (prompt, &self.shared.vision) else {
+        let Some(vision) = &self.shared.vision else {
             return Ok(Vec::new());
         };
-        let images: Vec<&ImageData> = messages.iter().flat_map(|m| &m.images).collect();
+        let images: Vec<&ImageData> = match prompt {
+            Prompt::Messages(messages) => messages.iter().flat_map(|m| &m.images).collect(),
+            Prompt::Pictured { images, .. } => images.iter().collect(),
+            Prompt::Text(_) | Prompt::Tokens(_) => Vec::new(),
+        };
         match images.is_empty() {
             true => Ok(Vec::new()),
             false => vision.place(ids, &images),
@@ -287,6 +293,13 @@ impl Handle {
     /// written out, in the Hermes format.
     pub fn render_chat(&self, messages: &[Message], args: &ChatArgs) -> Result<String> {
         self.prompter().render_chat(messages, args)
+    }
+
+    /// [`render_chat`](Self::render_chat) with each message's images standing before its text
+    /// as [`IMAGE_MARKER`](crate::message::IMAGE_MARKER)s, for a [`Prompt::Pictured`] (an
+    /// answer about a picture continued).
+    pub fn render_chat_marked(&self, messages: &[Message], args: &ChatArgs) -> Result<String> {
+        self.prompter().render_marked(messages, args)
     }
 
     /// How this model writes tool calls (from its chat template).

@@ -44,6 +44,10 @@ pub struct ToolCall {
 /// content ([`ImageData::placeholder`]), so prefix reuse compares images by what they show.
 pub const IMAGE_PLACEHOLDER: u32 = 0x8000_0000;
 
+/// Where an image stands in a rendered prompt: text no message writes (llama.cpp's media
+/// marker), replaced by the image's tokens once the template has run.
+pub const IMAGE_MARKER: &str = "<__media__>";
+
 /// An image attached to a message: the file's bytes as the user sent them (JPEG, PNG or WebP;
 /// checked and decoded when a model reads them, `vision/picture.rs`).
 #[derive(Clone, PartialEq, Eq)]

@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::message::{ImageData, IMAGE_MARKER};
 use crate::request::{ChatArgs, GenerateRequest, Overflow, Prompt};
 use crate::template::{fold_system, ChatTemplate, Message, RenderOptions, Role, Thinking};
 use crate::tokenizer::Tokenizer;
@@ -23,10 +24,6 @@ pub(crate) struct Prompter<'a> {
     /// The vision projector, when the model has one.
     pub(crate) vision: Option<&'a Vision>,
 }
-
-/// Where an image stands in a rendered prompt: text no message writes (llama.cpp's media
-/// marker), replaced by the image's tokens once the template has run.
-const IMAGE_MARKER: &str = "<__media__>";
 
 impl Prompter<'_> {
     /// The conversation rendered with tools and template variables. A template that does not
@@ -130,6 +127,10 @@ impl Prompter<'_> {
             }
             Prompt::Text(t) if t.is_empty() => return Err(empty()),
             Prompt::Text(t) => self.tokenizer.encode(t)?,
+            Prompt::Pictured { text, .. } if text.is_empty() => return Err(empty()),
+            Prompt::Pictured { text, images } => {
+                self.tokenize_marked(text, &images.iter().collect::<Vec<_>>())?
+            }
             Prompt::Tokens(ids) => {
                 let vocab = self.tokenizer.vocab_size() as u32;
                 if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {
@@ -148,13 +149,17 @@ impl Prompter<'_> {
     }
 
     /// A conversation with images: each message's images stand before its text as markers
-    /// while the template renders, then each marker becomes the image's tokens (its opening
-    /// tokens, a placeholder per row, its closing tokens), and the text between is tokenised
-    /// piece by piece, as llama.cpp's `mtmd_tokenize` does.
+    /// while the template renders ([`render_marked`](Self::render_marked)), then each marker
+    /// becomes the image's tokens ([`tokenize_marked`](Self::tokenize_marked)).
     fn tokenize_with_images(&self, messages: &[Message], args: &ChatArgs) -> Result<Vec<u32>> {
-        let Some(vision) = self.vision else {
-            return Err(no_projector());
-        };
+        let text = self.render_marked(messages, args)?;
+        let images: Vec<_> = messages.iter().flat_map(|m| &m.images).collect();
+        self.tokenize_marked(&text, &images)
+    }
+
+    /// The conversation rendered with each message's images standing before its text as
+    /// [`IMAGE_MARKER`]s, in order.
+    pub(crate) fn render_marked(&self, messages: &[Message], args: &ChatArgs) -> Result<String> {
         let marked: Vec<Message> = messages
             .iter()
             .map(|m| {
@@ -165,8 +170,16 @@ impl Prompter<'_> {
                 m
             })
             .collect();
-        let images: Vec<_> = messages.iter().flat_map(|m| &m.images).collect();
-        let text = self.render_chat(&marked, args)?;
+        self.render_chat(&marked, args)
+    }
+
+    /// Text with a marker per image of `images` (in order) as the engine runs it: each marker
+    /// the image's opening tokens, a placeholder per row and its closing tokens, the text
+    /// between tokenised piece by piece, as llama.cpp's `mtmd_tokenize` does.
+    fn tokenize_marked(&self, text: &str, images: &[&ImageData]) -> Result<Vec<u32>> {
+        let Some(vision) = self.vision else {
+            return Err(no_projector());
+        };
         let pieces: Vec<&str> = text.split(IMAGE_MARKER).collect();
         if pieces.len() != images.len() + 1 {
             return Err(Error::Template(format!(

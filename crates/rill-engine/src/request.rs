@@ -25,6 +25,15 @@ pub enum Prompt {
     Messages(Vec<Message>),
     /// Raw text, tokenized as it is (plus BOS when the model wants one).
     Text(String),
+    /// Raw text in which each of `images` stands as [`IMAGE_MARKER`](crate::message::IMAGE_MARKER),
+    /// in order: an answer continued after a conversation with pictures (the conversation
+    /// rendered by [`Handle::render_chat_marked`](crate::Handle::render_chat_marked), the
+    /// partial answer after it). The images are carried beside, not in this type's JSON.
+    Pictured {
+        text: String,
+        #[serde(skip)]
+        images: Vec<crate::message::ImageData>,
+    },
     /// Token ids, used as they are.
     Tokens(Vec<u32>),
 }

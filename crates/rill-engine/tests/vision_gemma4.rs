@@ -75,3 +75,43 @@ fn a_question_about_a_picture_gets_llama_cpps_answer() {
     }
     assert_ne!(answers[0], answers[1]);
 }
+
+#[test]
+fn a_bad_gemma_4_projector_is_a_named_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.gguf");
+    let good = || common::gguf_craft::read(&common::test_model(PROJECTOR));
+    let load = |craft| common::images::load_error(craft, &path);
+    let tensor = |craft: &common::gguf_craft::Craft, name: &str| {
+        craft.tensors.iter().position(|t| t.name == name).unwrap()
+    };
+    // The position tables as one table of twice the rows: not Gemma 4's two.
+    let mut craft = good();
+    let at = tensor(&craft, "v.position_embd.weight");
+    craft.tensors[at].dims = vec![96, 128];
+    let err = load(craft);
+    assert!(
+        err.contains("v.position_embd.weight") && err.contains("[2, positions, 96]"),
+        "{err}"
+    );
+    // Clamp bounds the wrong way round (a minimum above the maximum of 1.5).
+    let mut craft = good();
+    let at = tensor(&craft, "v.blk.1.attn_q.input_min");
+    craft.tensors[at].data = 5f32.to_le_bytes().to_vec();
+    let err = load(craft);
+    assert!(
+        err.contains("v.blk.1.attn_q") && err.contains("wrong way round"),
+        "{err}"
+    );
+    // A bound that is not a number.
+    let mut craft = good();
+    let at = tensor(&craft, "v.blk.0.ffn_down.output_max");
+    craft.tensors[at].data = f32::NAN.to_le_bytes().to_vec();
+    let err = load(craft);
+    assert!(err.contains("not finite"), "{err}");
+    // One of the standardisation's two vectors alone.
+    let mut craft = good();
+    craft.tensors.retain(|t| t.name != "v.std_scale");
+    let err = load(craft);
+    assert!(err.contains("v.std_bias"), "{err}");
+}

@@ -91,3 +91,46 @@ fn pictures_become_llama_cpps_rows_with_their_deepstack_rows() {
         }
     }
 }
+
+#[test]
+fn a_bad_qwen3_vl_projector_is_a_named_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.gguf");
+    let good = || common::gguf_craft::read(&common::test_model("qwen3vl-mmproj-test.F16"));
+    let load = |craft| common::images::load_error(craft, &path);
+    // A position table that is not a square: 35 rows.
+    let mut craft = good();
+    let t = craft
+        .tensors
+        .iter_mut()
+        .find(|t| t.name == "v.position_embd.weight")
+        .unwrap();
+    t.dims = vec![96, 35];
+    t.data.truncate(35 * 96 * 4);
+    let err = load(craft);
+    assert!(
+        err.contains("v.position_embd.weight") && err.contains("square"),
+        "{err}"
+    );
+    // A deepstack merger without its norm.
+    let mut craft = good();
+    craft
+        .tensors
+        .retain(|t| t.name != "v.deepstack.2.norm.weight");
+    let err = load(craft);
+    assert!(
+        err.contains("v.deepstack.2.norm.weight") && err.contains("missing"),
+        "{err}"
+    );
+    // A fused q/k/v of the wrong height.
+    let mut craft = good();
+    let t = craft
+        .tensors
+        .iter_mut()
+        .find(|t| t.name == "v.blk.0.attn_qkv.weight")
+        .unwrap();
+    t.dims = vec![96, 192];
+    t.data.truncate(96 * 192 * 2);
+    let err = load(craft);
+    assert!(err.contains("v.blk.0.attn_qkv.weight"), "{err}");
+}

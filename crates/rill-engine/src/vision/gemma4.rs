@@ -161,11 +161,12 @@ impl Gemma4Vit {
         let patch = t.patch_matrix("v.patch_embd.weight", d, cfg.patch_size)?;
         let table = match t.dims("v.position_embd.weight") {
             Some(&[2, n, w]) if w == d && n > 0 => n,
-            other => {
+            Some(dims) => {
                 return Err(format!(
-                    "tensor `v.position_embd.weight` is {other:?}; Gemma 4's is [2, positions, {d}]"
+                    "tensor `v.position_embd.weight` is {dims:?}; Gemma 4's is [2, positions, {d}]"
                 ))
             }
+            None => return Err("tensor `v.position_embd.weight` is missing".into()),
         };
         let position = t
             .vector("v.position_embd.weight", 2 * table * d, true)?

@@ -5,8 +5,9 @@
 //! ```text
 //! bytes ──Picture::decode──► Picture ──fit──► Pixels ──encoder──► image rows
 //!        (picture.rs: JPEG,      (resize, pad,       (Gemma 3: vit.rs, then pool, norm, project;
-//!         PNG, WebP, limits)      normalise)          Qwen2-VL, 2.5-VL: qwen.rs; Gemma 4:
-//!                                                     gemma4.rs; the last two at its own size)
+//!         PNG, WebP, limits)      normalise)          Qwen2-VL, 2.5-VL: qwen.rs; Qwen3-VL,
+//!                                                     Qwen3.5: qwen3.rs; Gemma 4: gemma4.rs;
+//!                                                     these three at the picture's own size)
 //! ```
 //!
 //! [`Projector::load`] reads the file as strictly as a model file (`gguf.rs`'s header checks,
@@ -183,7 +184,8 @@ impl Projector {
         self.cfg.text_width * (1 + self.deepstack())
     }
 
-    /// The picture as rows of the text model's width.
+    /// The picture as rows of [`row_width`](Self::row_width): the text model's width, and as
+    /// much again per deepstack layer.
     pub fn encode(&self, picture: &Picture) -> Result<ImageRows> {
         let cfg = &self.cfg;
         let (nx, ny) = self.grid(picture.width(), picture.height());

@@ -88,12 +88,13 @@ impl Qwen3Vit {
                 let v = t.vector("v.position_embd.weight", n * d, true)?;
                 (n.isqrt(), v.unwrap_or_default())
             }
-            other => {
+            Some(dims) => {
                 return Err(format!(
-                    "tensor `v.position_embd.weight` is {other:?}; Qwen3-VL's is a square \
+                    "tensor `v.position_embd.weight` is {dims:?}; Qwen3-VL's is a square \
                      number of rows of {d}"
                 ))
             }
+            None => return Err("tensor `v.position_embd.weight` is missing".into()),
         };
         let mut layers = Vec::with_capacity(cfg.layers);
         for i in 0..cfg.layers {

@@ -15,6 +15,15 @@ use sha2::Digest;
 /// their M-RoPE positions (1.0).
 const FIRST_LOGITS: f64 = 0.4;
 
+/// The error loading `craft` (a projector file made bad on purpose) gives, written to `path`.
+pub fn load_error(craft: super::gguf_craft::Craft, path: &Path) -> String {
+    std::fs::write(path, craft.bytes()).unwrap();
+    Projector::load(path)
+        .err()
+        .expect("a bad file loaded")
+        .to_string()
+}
+
 /// The reference recorded for projector `name` (a file stem of the test models).
 pub fn reference(projector: &str) -> serde_json::Value {
     super::parity::reference(&format!("{projector}.image"))
