@@ -40,6 +40,11 @@ is Qwen's 151,936 tokens with harmony's, padded with reserved tokens to o200k_ha
 201,088, so the embeddings and the output matrix have the real size. One random block of
 experts repeats; each layer's router is its own.
 
+`qwen35-mmproj` is a Qwen3.5 4B-shaped vision projector (`qwen3vl_merger`, the encoder Qwen3-VL
+and Qwen3.5 share, at Qwen3-VL 4B's size: 16-pixel patches, 24 layers 1,024 wide with 16 heads
+and a feed-forward of 4,096, a 48 × 48 position table) without deepstack layers, projected to
+2,560 so that it pairs with `qwen35-4b.*.gguf`. F16.
+
 `gemma3-mmproj` is Gemma 3 4B's vision projector (`mmproj`): SigLIP-400M (896-pixel images in
 patches of 14, 27 layers 1,152 wide with 16 heads and a feed-forward of 4,304), pooled to 256
 image tokens and projected to 2,048 (the 1B shape's width, so that it pairs with
@@ -67,6 +72,9 @@ spec.loader.exec_module(tp)
 
 # Gemma 3 4B's SigLIP (`mmproj-model-f16.gguf`), projecting to the 1B shape's width.
 SIGLIP = dict(image=896, patch=14, width=1152, heads=16, ff=4304, layers=27, merge=4, text=2048)
+
+# Qwen3.5 4B's vision encoder (Qwen3-VL 4B's size), projecting to the qwen35 4B shape's width.
+QWEN35_VISION = dict(patch=16, width=1024, heads=16, ff=4096, layers=24, table=48, text=2560)
 
 # The Llama shapes: width, layers, query heads, KV heads, head size, feed-forward, and
 # whether the output matrix is the embeddings' (tied).
@@ -559,6 +567,12 @@ def main():
             q4_k_m(a.out / "qwen35-4b.Q4_0.gguf", k)
         print(k)
         a.families.remove("qwen35")
+    if "qwen35-mmproj" in a.families:
+        path = a.out / "qwen35-4b-mmproj.F16.gguf"
+        if a.force or not path.is_file():
+            tp.qwen3vl(path, (), seed=1, s=QWEN35_VISION)
+        print(path)
+        a.families.remove("qwen35-mmproj")
     if "gemma3-mmproj" in a.families:
         path = a.out / "gemma3-4b-mmproj.F16.gguf"
         if a.force or not path.is_file():

@@ -243,10 +243,10 @@ def gemma4(path: Path):
 QWEN3VL = dict(patch=16, width=96, heads=4, ff=160, layers=4, table=6, text=128)
 
 
-def qwen3vl(path: Path, deepstack=(1, 2), seed: int = 8642):
+def qwen3vl(path: Path, deepstack=(1, 2), seed: int = 8642, s: dict = QWEN3VL):
     """`deepstack`: the layers after which a merger of its own gives the text model more rows
-    (none for Qwen3.5's)."""
-    s = QWEN3VL
+    (none for Qwen3.5's); `s`: the shape (QWEN3VL for the tests; `make-bench-models.py` writes
+    Qwen3.5 4B's)."""
     # The converter's image size: the position table's side in pixels.
     out = Projector(path, "Qwen3-VL vision test projector (random weights)",
                     gguf.VisionProjectorType.QWEN3VL, s, s["table"] * s["patch"], seed)

@@ -11,8 +11,35 @@
 use candle_core::{Device, Tensor};
 use half::{bf16, f16};
 
-use crate::kernels::{Isa, QLinear, TensorType};
+use crate::kernels::{Isa, Made, QLinear, TensorType, Weights};
 use candle_core::quantized::GgmlDType;
+
+/// Rows from which an F16 matrix's product is one blocked f32 product ([`Matrix::blocked`]):
+/// an encoder's hundreds to thousands of patch rows, where the kernels' eight-lane dot products
+/// (which give a language model's decode steps bit-exact sums) run at a fraction of the
+/// machine's multiply rate.
+const GEMM_ROWS: usize = 64;
+
+/// `dst = scale · lhs · rhs` for `(m, n, k)`: `dst` row-major (`m` rows `row` apart), `lhs` and
+/// `rhs` each `(start, column stride, row stride)`, as a blocked f32 product on the pool (the
+/// `gemm` crate, candle's CPU matmul).
+///
+/// # Safety
+/// Every element the shapes and strides reach lies inside its allocation, and `dst` is not
+/// read or written by anyone else meanwhile.
+pub(crate) unsafe fn blocked_product(
+    (m, n, k): (usize, usize, usize),
+    (dst, row): (*mut f32, isize),
+    (lhs, lhs_cs, lhs_rs): (*const f32, isize, isize),
+    (rhs, rhs_cs, rhs_rs): (*const f32, isize, isize),
+    scale: f32,
+) {
+    let threads = gemm::Parallelism::Rayon(rayon::current_num_threads());
+    gemm::gemm(
+        m, n, k, dst, 1, row, false, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, 0.0, scale, false,
+        false, false, threads,
+    );
+}
 
 /// A weight matrix `[n_out, k]` (GGUF's row-major layout): `x · wᵀ` for rows `x` of `k`.
 pub(crate) struct Matrix {
@@ -112,6 +139,13 @@ impl Matrix {
         if x.len() != m * self.k {
             candle_core::bail!("{} inputs for {m} rows of {}", x.len(), self.k);
         }
+        if let Kind::Kernel { w, k_pad } = &self.kind {
+            if m >= GEMM_ROWS {
+                if let Weights::Made(Made::F16(h)) = &w.weights {
+                    return Ok(self.blocked(h, *k_pad, x, m));
+                }
+            }
+        }
         match &self.kind {
             Kind::Kernel { w, k_pad } if *k_pad == self.k => Ok(w.product(x, m)),
             Kind::Kernel { w, k_pad } => {
@@ -126,6 +160,29 @@ impl Matrix {
                 x.matmul(w)?.flatten_all()?.to_vec1::<f32>()
             }
         }
+    }
+
+    /// `x · wᵀ` for many rows of `x` as one blocked f32 product (the `gemm` crate, candle's CPU
+    /// matmul), the 16-bit weights `h` (`n_out` rows of `k_pad`) widened to f32 for it (16 MB
+    /// for a 4,096 × 1,024 matrix, for the product's time).
+    fn blocked(&self, h: &[f16], k_pad: usize, x: &[f32], m: usize) -> Vec<f32> {
+        use half::slice::HalfFloatSliceExt;
+        let (n_out, k) = (self.n_out, self.k);
+        let mut out = vec![0f32; m * n_out];
+        let mut wide = vec![0f32; n_out * k_pad];
+        h[..n_out * k_pad].convert_to_f32_slice(&mut wide);
+        // SAFETY: the product reads `m` rows of `k` from `x` (`m × k`), `n_out` weight rows of
+        // `k` from `wide` (`n_out × k_pad`, `k ≤ k_pad`), and writes the `m × n_out` of `out`.
+        unsafe {
+            blocked_product(
+                (m, n_out, k),
+                (out.as_mut_ptr(), n_out as isize),
+                (x.as_ptr(), 1, k as isize),
+                (wide.as_ptr(), k_pad as isize, 1),
+                1.0,
+            );
+        }
+        out
     }
 
     /// [`product`](Self::product) plus `bias` on every row.
@@ -152,10 +209,17 @@ mod tests {
     use super::*;
 
     /// A 16-bit matrix whose rows are not whole blocks gives the plain f32 product of its
-    /// values (padded on our kernels), as an f32 one does in candle.
+    /// values (padded on our kernels), as an f32 one does in candle; for many rows too (one
+    /// blocked product).
     #[test]
     fn a_matrix_of_any_width_gives_the_plain_product() {
-        let (n_out, k, m) = (5, 37, 3);
+        for m in [3, GEMM_ROWS + 6] {
+            plain_product(m);
+        }
+    }
+
+    fn plain_product(m: usize) {
+        let (n_out, k) = (5, 37);
         let w: Vec<f32> = (0..n_out * k)
             .map(|i| f16::from_f32(((i * 7919) % 23) as f32 / 8.0 - 1.3).to_f32())
             .collect();

@@ -11,7 +11,7 @@
 use half::f16;
 
 use super::config::{ClipConfig, VitActivation};
-use super::matrix::Matrix;
+use super::matrix::{blocked_product, Matrix};
 use super::Weights;
 use crate::kernels::Isa;
 use crate::model::attention;
@@ -218,7 +218,6 @@ pub(crate) fn attend(
         candle_core::bail!("attention runs that do not cover {n} rows of {heads} heads in order");
     }
     let isa = Isa::detect();
-    let threads = gemm::Parallelism::Rayon(rayon::current_num_threads());
     let mut out = vec![0f32; n * width];
     let mut scores = Vec::new();
     let w = width as isize;
@@ -233,30 +232,16 @@ pub(crate) fn attend(
                 // queries' rows `first + qb..first + qb + rows` and the run's keys and values
                 // `first..first + count` are rows of `n`, each `width` wide, of which this
                 // head's `hd` columns from `h·hd`; the scores are `rows × count`; the output
-                // has the queries' shape. `gemm` only reads `q`, `k`, `v` and the scores
-                // (after writing them), and writes the scores, then `out`.
+                // has the queries' shape. The products only read `q`, `k`, `v` and the scores
+                // (after writing them), and write the scores, then `out`.
                 unsafe {
                     // scores = scale · q_block · kᵀ
-                    gemm::gemm(
-                        rows,
-                        count,
-                        hd,
-                        scores.as_mut_ptr(),
-                        1,
-                        count as isize,
-                        false,
-                        q.as_ptr().add(at),
-                        1,
-                        w,
-                        k.as_ptr().add(col),
-                        w,
-                        1,
-                        0.0,
+                    blocked_product(
+                        (rows, count, hd),
+                        (scores.as_mut_ptr(), count as isize),
+                        (q.as_ptr().add(at), 1, w),
+                        (k.as_ptr().add(col), w, 1),
                         scale,
-                        false,
-                        false,
-                        false,
-                        threads,
                     );
                 }
                 scores
@@ -265,26 +250,12 @@ pub(crate) fn attend(
                 // SAFETY: as above.
                 unsafe {
                     // out_block = p · v
-                    gemm::gemm(
-                        rows,
-                        hd,
-                        count,
-                        out.as_mut_ptr().add(at),
-                        1,
-                        w,
-                        false,
-                        scores.as_ptr(),
-                        1,
-                        count as isize,
-                        v.as_ptr().add(col),
-                        1,
-                        w,
-                        0.0,
+                    blocked_product(
+                        (rows, hd, count),
+                        (out.as_mut_ptr().add(at), w),
+                        (scores.as_ptr(), 1, count as isize),
+                        (v.as_ptr().add(col), 1, w),
                         1.0,
-                        false,
-                        false,
-                        false,
-                        threads,
                     );
                 }
             }
