@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::images::{answer_against_llama_cpp, pictures, rows_against_llama_cpp, sha256};
+use common::images::{answer_against_llama_cpp, pictures, sha256};
 use rill_engine::model::Model;
 
 const PROJECTORS: [&str; 2] = ["qwen25vl-mmproj-test.F16", "qwen2vl-mmproj-test.F16"];
@@ -33,19 +33,9 @@ fn rows_at_their_own_size(stem: &str) {
     assert!(nx * ny <= 4096 && nx * ny > 3500, "{nx} × {ny}");
     let (nx, ny) = projector.grid(20, 20);
     assert!(nx * ny >= 8, "{nx} × {ny}");
-    for (name, image) in pictures() {
-        let (rows, mse) = rows_against_llama_cpp(&r, &projector, &image, name);
-        let parts = &r["images"][name]["parts"];
-        assert_eq!(Some(rows.rows as u64), parts[1]["image"].as_u64());
-        // Bicubic resampling as Pillow's, then f16 queries and keys through window and full
-        // attention: rounding only (PNG), plus the JPEG decoders' few levels (photo).
-        let bound = if name.ends_with(".png") { 1e-4 } else { 1e-3 };
-        assert!(
-            mse <= bound,
-            "{name} of {}: normalised MSE {mse}",
-            r["projector"]
-        );
-    }
+    // Bicubic resampling as Pillow's, then f16 queries and keys through window and full
+    // attention.
+    common::images::own_size_rows_match(&r, &projector);
 }
 
 #[test]

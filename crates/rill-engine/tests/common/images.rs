@@ -109,6 +109,23 @@ pub fn rows_against_llama_cpp(
     (rows, mse)
 }
 
+/// Both pictures through `projector` at their own size: as many rows as mtmd made of each,
+/// within a normalised MSE of 1e-4 of its rows on the PNG (Pillow's resampling, then rounding
+/// only) and 1e-3 on the photo (the JPEG decoders' few levels besides).
+pub fn own_size_rows_match(r: &serde_json::Value, projector: &Projector) {
+    for (name, image) in pictures() {
+        let (rows, mse) = rows_against_llama_cpp(r, projector, &image, name);
+        let parts = &r["images"][name]["parts"];
+        assert_eq!(Some(rows.rows as u64), parts[1]["image"].as_u64());
+        let bound = if name.ends_with(".png") { 1e-4 } else { 1e-3 };
+        assert!(
+            mse <= bound,
+            "{name} of {}: normalised MSE {mse}",
+            r["projector"]
+        );
+    }
+}
+
 /// The reference's prompt as ids, the image's rows as placeholders (0), and where they start.
 pub fn prompt_ids(parts: &serde_json::Value) -> (Vec<u32>, usize) {
     let (mut ids, mut at) = (Vec::new(), 0);
