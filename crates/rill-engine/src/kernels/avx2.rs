@@ -55,10 +55,9 @@ unsafe fn two_halves(p: *const u16) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()))
 }
 
-/// One block of 32 activations quantised to 8 bits as the scalar quantisers do it, bit for
-/// bit: `d = max|x| / 127`, `q = round(x / d)` with halves rounded away from zero (`roundf`;
-/// the vector rounding instruction would send them to even). Returns `d`, the bytes and
-/// their sum.
+/// One block of 32 activations quantised to 8 bits as the scalar quantisers (and ggml's x86
+/// build) do it, bit for bit: `d = max|x| / 127`, `q = x · (127 / max|x|)` rounded half to
+/// even. Returns `d`, the bytes and their sum.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quantize_block(x: *const f32, qs: *mut i8) -> (f32, i32) {
     let sign = _mm256_set1_ps(-0.0);
@@ -72,16 +71,13 @@ unsafe fn quantize_block(x: *const f32, qs: *mut i8) -> (f32, i32) {
     let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
     let d = amax / 127.0;
-    let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
-    let half = _mm256_set1_ps(0.5);
-    let one = _mm256_set1_ps(1.0);
+    let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
     let q: [__m256i; 4] = std::array::from_fn(|i| {
         let y = _mm256_mul_ps(v[i], id);
-        // Whole part, and the exact fraction beside it (|y| ≤ 127).
-        let t = _mm256_round_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-        let away = _mm256_cmp_ps(abs(_mm256_sub_ps(y, t)), half, _CMP_GE_OQ);
-        let step = _mm256_and_ps(away, _mm256_or_ps(one, _mm256_and_ps(y, sign)));
-        _mm256_cvtps_epi32(_mm256_add_ps(t, step))
+        _mm256_cvtps_epi32(_mm256_round_ps(
+            y,
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+        ))
     });
     let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
     let sum = _mm_add_epi32(
@@ -120,16 +116,18 @@ pub unsafe fn quantize_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
 pub unsafe fn quantize_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
     for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
         let (d, sum) = quantize_block(xs.as_ptr(), b.qs.as_mut_ptr());
-        let d16 = f16::from_f32(d);
-        b.d = d16.to_bits();
-        b.s = (f16::from_f32(sum as f32) * d16).to_bits();
+        b.d = f16::from_f32(d).to_bits();
+        b.s = f16::from_f32(d * sum as f32).to_bits();
+        b.sum = sum as i16;
     }
 }
 
-/// A block of 32 nibbles with a scale and an offset, `d·q + m`: Q4_1's own `m`, or Q4_0's
-/// `m = −8·d` (as f32: exact, and the f16 its repacking into Q4_1 stores whenever that is
-/// finite), so the Q4_1 kernels run Q4_0 as the file holds it.
+/// A block of 32 nibbles with a scale and an offset, `d·q + m`: Q4_1's own `m`, taken as
+/// `m·s` beside the block's product (ggml's Q4_1), or Q4_0's `−8·d`, taken out of the block's
+/// integers, `Σq·a − 8·Σa` (ggml's `q − 8` weights), before its one scaling.
 pub(crate) trait Nibbles4: Copy {
+    /// Whether the offset is Q4_0's, in integers (the activations' exact `sum`).
+    const Q4_0: bool;
     fn nibbles(&self) -> *const u8;
     /// `[d, m, ·, ·]` as f32.
     ///
@@ -139,6 +137,7 @@ pub(crate) trait Nibbles4: Copy {
 }
 
 impl Nibbles4 for BlockQ4_1 {
+    const Q4_0: bool = false;
     #[inline(always)]
     fn nibbles(&self) -> *const u8 {
         self.qs.as_ptr()
@@ -150,6 +149,7 @@ impl Nibbles4 for BlockQ4_1 {
 }
 
 impl Nibbles4 for BlockQ4_0 {
+    const Q4_0: bool = true;
     #[inline(always)]
     fn nibbles(&self) -> *const u8 {
         self.qs.as_ptr()
@@ -168,7 +168,8 @@ pub unsafe fn dot_q4_1_q8_1<const VNNI: bool>(x: &[BlockQ4_1], y: &[BlockQ8_1]) 
     dot_nibbles::<BlockQ4_1, VNNI>(x, y)
 }
 
-/// [`dot_q4_1_q8_1`] for Q4_0 as the file holds it (the bits of its Q4_1 repacking).
+/// [`dot_q4_1_q8_1`] for Q4_0 as the file holds it: each block's integers less eight times the
+/// activations' sum (an eighth of it in each of the eight lanes), then scaled.
 ///
 /// # Safety
 /// As [`dot_q4_1_q8_1`].
@@ -184,18 +185,26 @@ pub unsafe fn dot_q4_0_q8_1<const VNNI: bool>(x: &[BlockQ4_0], y: &[BlockQ8_1]) 
 pub(crate) unsafe fn dot_nibbles<B: Nibbles4, const VNNI: bool>(x: &[B], y: &[BlockQ8_1]) -> f32 {
     let low = _mm256_set1_epi8(0x0F);
     let mut acc = _mm256_setzero_ps();
-    // Lane 1 gathers the offset terms m_x·s_y.
+    // Lane 1 gathers Q4_1's offset terms m_x·s_y.
     let mut offsets = _mm_setzero_ps();
     for (x, y) in x.iter().zip(y) {
         // [d_x·d_y, m_x·s_y] in one multiply.
         let scales = _mm_mul_ps(x.dm(), two_halves(&y.d));
-        offsets = _mm_add_ps(offsets, scales);
         let nibbles = _mm_loadu_si128(x.nibbles() as *const __m128i);
         // Elements 0..16 are the low nibbles, 16..32 the high ones.
         let qx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nibbles, 4), nibbles), low);
         let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-        let sums = _mm256_cvtepi32_ps(dot4!(VNNI, qx, qy));
+        let mut isum = dot4!(VNNI, qx, qy);
+        if B::Q4_0 {
+            isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(y.sum as i32));
+        } else {
+            offsets = _mm_add_ps(offsets, scales);
+        }
+        let sums = _mm256_cvtepi32_ps(isum);
         acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(scales), sums, acc);
+    }
+    if B::Q4_0 {
+        return hsum(acc);
     }
     hsum(acc) + _mm_cvtss_f32(_mm_shuffle_ps(offsets, offsets, 1))
 }
@@ -253,14 +262,23 @@ unsafe fn tile_nibbles<B: Nibbles4, const R: usize, const C: usize, const VNNI: 
             qx[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nibbles, 4), nibbles), low);
             let dm = x.dm();
             dx[r] = _mm256_broadcastss_ps(dm);
-            let m = _mm_shuffle_ps(dm, dm, 0b01_01_01_01);
-            off[r] = _mm_add_ps(off[r], _mm_mul_ps(m, sy));
+            if !B::Q4_0 {
+                let m = _mm_shuffle_ps(dm, dm, 0b01_01_01_01);
+                off[r] = _mm_add_ps(off[r], _mm_mul_ps(m, sy));
+            }
         }
         for c in 0..C {
-            let qy = _mm256_loadu_si256((*a.add(c * kb + b)).qs.as_ptr() as *const __m256i);
+            let y = &*a.add(c * kb + b);
+            let qy = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
             let dy = _mm256_broadcast_ss(&*ad.add(c * kb + b));
+            // Q4_0: an eighth of −8·Σa in each lane, as `dot_nibbles` takes it.
+            let ay = _mm256_set1_epi32(y.sum as i32);
             for r in 0..R {
-                let sums = _mm256_cvtepi32_ps(dot4!(VNNI, qx[r], qy));
+                let mut isum = dot4!(VNNI, qx[r], qy);
+                if B::Q4_0 {
+                    isum = _mm256_sub_epi32(isum, ay);
+                }
+                let sums = _mm256_cvtepi32_ps(isum);
                 acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dx[r], dy), sums, acc[r][c]);
             }
         }
@@ -364,8 +382,8 @@ unsafe fn nibble_sums<const C: usize, const VNNI: bool>(
 /// One panel (eight weight rows of Q4_1 or Q4_0, `kb` blocks from `w`) × `C` activation rows
 /// (row c's blocks at `a + c·kb`, their `d` and `s` at `ad`/`s + c·kb`): lane k of result c is
 /// weight row k · activation row c. Per block, the exact integer sums ([`nibble_sums`]), then
-/// `acc += (d_w·d_a) · sum` and `acc += m_w · s_a` (Q4_0's `m_w` is `−8·d_w`, exactly the
-/// `m` it would have as Q4_1). Each output's arithmetic is the same whatever `C` is.
+/// Q4_1: `acc += (d_w·d_a) · sum` and `acc += m_w · s_a`; Q4_0: `acc += (d_w·d_a) · (sum −
+/// 8·Σa)`, ggml's arithmetic. Each output's arithmetic is the same whatever `C` is.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn nibble_tile<P: Nibbles<8>, const C: usize, const VNNI: bool>(
@@ -381,14 +399,22 @@ unsafe fn nibble_tile<P: Nibbles<8>, const C: usize, const VNNI: bool>(
         super::prefetch_panel_ahead(p);
         let isum = nibble_sums::<C, VNNI>(p.qs(), a.add(b), kb);
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(p.d().as_ptr() as *const __m128i));
-        let mw = match p.m() {
-            Some(m) => _mm256_cvtph_ps(_mm_loadu_si128(m.as_ptr() as *const __m128i)),
-            None => _mm256_mul_ps(dw, _mm256_set1_ps(-8.0)),
-        };
+        let mw = p
+            .m()
+            .map(|m| _mm256_cvtph_ps(_mm_loadu_si128(m.as_ptr() as *const __m128i)));
         for c in 0..C {
             let dd = _mm256_mul_ps(dw, _mm256_set1_ps(*ad.add(c * kb + b)));
-            acc[c] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum[c]), acc[c]);
-            acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*s.add(c * kb + b)), acc[c]);
+            match mw {
+                Some(mw) => {
+                    acc[c] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum[c]), acc[c]);
+                    acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*s.add(c * kb + b)), acc[c]);
+                }
+                None => {
+                    let a8 = _mm256_set1_epi32(8 * (*a.add(c * kb + b)).sum as i32);
+                    let sums = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[c], a8));
+                    acc[c] = _mm256_fmadd_ps(dd, sums, acc[c]);
+                }
+            }
         }
     }
     acc

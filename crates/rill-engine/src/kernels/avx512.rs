@@ -64,14 +64,20 @@ unsafe fn nibble_tile<P: Nibbles<16>, const C: usize>(
         super::prefetch_panel_ahead(p);
         let isum = nibble_sums::<C>(p.qs(), a.add(b), kb);
         let dw = scales(p.d());
-        let mw = match p.m() {
-            Some(m) => scales(m),
-            None => _mm512_mul_ps(dw, _mm512_set1_ps(-8.0)),
-        };
+        let mw = p.m().map(|m| scales(m));
         for (c, (acc, sum)) in acc.iter_mut().zip(isum).enumerate() {
             let dd = _mm512_mul_ps(dw, _mm512_set1_ps(*ad.add(c * kb + b)));
-            *acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sum), *acc);
-            *acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(*s.add(c * kb + b)), *acc);
+            match mw {
+                Some(mw) => {
+                    *acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sum), *acc);
+                    *acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(*s.add(c * kb + b)), *acc);
+                }
+                None => {
+                    let a8 = _mm512_set1_epi32(8 * (*a.add(c * kb + b)).sum as i32);
+                    let sums = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum, a8));
+                    *acc = _mm512_fmadd_ps(dd, sums, *acc);
+                }
+            }
         }
     }
     acc

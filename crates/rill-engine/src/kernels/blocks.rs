@@ -24,12 +24,15 @@ pub struct BlockQ8_0 {
     pub qs: [i8; QK],
 }
 
-/// 32 activations: `d·q`, with `s = d·Σq` for the Q4_1 offset term.
+/// 32 activations: `d·q`, with `s = d·Σq` (f16, rounded once from the f32 product, as
+/// ggml's Q8_1) for Q4_1's offset term, and the exact `sum = Σq` for Q4_0's, which ggml
+/// takes in integers (its `q − 8` weights).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BlockQ8_1 {
     pub d: u16,
     pub s: u16,
+    pub sum: i16,
     pub qs: [i8; QK],
 }
 
@@ -75,7 +78,7 @@ impl BlockQ8K {
 // The blocks are read straight from GGUF bytes: no padding allowed.
 const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
-const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);
+const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 38);
 
 /// 32 weights: `d·(q − 8)`, q in 0..16, nibbles laid out as in [`BlockQ4_1`].
 #[repr(C)]
@@ -280,6 +283,7 @@ impl Default for BlockQ8_1 {
         BlockQ8_1 {
             d: 0,
             s: 0,
+            sum: 0,
             qs: [0; QK],
         }
     }

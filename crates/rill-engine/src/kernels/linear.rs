@@ -70,8 +70,9 @@ impl QLinear {
     /// [`from_raw`](Self::from_raw), where `bytes` lie at `.1` in the map `.0`: a format that
     /// runs as the file holds it is read there and not copied (`mapped.rs`): MXFP4 always, and
     /// with `rows_in_map` (a mixture's experts) Q8_0 everywhere and Q4_0 and the K-quants where
-    /// their row kernels have SIMD (elsewhere they are repacked as without a map); without it,
-    /// a K-quant matrix is read there until its panels are made (`later.rs`).
+    /// their row kernels have SIMD (elsewhere they are repacked as without a map), and Q4_0
+    /// whose rows are not in eights (no panels) where those kernels have SIMD; without it, a
+    /// K-quant matrix is read there until its panels are made (`later.rs`).
     pub(crate) fn from_raw_in(
         dtype: TensorType,
         dims: &[usize],
@@ -97,7 +98,11 @@ impl QLinear {
         let in_map = match dtype {
             TensorType::Mxfp4 => true,
             TensorType::Ggml(GgmlDType::Q8_0) => rows_in_map && map.is_some(),
-            TensorType::Ggml(GgmlDType::Q4_0) => rows_in_map && map.is_some() && isa.avx2(),
+            // Q4_0 rows not in eights (no panels) too: read there, it runs as the file holds it
+            // (ggml's arithmetic) rather than as Q4_1.
+            TensorType::Ggml(GgmlDType::Q4_0) => {
+                (rows_in_map || n_out % 8 != 0) && map.is_some() && isa.avx2()
+            }
             TensorType::Ggml(GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K) => {
                 rows_in_map && map.is_some() && isa.avx2() && k % QK_K == 0
             }

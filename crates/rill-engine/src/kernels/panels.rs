@@ -214,7 +214,7 @@ impl<const R: usize> Panel for PanelQ4_0<R> {
     }
 
     fn dot_ref(w: &[BlockQ4_0], a: &[BlockQ8_1]) -> f32 {
-        dot_q4_1_q8_1_scalar(&q4_0_as_q4_1(w), a)
+        dot_q4_0_q8_1_scalar(w, a)
     }
 }
 

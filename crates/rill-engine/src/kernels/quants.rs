@@ -74,34 +74,37 @@ pub(crate) fn dequantize_q8_0(t: &[f32], b: &BlockQ8_0, o: &mut [f32]) {
     }
 }
 
-/// ggml's `quantize_row_q8_0`.
+/// ggml's `quantize_row_q8_0` as its x86 build runs it on activations: `d = amax/127`, each
+/// value times `127/amax` (not `1/d`, which its portable reference takes) rounded half to even.
 pub fn quantize_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
     for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
-        let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let (d, _) = quantize_q8(xs, &mut b.qs);
         b.d = f16::from_f32(d).to_bits();
-        for (q, v) in b.qs.iter_mut().zip(xs) {
-            *q = (v * id).round() as i8;
-        }
     }
 }
 
-/// ggml's `quantize_row_q8_1` (as candle does it, `s` rounded through f16).
+/// ggml's `quantize_row_q8_1` as its x86 build runs it: [`quantize_q8_0`]'s values, `s` the f32
+/// product `d·Σq` rounded once to f16 (candle rounds `d` and `Σq` first), and the exact `Σq`.
 pub fn quantize_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
     for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
-        let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let d16 = f16::from_f32(d);
-        let mut sum = 0i32;
-        for (q, v) in b.qs.iter_mut().zip(xs) {
-            *q = (v * id).round() as i8;
-            sum += *q as i32;
-        }
-        b.d = d16.to_bits();
-        b.s = (f16::from_f32(sum as f32) * d16).to_bits();
+        let (d, sum) = quantize_q8(xs, &mut b.qs);
+        b.d = f16::from_f32(d).to_bits();
+        b.s = f16::from_f32(d * sum as f32).to_bits();
+        b.sum = sum as i16;
     }
+}
+
+/// One block of 32 activations into `qs` as ggml's x86 build quantises them: `(d, Σq)`, `d`
+/// in f32.
+fn quantize_q8(xs: &[f32], qs: &mut [i8; QK]) -> (f32, i32) {
+    let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let mut sum = 0i32;
+    for (q, v) in qs.iter_mut().zip(xs) {
+        *q = (v * id).round_ties_even() as i8;
+        sum += *q as i32;
+    }
+    (amax / 127.0, sum)
 }
 
 /// The scalar reference: Σ over blocks of d_x·d_y·Σ(q_x·q_y) + m_x·s_y.
@@ -110,12 +113,20 @@ pub fn dot_q4_1_q8_1_scalar(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
     dot_nibbles_scalar(x.iter().map(|b| (h(t, b.d), h(t, b.m), &b.qs)), y)
 }
 
-/// The scalar reference for Q4_0 as the file holds it: [`dot_q4_1_q8_1_scalar`] with
-/// `m_x = −8·d_x` in f32 (the bits of Q4_0 repacked into Q4_1 wherever `8·d_x` is a finite
-/// f16, which is every real file).
+/// The scalar reference for Q4_0 as the file holds it, as ggml computes it: per block the
+/// exact integer `Σ(q_x − 8)·q_y` (here `Σq_x·q_y − 8·Σq_y`), times `d_x·d_y`.
 pub fn dot_q4_0_q8_1_scalar(x: &[BlockQ4_0], y: &[BlockQ8_1]) -> f32 {
     let t = f16_table();
-    dot_nibbles_scalar(x.iter().map(|b| (h(t, b.d), -8.0 * h(t, b.d), &b.qs)), y)
+    let mut sum = 0f32;
+    for (x, y) in x.iter().zip(y) {
+        let mut si = -8 * y.sum as i32;
+        for (j, q) in x.qs.iter().enumerate() {
+            si += (q & 0x0F) as i32 * y.qs[j] as i32;
+            si += (q >> 4) as i32 * y.qs[j + QK / 2] as i32;
+        }
+        sum = (h(t, x.d) * h(t, y.d)).mul_add(si as f32, sum);
+    }
+    sum
 }
 
 /// Blocks of nibbles `(d, m, qs)`, `d·q + m`, dotted with Q8_1 activations.

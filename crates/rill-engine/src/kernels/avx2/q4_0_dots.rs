@@ -1,9 +1,8 @@
 //! Products of Q4_0 as the file holds it (a mixture's experts read in the map): tiles of four
 //! weight rows × one to four activation rows, each pair's arithmetic that of [`dot_q4_0_q8_1`]
-//! (so its bits, alone or in a batch), with less work per block: the four rows' scales
-//! converted by one `vcvtph2ps` and their offsets `−8·d·s_y` added as one vector (`(−8·d)·s_y`
-//! and `d·(−8·s_y)` are the same single rounding of the same exact product), a block's nibbles
-//! unpacked from one broadcast load, and the byte products taken by AVX-512's or AVX-VNNI's
+//! (so its bits, alone or in a batch: each lane's integers less the activations' sum, as
+//! ggml's `q − 8` weights give them), with less work per block: the four rows' scales
+//! converted by one `vcvtph2ps`, a block's nibbles unpacked from one broadcast load, and the byte products taken by AVX-512's or AVX-VNNI's
 //! `vpdpbusd` where the CPU has either (the same integers as `maddubs`). Compiled three times,
 //! as the MXFP4 tiles are.
 
@@ -35,7 +34,6 @@ macro_rules! kernels {
                 _mm256_set1_epi32(3),
             ];
             let mut acc = [[_mm256_setzero_ps(); C]; 4];
-            let mut offsets = [_mm_setzero_ps(); C];
             for b in 0..kb {
                 let x = [0, 1, 2, 3].map(|r| &*w.add(r * kb + b));
                 for x in x {
@@ -53,14 +51,14 @@ macro_rules! kernels {
                 ));
                 let mut scales = [_mm256_setzero_ps(); C];
                 let mut qy = [_mm256_setzero_si256(); C];
+                let mut ay = [_mm256_setzero_si256(); C];
                 for c in 0..C {
                     let y = &*a.add(c * kb + b);
                     let dy = two_halves(&y.d);
-                    // [d_r·d_y] and Σ d_r·(−8·s_y), lane r for row r.
+                    // [d_r·d_y], lane r for row r.
                     scales[c] = _mm256_castps128_ps256(_mm_mul_ps(d, _mm_broadcastss_ps(dy)));
-                    let m8 = _mm_mul_ps(_mm_shuffle_ps(dy, dy, 0b01_01_01_01), _mm_set1_ps(-8.0));
-                    offsets[c] = _mm_add_ps(offsets[c], _mm_mul_ps(d, m8));
                     qy[c] = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                    ay[c] = _mm256_set1_epi32(y.sum as i32);
                 }
                 for r in 0..4 {
                     let nibbles =
@@ -68,7 +66,7 @@ macro_rules! kernels {
                     let $u = _mm256_and_si256(_mm256_srlv_epi64(nibbles, shifts), low);
                     for c in 0..C {
                         let $s = qy[c];
-                        let sums = _mm256_cvtepi32_ps($dot4);
+                        let sums = _mm256_cvtepi32_ps(_mm256_sub_epi32($dot4, ay[c]));
                         let scale = _mm256_permutevar8x32_ps(scales[c], lane[r]);
                         acc[r][c] = _mm256_fmadd_ps(scale, sums, acc[r][c]);
                     }
@@ -76,15 +74,13 @@ macro_rules! kernels {
             }
             let mut out = [[0f32; C]; 4];
             for c in 0..C {
-                let mut off = [0f32; 4];
-                _mm_storeu_ps(off.as_mut_ptr(), offsets[c]);
                 for r in 0..4 {
-                    // `hsum`'s tree, then the offsets, as `dot_nibbles` adds them.
+                    // `hsum`'s tree, as `dot_nibbles` ends.
                     let v = acc[r][c];
                     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
                     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
                     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-                    out[r][c] = _mm_cvtss_f32(s) + off[r];
+                    out[r][c] = _mm_cvtss_f32(s);
                 }
             }
             out
