@@ -2,9 +2,9 @@
 //! weight rows × one to four activation rows, each pair's arithmetic that of [`dot_q4_0_q8_1`]
 //! (so its bits, alone or in a batch: each lane's integers less the activations' sum, as
 //! ggml's `q − 8` weights give them), with less work per block: the four rows' scales
-//! converted by one `vcvtph2ps`, a block's nibbles unpacked from one broadcast load, and the byte products taken by AVX-512's or AVX-VNNI's
-//! `vpdpbusd` where the CPU has either (the same integers as `maddubs`). Compiled three times,
-//! as the MXFP4 tiles are.
+//! converted by one `vcvtph2ps`, a block's nibbles unpacked from one broadcast load, and the
+//! byte products taken by AVX-512's or AVX-VNNI's `vpdpbusd` where the CPU has either (the
+//! same integers as `maddubs`). Compiled three times, as the MXFP4 tiles are.
 
 use super::*;
 
