@@ -129,7 +129,7 @@ pub(crate) trait Nibbles4: Copy {
     /// Whether the offset is Q4_0's, in integers (the activations' exact `sum`).
     const Q4_0: bool;
     fn nibbles(&self) -> *const u8;
-    /// `[d, m, ·, ·]` as f32.
+    /// `[d, m, ·, ·]` as f32 (Q4_0: `[d, 0, 0, 0]`, its offset taken in integers).
     ///
     /// # Safety
     /// F16C.
@@ -156,8 +156,7 @@ impl Nibbles4 for BlockQ4_0 {
     }
     #[inline(always)]
     unsafe fn dm(&self) -> __m128 {
-        let d = _mm_cvtph_ps(_mm_set1_epi16(self.d as i16));
-        _mm_mul_ps(d, _mm_setr_ps(1.0, -8.0, 1.0, -8.0))
+        _mm_cvtph_ps(_mm_cvtsi32_si128(self.d as i32))
     }
 }
 

@@ -158,18 +158,7 @@ fn q4_0_as_the_file_holds_it_is_ggmls_arithmetic() {
     let mut r = Lcg(71);
     let k = 1024;
     // Weights −8..7 (each block's −8 first: scale 1); activations 64..127 (127 first: scale 1).
-    let whole = |r: &mut Lcg, lo: i32, hi: i32, top: i32| -> Vec<f32> {
-        (0..k)
-            .map(|i| match i % QK {
-                0 => top as f32,
-                _ => {
-                    (lo + (((r.next() + 1.0) / 2.0 * (hi - lo + 1) as f32) as i32).min(hi - lo))
-                        as f32
-                }
-            })
-            .collect()
-    };
-    let (wf, xf) = (whole(&mut r, -8, 7, -8), whole(&mut r, 64, 127, 127));
+    let (wf, xf) = (r.ints(k, -8, 7, -8), r.ints(k, 64, 127, 127));
     let wt = Tensor::from_vec(wf.clone(), (1, k), &Device::Cpu).unwrap();
     let q = QTensor::quantize(&wt, GgmlDType::Q4_0).unwrap();
     let w: Vec<BlockQ4_0> = blocks(&q.data().unwrap()).unwrap();

@@ -110,7 +110,12 @@ fn quantize_q8(xs: &[f32], qs: &mut [i8; QK]) -> (f32, i32) {
 /// The scalar reference: Σ over blocks of d_x·d_y·Σ(q_x·q_y) + m_x·s_y.
 pub fn dot_q4_1_q8_1_scalar(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
     let t = f16_table();
-    dot_nibbles_scalar(x.iter().map(|b| (h(t, b.d), h(t, b.m), &b.qs)), y)
+    let mut sum = 0f32;
+    for (x, y) in x.iter().zip(y) {
+        let si = nibbles_times(&x.qs, y);
+        sum += si as f32 * h(t, x.d) * h(t, y.d) + h(t, x.m) * h(t, y.s);
+    }
+    sum
 }
 
 /// The scalar reference for Q4_0 as the file holds it, as ggml computes it: per block the
@@ -119,32 +124,20 @@ pub fn dot_q4_0_q8_1_scalar(x: &[BlockQ4_0], y: &[BlockQ8_1]) -> f32 {
     let t = f16_table();
     let mut sum = 0f32;
     for (x, y) in x.iter().zip(y) {
-        let mut si = -8 * y.sum as i32;
-        for (j, q) in x.qs.iter().enumerate() {
-            si += (q & 0x0F) as i32 * y.qs[j] as i32;
-            si += (q >> 4) as i32 * y.qs[j + QK / 2] as i32;
-        }
+        let si = nibbles_times(&x.qs, y) - 8 * y.sum as i32;
         sum = (h(t, x.d) * h(t, y.d)).mul_add(si as f32, sum);
     }
     sum
 }
 
-/// Blocks of nibbles `(d, m, qs)`, `d·q + m`, dotted with Q8_1 activations.
-fn dot_nibbles_scalar<'a>(
-    x: impl Iterator<Item = (f32, f32, &'a [u8; QK / 2])>,
-    y: &[BlockQ8_1],
-) -> f32 {
-    let t = f16_table();
-    let mut sum = 0f32;
-    for ((d, m, qs), y) in x.zip(y) {
-        let mut si = 0i32;
-        for (j, q) in qs.iter().enumerate() {
-            si += (q & 0x0F) as i32 * y.qs[j] as i32;
-            si += (q >> 4) as i32 * y.qs[j + QK / 2] as i32;
-        }
-        sum += si as f32 * d * h(t, y.d) + m * h(t, y.s);
+/// A block's 32 nibbles (element j low, j + 16 high) times its activations: the exact Σq·a.
+fn nibbles_times(qs: &[u8; QK / 2], y: &BlockQ8_1) -> i32 {
+    let mut si = 0i32;
+    for (j, q) in qs.iter().enumerate() {
+        si += (q & 0x0F) as i32 * y.qs[j] as i32;
+        si += (q >> 4) as i32 * y.qs[j + QK / 2] as i32;
     }
-    sum
+    si
 }
 
 /// The scalar reference: Σ over blocks of d_x·d_y·Σ(q_x·q_y).

@@ -17,6 +17,19 @@ impl Lcg {
     pub fn vec(&mut self, n: usize) -> Vec<f32> {
         (0..n).map(|_| self.next()).collect()
     }
+    /// `n` whole numbers in `[lo, hi]`, each 32-value block's first `top`, so that its
+    /// quantisation scale is exactly 1.
+    pub fn ints(&mut self, n: usize, lo: i32, hi: i32, top: i32) -> Vec<f32> {
+        (0..n)
+            .map(|i| match i % 32 {
+                0 => top as f32,
+                _ => {
+                    let u = (self.next() + 1.0) / 2.0; // [0, 1)
+                    (lo + ((u * (hi - lo + 1) as f32) as i32).min(hi - lo)) as f32
+                }
+            })
+            .collect()
+    }
 }
 
 fn q4_1(x: &[f32]) -> Vec<BlockQ4_1> {
@@ -300,19 +313,6 @@ fn every_kernel_gives_the_exact_integer_product() {
     let available = Isa::available();
     let skipped: Vec<_> = all.iter().filter(|i| !available.contains(i)).collect();
     eprintln!("instruction sets checked: {available:?}; skipped (not on this CPU): {skipped:?}");
-    // Integers in [lo, hi] with the block's first element at `top`, so each 32-value
-    // block's quantisation scale is exactly 1.
-    let ints = |r: &mut Lcg, n: usize, lo: i32, hi: i32, top: i32| -> Vec<f32> {
-        (0..n)
-            .map(|i| match i % 32 {
-                0 => top as f32,
-                _ => {
-                    let u = (r.next() + 1.0) / 2.0; // [0, 1)
-                    (lo + ((u * (hi - lo + 1) as f32) as i32).min(hi - lo)) as f32
-                }
-            })
-            .collect()
-    };
     for n_out in [8, 16, 136, 144] {
         // Q8_0: weights in [-127, 127] (scale 1); Q4_1: in [-8, 7] (scale 1, minimum -8); Q4_0
         // the same (its scale is the largest magnitude over −8).
@@ -325,7 +325,7 @@ fn every_kernel_gives_the_exact_integer_product() {
             (GgmlDType::Q4_0, -8, 7, -8, -127),
             (GgmlDType::Q4_0, -8, 7, -8, 64),
         ] {
-            let mut w = ints(&mut r, n_out * k, lo, hi, top);
+            let mut w = r.ints(n_out * k, lo, hi, top);
             if dtype == GgmlDType::Q4_1 {
                 // Each block also needs its maximum 7, for a scale of (7 - -8) / 15 = 1.
                 for b in w.chunks_mut(32) {
@@ -335,7 +335,7 @@ fn every_kernel_gives_the_exact_integer_product() {
             let wt = Tensor::from_vec(w.clone(), (n_out, k), &Device::Cpu).unwrap();
             let q = QTensor::quantize(&wt, dtype).unwrap();
             for m in [1, 4, 5, 70] {
-                let x = ints(&mut r, m * k, x_lo, 127, 127);
+                let x = r.ints(m * k, x_lo, 127, 127);
                 let exact: Vec<f32> = (0..m)
                     .flat_map(|i| {
                         let (x, w) = (&x, &w);
